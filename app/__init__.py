@@ -1,0 +1,1 @@
+"""The torchlens-explore Panel app and its command line."""

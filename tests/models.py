@@ -1,0 +1,39 @@
+"""Small real architectures built from configs with random weights (seeded)."""
+from __future__ import annotations
+
+import torch
+
+
+def tiny_gpt2(n_layer: int = 2):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=32, n_layer=n_layer, n_head=4, vocab_size=100, n_positions=64)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def tiny_llama(n_layer: int = 2, attn: str = "eager"):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=n_layer, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=64,
+                      attn_implementation=attn)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_bert(n_layer: int = 2):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=n_layer, num_attention_heads=4, intermediate_size=64,
+                     vocab_size=100, max_position_embeddings=64)
+    return BertModel(cfg).eval()
+
+
+def tiny_resnet():
+    from transformers import ResNetConfig, ResNetModel
+
+    torch.manual_seed(0)
+    cfg = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic", num_channels=3)
+    return ResNetModel(cfg).eval()

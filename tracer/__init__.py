@@ -1,0 +1,25 @@
+"""tracer: capture a PyTorch model's forward pass into a plain-data Trace.
+
+Public face: `trace`, `CaptureOptions`, `load`, `summary`, and the IR classes.
+"""
+from __future__ import annotations
+
+from .errors import TracerError
+from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from .options import CaptureOptions
+from .tracing import trace
+
+__version__ = "0.1.0"
+
+
+def load(path: str) -> Trace:
+    """Load a trace saved with `Trace.save` (JSON + safetensors), refusing anything invalid."""
+    from .store import load_trace
+
+    return load_trace(path)
+
+
+__all__ = [
+    "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "SourceSite", "TensorMeta",
+    "Trace", "TracerError", "load", "trace", "__version__",
+]

@@ -1,0 +1,158 @@
+"""Turning a finished capture session's raw records into the immutable Trace IR."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from .session import (R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
+                      R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
+
+
+def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any], output: Any) -> Trace:
+    """Assemble a Trace from `session` (labels, metadata strings and records made here, once)."""
+    records = session.records
+    labels = _labels(records)
+    meta_cache: dict[tuple, TensorMeta] = {}
+    site_cache: dict[tuple, SourceSite] = {}
+    ops = []
+    for idx, rec in enumerate(records):
+        info = rec[R_INFO]
+        stack = rec[R_STACK]
+        module, call = stack[-1] if stack else ("", 0)
+        ops.append(Op(
+            index=idx,
+            label=labels[idx],
+            kind=info.kind,
+            func=info.qualname,
+            parents=tuple(Edge(labels[p], pos) for p, pos in rec[R_PARENTS]),
+            out=_meta(rec[R_META], meta_cache),
+            func_call_id=rec[R_CALL],
+            output_index=rec[R_OUT_IDX],
+            num_outputs=rec[R_N_OUT],
+            module=module,
+            module_call=call,
+            module_stack=stack,
+            params=_unique(rec[R_PARAMS]),
+            buffer_writes=_unique(rec[R_WRITES]),
+            inplace=rec[R_INPLACE],
+            source=_site(rec[R_SITE], site_cache),
+            io_path=rec[R_IO],
+        ))
+    ops_t = tuple(ops)
+    values = _select_values(session, ops_t, save)
+    trace = Trace(
+        ops=ops_t,
+        modules=_modules(session, labels),
+        params=_params(session.model, session.tied),
+        model_class=type(session.model).__name__,
+        provenance=provenance,
+        values=values,
+        output=output,
+        warnings=tuple(session.warnings),
+        live_calls={ops_t[i].label: rec[R_CALLSPEC] for i, rec in enumerate(records) if rec[R_CALLSPEC] is not None},
+    )
+    return trace
+
+
+def _labels(records: list) -> list[str]:
+    counts: dict[str, int] = {}
+    labels = []
+    for rec in records:
+        kind = rec[R_INFO].kind
+        n = counts.get(kind, 0) + 1
+        counts[kind] = n
+        labels.append(f"{kind}_{n}")
+    return labels
+
+
+def _meta(raw: tuple, cache: dict) -> TensorMeta:
+    hit = cache.get(raw)
+    if hit is None:
+        shape, dtype, device, rg = raw
+        hit = TensorMeta(shape=shape, dtype=str(dtype).replace("torch.", ""), device=str(device), requires_grad=rg)
+        cache[raw] = hit
+    return hit
+
+
+def _site(raw: tuple | None, cache: dict) -> SourceSite | None:
+    if raw is None:
+        return None
+    hit = cache.get(raw)
+    if hit is None:
+        code, line = raw
+        hit = SourceSite(file=_short_path(code.co_filename), line=line, function=code.co_name)
+        cache[raw] = hit
+    return hit
+
+
+def _short_path(path: str) -> str:
+    """Paths inside site-packages read from the package down (`transformers/models/...`)."""
+    marker = os.sep + "site-packages" + os.sep
+    i = path.rfind(marker)
+    return path[i + len(marker):] if i >= 0 else path
+
+
+def _unique(items: tuple) -> tuple:
+    if len(items) < 2:
+        return tuple(items)
+    return tuple(dict.fromkeys(items))
+
+
+def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> dict[str, torch.Tensor]:
+    if not session.save_values:
+        return {}
+    raw = session.finished_values()
+    keep: Callable[[Op], bool] = save if callable(save) else (lambda op: True)
+    return {ops[i].label: t for i, t in raw.items() if keep(ops[i])}
+
+
+def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScope]:
+    model = session.model
+    named = dict(model.named_modules(remove_duplicate=True))
+    own_params: dict[str, list[str]] = {addr: [] for addr in named}
+    for canonical, aliases in session.tied.items():
+        for full in (canonical, *aliases):
+            owner, _, _ = full.rpartition(".")
+            if owner in own_params:
+                own_params[owner].append(full)
+    scopes: dict[str, ModuleScope] = {}
+    for addr, module in named.items():
+        children = tuple(f"{addr}.{n}" if addr else n for n, c in module.named_children() if c is not None
+                         and (f"{addr}.{n}" if addr else n) in named)
+        calls = tuple(
+            ModuleCallRecord(call=c, inputs=tuple(labels[i] for i in ins), outputs=tuple(labels[i] for i in outs),
+                             first_op=first if first <= last else -1, last_op=last if first <= last else -1)
+            for c, ins, outs, first, last in sorted(session.module_calls.get(addr, []))
+        )
+        scopes[addr] = ModuleScope(
+            address=addr,
+            class_name=type(module).__name__,
+            params=tuple(own_params.get(addr, ())),
+            children=children,
+            calls=calls,
+            training=module.training,
+        )
+    return scopes
+
+
+def _params(model: nn.Module, tied: dict[str, list[str]]) -> dict[str, ParamRecord]:
+    records: dict[str, ParamRecord] = {}
+    buffers = {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    for addr, others in tied.items():
+        t = tensors[addr]
+        records[addr] = ParamRecord(
+            address=addr,
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).replace("torch.", ""),
+            device=str(t.device),
+            requires_grad=bool(t.requires_grad),
+            is_buffer=addr in buffers,
+            tied=tuple(others),
+        )
+    return records

@@ -1,0 +1,389 @@
+"""The capture session: a scoped TorchFunctionMode plus module hooks, turned into a Trace.
+
+Nothing is patched globally. The session installs forward hooks on the model's modules
+and enters a function mode; both are removed in a `finally`, so the model and torch are
+as they were afterwards, also when the forward raises. The hot path (`on_call`) appends
+raw tuples; labels, metadata strings and Op records are made once, in `finish`.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from .functions import FuncInfo, func_info
+from .walk import iter_tensors, shallow_tensors
+
+_Tensor = torch.Tensor
+_Parameter = nn.Parameter
+_POS = tuple(str(i) for i in range(64))
+
+# Raw op record layout (a plain list, filled on the hot path).
+R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC = range(14)
+
+_INTERNAL_PREFIXES: tuple[str, ...] = ()
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    global _INTERNAL_PREFIXES
+    if not _INTERNAL_PREFIXES:
+        import os
+
+        import tracer
+
+        torch_dir = os.path.dirname(torch.__file__) + os.sep
+        tracer_dir = os.path.dirname(tracer.__file__) + os.sep
+        _INTERNAL_PREFIXES = (torch_dir, tracer_dir, "<frozen ")
+    return _INTERNAL_PREFIXES
+
+
+class _Recorder(TorchFunctionMode):
+    """Routes every torch-level call made during the forward to the session."""
+
+    def __init__(self, on_call: Callable[..., Any]) -> None:
+        super().__init__()
+        self._on_call = on_call
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self._on_call(func, args, kwargs or {})
+
+
+class CallGuard:
+    """Per-call checks a capture mode adds (structure-only uses one). Default: none."""
+
+    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: "CaptureSession") -> None:
+        pass
+
+    def after_call(self, info: FuncInfo, outputs: list, session: "CaptureSession") -> None:
+        pass
+
+
+class CaptureSession:
+    """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace."""
+
+    def __init__(self, model: nn.Module, *, save_values: bool, record_source: bool, guard: CallGuard | None = None) -> None:
+        self.model = model
+        self.save_values = save_values
+        self.record_source = record_source
+        self.guard = guard
+        self.records: list[list] = []
+        self.tmap: dict[int, tuple[int, torch.Tensor]] = {}  # id(tensor) -> (op index, tensor)
+        self.values: dict[int, torch.Tensor] = {}
+        self.value_versions: dict[int, int] = {}
+        self.warnings: list[str] = []
+        self.call_counter = 0
+        self.stack: tuple[tuple[str, int], ...] = ()
+        self.frames: list[list] = []
+        self.module_calls: dict[str, list] = {}
+        self.call_counts: dict[str, int] = {}
+        self._site_cache: dict[Any, bool] = {}
+        self.param_ids: dict[int, str] = {}
+        self.buffer_ids: set[int] = set()
+        self.tied: dict[str, list[str]] = {}
+        self.module_addr: dict[int, str] = {}
+        self._index_model()
+
+    # -- setup ---------------------------------------------------------------------
+    def _index_model(self) -> None:
+        for name, p in self.model.named_parameters(remove_duplicate=False):
+            self._index_tensor(name, p, is_buffer=False)
+        for name, b in self.model.named_buffers(remove_duplicate=False):
+            self._index_tensor(name, b, is_buffer=True)
+        for name, m in self.model.named_modules(remove_duplicate=True):
+            self.module_addr[id(m)] = name
+
+    def _index_tensor(self, name: str, t: torch.Tensor, is_buffer: bool) -> None:
+        first = self.param_ids.get(id(t))
+        if first is None:
+            self.param_ids[id(t)] = name
+            self.tied[name] = []
+            if is_buffer:
+                self.buffer_ids.add(id(t))
+        else:
+            self.tied[first].append(name)
+
+    # -- run -----------------------------------------------------------------------
+    def run(self, args: tuple, kwargs: dict, grad_context: Any) -> Any:
+        """Run the forward under capture; hooks and mode are always removed."""
+        self._record_inputs(args, kwargs)
+        handles = []
+        try:
+            for module in self.model.modules():
+                if id(module) not in self.module_addr:
+                    continue
+                handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+                handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+            with grad_context, _Recorder(self.on_call):
+                output = self.model(*args, **kwargs)
+        finally:
+            for h in handles:
+                h.remove()
+        self._record_outputs(output)
+        return output
+
+    # -- module scope -----------------------------------------------------------------
+    def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        addr = self.module_addr[id(module)]
+        call = self.call_counts.get(addr, 0)
+        self.call_counts[addr] = call + 1
+        inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
+        self.frames.append([addr, call, inputs, len(self.records)])
+        self.stack = self.stack + ((addr, call),)
+
+    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        addr = self.module_addr[id(module)]
+        # Pop our frame (always the top: hooks run on every exit, also when forward raises).
+        while self.frames:
+            frame = self.frames.pop()
+            self.stack = self.stack[:-1]
+            if frame[0] == addr:
+                break
+        else:
+            return
+        outputs = self._indices_of(shallow_tensors(output)) if output is not None else ()
+        self.module_calls.setdefault(addr, []).append((frame[1], frame[2], outputs, frame[3], len(self.records) - 1))
+
+    def _indices_of(self, tensors: list) -> tuple[int, ...]:
+        out = []
+        for t in tensors:
+            hit = self.tmap.get(id(t))
+            if hit is not None and hit[1] is t:
+                out.append(hit[0])
+        return tuple(out)
+
+    # -- inputs and outputs --------------------------------------------------------------
+    def _record_inputs(self, args: tuple, kwargs: dict) -> None:
+        for path, t in iter_tensors(list(args), "args"):
+            self._record_io_input(t, path)
+        for path, t in iter_tensors(dict(kwargs), "kwargs"):
+            self._record_io_input(t, path)
+
+    def _record_io_input(self, t: torch.Tensor, path: str) -> None:
+        if id(t) in self.tmap or id(t) in self.param_ids:
+            return
+        self._new_synthetic(_IO_INPUT, t, (), (), path)
+
+    def _record_outputs(self, output: Any) -> None:
+        for path, t in iter_tensors(output, ""):
+            parents: tuple = ()
+            params: tuple = ()
+            addr = self.param_ids.get(id(t))
+            if addr is not None:
+                params = (addr,)
+            else:
+                hit = self.tmap.get(id(t))
+                found = hit[0] if hit is not None and hit[1] is t else self._adopt(t)
+                if isinstance(found, str):
+                    params = (found,)
+                else:
+                    parents = ((found, "0"),)
+            self._new_synthetic(_IO_OUTPUT, t, parents, params, path, keep_value=False)
+
+    def _new_synthetic(self, info: FuncInfo, t: torch.Tensor, parents: tuple, params: tuple, io: str, keep_value: bool = True) -> int:
+        self.call_counter += 1
+        idx = len(self.records)
+        rec = [info, parents, t, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None]
+        self.records.append(rec)
+        if keep_value:
+            self.tmap[id(t)] = (idx, t)
+            if self.save_values:
+                self._save(idx, t)
+        return idx
+
+    def _adopt(self, t: torch.Tensor) -> int | str:
+        """A tensor never seen before: a parameter swapped in by a hook (its address), or a constant (its op index)."""
+        if isinstance(t, _Parameter):
+            addr = self._find_swapped_parameter(t)
+            if addr is not None:
+                return addr
+        return self._new_synthetic(_CONSTANT, t, (), (), "")
+
+    def _find_swapped_parameter(self, t: torch.Tensor) -> str | None:
+        # accelerate's offload hooks replace module._parameters[name] during the call.
+        for addr, _call in reversed(self.stack):
+            module = self.model.get_submodule(addr) if addr else self.model
+            for name, p in module._parameters.items():
+                if p is t:
+                    full = f"{addr}.{name}" if addr else name
+                    canonical = next((k for k, v in self.tied.items() if k == full or full in v), full)
+                    self.param_ids[id(t)] = canonical
+                    return canonical
+        return None
+
+    # -- the hot path ------------------------------------------------------------------------
+    def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        info = func_info(func)
+        if info.metadata_only:
+            return func(*args, **kwargs)
+        guard = self.guard
+        if guard is not None:
+            guard.before_call(info, func, args, kwargs, self)
+        parents: list = []
+        params: list = []
+        watched: list | None = None
+        tmap = self.tmap
+        param_ids = self.param_ids
+        # Arguments: tensors become edges, parameters and buffers become attributions.
+        for i, a in enumerate(args):
+            if isinstance(a, _Tensor):
+                watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
+            elif type(a) in (list, tuple) and a and isinstance(a[0], _Tensor):
+                for j, b in enumerate(a):
+                    if isinstance(b, _Tensor):
+                        watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
+        inplace = info.inplace
+        if kwargs:
+            for k, a in kwargs.items():
+                if isinstance(a, _Tensor):
+                    watched = self._arg(a, k, parents, params, watched, tmap, param_ids)
+            if kwargs.get("inplace") is True or isinstance(kwargs.get("out"), _Tensor):
+                inplace = True
+        target = None
+        if inplace:
+            target = kwargs.get("out") if isinstance(kwargs.get("out"), _Tensor) else (args[0] if args and isinstance(args[0], _Tensor) else None)
+            if target is not None and self.save_values:
+                self._protect(target)
+        try:
+            out = func(*args, **kwargs)
+        except BaseException as exc:
+            self._annotate(exc, info)
+            raise
+        # Outputs: one record per tensor produced.
+        if isinstance(out, _Tensor):
+            outs = (out,)
+        elif type(out) is tuple or type(out) is list or isinstance(out, tuple):
+            outs = tuple(shallow_tensors(out))
+            if not outs:
+                return out
+        elif out is None and target is not None:
+            outs = (target,)  # __setitem__ and friends return None
+        else:
+            return out
+        writes = ()
+        if watched:
+            writes = tuple(addr for addr, t, v in watched if _version(t) != v)
+        site = self._site() if self.record_source else None
+        self.call_counter += 1
+        call_id = self.call_counter
+        n = len(outs)
+        stack = self.stack
+        spec = (func, args, kwargs) if self.save_values else None
+        ptuple = tuple(parents)
+        pa = tuple(params)
+        records = self.records
+        for k, t in enumerate(outs):
+            idx = len(records)
+            records.append([info, ptuple, t, _meta(t), call_id, k, n, stack, pa, writes, inplace, site, "", spec])
+            tid = id(t)
+            if tid in param_ids:
+                continue  # an in-place write to a buffer keeps its parameter identity
+            tmap[tid] = (idx, t)
+            if inplace:
+                base = t._base
+                if base is not None and id(base) in tmap:
+                    tmap[id(base)] = (idx, base)
+            if self.save_values:
+                self._save(idx, t)
+        if guard is not None:
+            guard.after_call(info, list(outs), self)
+        return out
+
+    def _arg(self, t, pos, parents, params, watched, tmap, param_ids):
+        tid = id(t)
+        addr = param_ids.get(tid)
+        if addr is not None:
+            params.append(addr)
+            if tid in self.buffer_ids:
+                if watched is None:
+                    watched = []
+                watched.append((addr, t, _version(t)))
+            return watched
+        hit = tmap.get(tid)
+        if hit is not None and hit[1] is t:
+            parents.append((hit[0], pos))
+            return watched
+        found = self._adopt(t)
+        if isinstance(found, str):
+            params.append(found)
+        else:
+            parents.append((found, pos))
+        return watched
+
+    # -- values -------------------------------------------------------------------------
+    def _save(self, idx: int, t: torch.Tensor) -> None:
+        self.values[idx] = t
+        self.value_versions[idx] = _version(t)
+
+    def _protect(self, target: torch.Tensor) -> None:
+        """Before an in-place write, copy the saved value(s) the write would change."""
+        for t in (target, target._base):
+            if t is None:
+                continue
+            hit = self.tmap.get(id(t))
+            if hit is None:
+                continue
+            idx = hit[0]
+            saved = self.values.get(idx)
+            if saved is not None and saved is t:
+                self.values[idx] = t.detach().clone()
+
+    def finished_values(self) -> dict[int, torch.Tensor]:
+        """Saved values by op index, detached; values changed behind the capture are dropped."""
+        out = {}
+        for idx, t in self.values.items():
+            if t is self.records[idx][R_TENSOR] and _version(t) != self.value_versions[idx]:
+                self.warnings.append(
+                    f"the value of op #{idx} was changed in place through an alias after it was "
+                    "produced; it is not saved"
+                )
+                continue
+            out[idx] = t.detach()
+        return out
+
+    # -- sites and errors -------------------------------------------------------------------
+    def _site(self):
+        f = sys._getframe(3)
+        cache = self._site_cache
+        prefixes = _INTERNAL_PREFIXES or _internal_prefixes()
+        while f is not None:
+            code = f.f_code
+            internal = cache.get(code)
+            if internal is None:
+                internal = code.co_filename.startswith(prefixes)
+                cache[code] = internal
+            if not internal:
+                return (code, f.f_lineno)
+            f = f.f_back
+        return None
+
+    def _annotate(self, exc: BaseException, info: FuncInfo) -> None:
+        if getattr(exc, "_tlx_annotated", False):
+            return
+        module = self.stack[-1] if self.stack else ("", 0)
+        where = f"module '{module[0] or type(self.model).__name__}'" + (f" (call {module[1]})" if module[1] else "")
+        site = self._site()
+        at = f" at {site[0].co_filename}:{site[1]}" if site else ""
+        try:
+            exc.add_note(f"torchlens-explore: raised by {info.qualname} (op #{len(self.records)}) in {where}{at}")
+            exc._tlx_annotated = True  # type: ignore[attr-defined]
+        except Exception:
+            pass
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors carry no version counter
+        return -1
+
+
+def _meta(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.dtype, t.device, t.requires_grad)
+
+
+_IO_INPUT = FuncInfo("input", "input", False, False, False)
+_IO_OUTPUT = FuncInfo("output", "output", False, False, False)
+_CONSTANT = FuncInfo("constant", "constant", False, False, False)

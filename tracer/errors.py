@@ -1,0 +1,221 @@
+"""Typed refusals. Every error has a stable `code`, the offending `site` and a `remedy`.
+
+Codes are part of the public contract (listed in docs/errors.md, checked by a test);
+`findings` carries structured details a program can read.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class TracerError(Exception):
+    """Base of every refusal raised by tracer. `code` is stable; `site` says where."""
+
+    code: str = "tracer_error"
+    default_remedy: str = ""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        site: str | None = None,
+        remedy: str | None = None,
+        code: str | None = None,
+        **findings: Any,
+    ) -> None:
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.site = site
+        self.remedy = remedy if remedy is not None else self.default_remedy
+        self.findings = findings
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        text = f"[{self.code}] {self.message}"
+        if self.site:
+            text += f"\n  at: {self.site}"
+        if self.remedy:
+            text += f"\n  remedy: {self.remedy}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "site": self.site,
+            "remedy": self.remedy,
+            "findings": {k: _plain(v) for k, v in self.findings.items()},
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    return repr(value)
+
+
+# -- families -------------------------------------------------------------------
+class AdmissionError(TracerError):
+    """The model or inputs cannot be captured in the requested mode."""
+
+    code = "admission_refused"
+
+
+class CaptureError(TracerError):
+    """Capture itself could not proceed (not the user's forward raising)."""
+
+    code = "capture_failed"
+
+
+class StoreError(TracerError):
+    """A trace file could not be written or was refused on load."""
+
+    code = "trace_file_invalid"
+
+
+class ClaimError(TracerError):
+    """A claim-ladder operation was refused."""
+
+    code = "claim_refused"
+
+
+class ValidationFailedError(TracerError):
+    """Forward replay found an op that does not reproduce."""
+
+    code = "validation_failed"
+
+
+# -- admission ----------------------------------------------------------------------
+class InvalidInputError(AdmissionError):
+    code = "invalid_input"
+    default_remedy = "Pass the model an nn.Module and its positional inputs as a tuple or list."
+
+
+class MetaStateWithoutFlagError(AdmissionError):
+    code = "meta_state_without_structure_only"
+    default_remedy = (
+        "A meta-device model has no values to capture. Use "
+        "trace(..., capture=CaptureOptions(structure_only=True)) or tracer.summary(model)."
+    )
+
+
+class RealStateWithStructureOnlyError(AdmissionError):
+    code = "structure_only_on_real_state"
+    default_remedy = (
+        "Structure-only capture needs a weights-free model: build it from its config under "
+        "torch.device('meta') (e.g. AutoModelForCausalLM.from_config(cfg) inside "
+        "`with torch.device('meta'):`) and pass meta inputs, or drop structure_only for an "
+        "eager capture of the real model."
+    )
+
+
+class MixedSubstrateError(AdmissionError):
+    code = "mixed_substrate"
+    default_remedy = "Put every parameter, buffer and input on the meta device, or none of them."
+
+
+class RealTensorInStructureCaptureError(AdmissionError):
+    code = "real_tensor_mid_forward"
+    default_remedy = (
+        "The forward created a tensor on a real device. Create it on the device of an input "
+        "(device=x.device) so a meta capture stays on meta."
+    )
+
+
+class ValueDependentBranchError(AdmissionError):
+    code = "value_dependent_branch"
+    default_remedy = (
+        "The forward reads a tensor's value, which a structure-only capture does not have. "
+        "Avoid the value read, or capture the real model eagerly."
+    )
+
+
+class UnsupportedTensorStateError(AdmissionError):
+    code = "unsupported_tensor_state"
+    default_remedy = "Capture a plain dense model; fake, functional, sparse and quantized tensors are refused."
+
+
+class DistributedCaptureUnsupportedError(AdmissionError):
+    code = "distributed_capture_unsupported"
+    default_remedy = "Capture the unsharded model (load it without tp_plan / device_mesh) on one process."
+
+
+class OffloadEvidenceMissingError(AdmissionError):
+    code = "meta_parameter_without_offload_hook"
+    default_remedy = (
+        "A parameter is on the meta device but no accelerate offload hook will load it. "
+        "Load the model with its weights, or capture structure-only."
+    )
+
+
+class ModelOutputError(CaptureError):
+    code = "unsupported_output"
+
+
+# -- claims ---------------------------------------------------------------------------
+class DischargePreflightError(ClaimError):
+    code = "twins_not_comparable"
+    default_remedy = "Capture the real twin from the same config, versions, mode and input plan."
+
+
+class NotCorroboratedError(ClaimError):
+    code = "claims_not_corroborated"
+    default_remedy = "Discharge the structure-only trace against a real capture first: trace.discharge_against(real)."
+
+
+class StructureOnlyMeasurementsError(ClaimError):
+    code = "structure_only_measurements_unsupported"
+    default_remedy = "Measurements need values: capture the real model eagerly."
+
+
+class EnvelopeTamperedError(StoreError):
+    code = "envelope_digest_mismatch"
+    default_remedy = "The evidence envelope was changed after it was sealed; recapture the trace."
+
+
+# -- store ----------------------------------------------------------------------------
+class TraceFileNotFoundError(StoreError):
+    code = "trace_file_missing"
+
+
+class TraceFileCorruptError(StoreError):
+    code = "trace_file_corrupt"
+    default_remedy = "The file is truncated or not a trace; save the trace again."
+
+
+class TraceFileTamperedError(StoreError):
+    code = "trace_digest_mismatch"
+    default_remedy = "The file's contents do not match its digest; it was edited or damaged. Save the trace again."
+
+
+class TraceSchemaError(StoreError):
+    code = "trace_schema_unsupported"
+    default_remedy = "This file was written by another format or version of torchlens-explore."
+
+
+# -- validation ------------------------------------------------------------------------
+class StructureOnlyValidationError(ValidationFailedError):
+    code = "structure_only_not_replayable"
+    default_remedy = "Structure-only traces hold no values; validate a real capture (save='all')."
+
+
+class ValuesMissingError(ValidationFailedError):
+    code = "values_not_saved"
+    default_remedy = "Replay needs saved values: capture with CaptureOptions(save='all')."
+
+
+def all_error_classes() -> list[type[TracerError]]:
+    """Every TracerError class defined here, base first (for docs and tests)."""
+    seen: list[type[TracerError]] = []
+    stack: list[type[TracerError]] = [TracerError]
+    while stack:
+        cls = stack.pop(0)
+        if cls not in seen:
+            seen.append(cls)
+            stack.extend(cls.__subclasses__())
+    return seen

@@ -1,0 +1,279 @@
+"""The trace IR: plain, immutable records of one captured forward pass.
+
+Nothing here touches torch hooks or tensors; values live in a separate store
+(`Trace.values`), so exporters and the app read structure only.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+# Kinds of the synthetic ops that frame the graph.
+INPUT_KIND = "input"
+OUTPUT_KIND = "output"
+CONSTANT_KIND = "constant"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """Shape, dtype, device and grad flag of one tensor (dtype/device as torch prints them)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    requires_grad: bool = False
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A data edge into an op: the producing op's label and where it entered the call.
+
+    `position` is the argument path in the call: "0", "1.2" (third item of the second
+    argument), or a keyword name such as "bias".
+    """
+
+    source: str
+    position: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSite:
+    """The line of model code that made a call."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One tensor produced by one call (a multi-output call gives one Op per output).
+
+    `module` is the innermost module address ("" is the root model) and `module_call`
+    its call index (0 for the first call). `module_stack` holds every enclosing
+    (address, call) pair from outermost to innermost. `params` are the parameter and
+    buffer addresses the call read; `buffer_writes` the buffers it changed.
+    """
+
+    index: int
+    label: str
+    kind: str
+    func: str
+    parents: tuple[Edge, ...]
+    out: TensorMeta | None
+    func_call_id: int
+    output_index: int = 0
+    num_outputs: int = 1
+    module: str = ""
+    module_call: int = 0
+    module_stack: tuple[tuple[str, int], ...] = ()
+    params: tuple[str, ...] = ()
+    buffer_writes: tuple[str, ...] = ()
+    inplace: bool = False
+    source: SourceSite | None = None
+    io_path: str = ""  # input/output ops: where in the inputs or output object the tensor sits
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def module_address(self) -> str:
+        """The innermost module with its call index when it ran more than once: `h.0.attn:1`."""
+        return f"{self.module}:{self.module_call}" if self.module_call else self.module
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRecord:
+    """One parameter or buffer, by its first address; `tied` lists its other addresses."""
+
+    address: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    requires_grad: bool
+    is_buffer: bool = False
+    tied: tuple[str, ...] = ()
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleCallRecord:
+    """One call of a module: the ops that fed it and the ops its output was made of."""
+
+    call: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    first_op: int  # index of the first op recorded inside the call (-1 if none)
+    last_op: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleScope:
+    """A module in the model: address, class, its own params (local names), children, calls."""
+
+    address: str
+    class_name: str
+    params: tuple[str, ...]  # full addresses of the params/buffers registered directly on it
+    children: tuple[str, ...]
+    calls: tuple[ModuleCallRecord, ...] = ()
+    training: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.address.rsplit(".", 1)[-1] if self.address else ""
+
+
+@dataclass(slots=True)
+class Trace:
+    """A captured forward pass: ops in execution order, modules, params, and optional values.
+
+    `values` maps op labels to saved tensors (absent for labels not saved). `output` is
+    the model's own return object when the trace came from a live capture.
+    """
+
+    ops: tuple[Op, ...]
+    modules: dict[str, ModuleScope]
+    params: dict[str, ParamRecord]
+    model_class: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    envelope: Any = None  # tracer.claims.EvidenceEnvelope for structure-only traces
+    output: Any = None
+    warnings: tuple[str, ...] = ()
+    # label -> (func, args, kwargs) of the live call that produced it; only on a trace
+    # captured in this process (never saved), for replay validation.
+    live_calls: dict[str, tuple] = field(default_factory=dict, repr=False)
+    _by_label: dict[str, Op] = field(default_factory=dict, repr=False)
+    _children: dict[str, tuple[str, ...]] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_label = {op.label: op for op in self.ops}
+
+    # -- access -------------------------------------------------------------
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self.ops)
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __getitem__(self, key: str | int) -> Op:
+        if isinstance(key, int):
+            return self.ops[key]
+        try:
+            return self._by_label[key]
+        except KeyError:
+            raise KeyError(f"no op labelled {key!r} in this trace") from None
+
+    def __contains__(self, label: object) -> bool:
+        return label in self._by_label
+
+    @property
+    def inputs(self) -> tuple[Op, ...]:
+        return tuple(op for op in self.ops if op.kind == INPUT_KIND)
+
+    @property
+    def outputs(self) -> tuple[Op, ...]:
+        return tuple(op for op in self.ops if op.kind == OUTPUT_KIND)
+
+    def children_of(self, label: str) -> tuple[str, ...]:
+        """Labels of the ops that consume `label`'s output, in execution order."""
+        if self._children is None:
+            kids: dict[str, list[str]] = {op.label: [] for op in self.ops}
+            for op in self.ops:
+                for edge in op.parents:
+                    kids[edge.source].append(op.label)
+            self._children = {k: tuple(v) for k, v in kids.items()}
+        return self._children.get(label, ())
+
+    def ops_in(self, address: str, call: int | None = None) -> tuple[Op, ...]:
+        """Ops executed inside module `address` (and its submodules), optionally one call."""
+        found = []
+        for op in self.ops:
+            for addr, c in op.module_stack:
+                if addr == address and (call is None or c == call):
+                    found.append(op)
+                    break
+        return tuple(found)
+
+    def module(self, address: str) -> ModuleScope:
+        try:
+            return self.modules[address]
+        except KeyError:
+            raise KeyError(f"no module at {address!r} in this trace") from None
+
+    @property
+    def num_edges(self) -> int:
+        return sum(len(op.parents) for op in self.ops)
+
+    @property
+    def structure_only(self) -> bool:
+        return bool(self.provenance.get("structure_only"))
+
+    @property
+    def ladder_state(self) -> str:
+        """OBSERVED for an eager trace; the envelope's ladder state for a structure-only one."""
+        if self.envelope is None:
+            return "OBSERVED"
+        return self.envelope.ladder_state
+
+    def param_count(self, count_tied_once: bool = True) -> int:
+        total = 0
+        for rec in self.params.values():
+            if rec.is_buffer:
+                continue
+            total += rec.numel if count_tied_once else rec.numel * (1 + len(rec.tied))
+        return total
+
+    def kind_counts(self) -> Counter:
+        return Counter(op.kind for op in self.ops)
+
+    # -- conversions ----------------------------------------------------------
+    def to_networkx(self):
+        """A `networkx.MultiDiGraph` with one node per op (attrs from the Op) and data edges."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph(model_class=self.model_class)
+        for op in self.ops:
+            g.add_node(
+                op.label, index=op.index, kind=op.kind, func=op.func, module=op.module,
+                module_call=op.module_call,
+                shape=op.out.shape if op.out else None, dtype=op.out.dtype if op.out else None,
+                params=op.params,
+            )
+        for op in self.ops:
+            for edge in op.parents:
+                g.add_edge(edge.source, op.label, position=edge.position)
+        return g
+
+    def summary(self, **kwargs: Any) -> str:
+        from .summary import render_summary
+
+        return render_summary(self, **kwargs)
+
+    def save(self, path: str) -> None:
+        from .store import save_trace
+
+        save_trace(self, path)
+
+    def __repr__(self) -> str:
+        n_params = self.param_count()
+        saved = f", {len(self.values)} values saved" if self.values else ""
+        return (
+            f"<Trace {self.model_class}: {len(self.ops)} ops, {self.num_edges} edges, "
+            f"{len(self.modules)} modules, {n_params:,} params{saved}; {self.ladder_state}>"
+        )

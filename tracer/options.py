@@ -1,0 +1,46 @@
+"""Capture options (frozen, so a trace can record exactly what it was made with)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
+
+SavePolicy = Union[Literal["all", "none"], Callable[[Any], bool]]
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How `tracer.trace` captures a forward.
+
+    save: "all" keeps every op's output value, "none" keeps structure only, or a
+        callable `op -> bool` choosing per op (it sees the finished `Op` record).
+    inference_only: run under `torch.inference_mode`; no autograd graph is kept.
+    structure_only: capture a weights-free model on the meta device (no values exist).
+    record_source: record the model-code line of each call.
+    witness: run a dispatch-level census beside the capture (completeness check).
+    """
+
+    save: SavePolicy = "all"
+    inference_only: bool = False
+    structure_only: bool = False
+    record_source: bool = True
+    witness: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.save in ("all", "none") or callable(self.save)):
+            from .errors import InvalidInputError
+
+            raise InvalidInputError(
+                f"save must be 'all', 'none' or a callable, not {self.save!r}",
+                remedy="CaptureOptions(save='all'), save='none' or save=lambda op: op.kind == 'linear'",
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able record of these options (a callable is named, not stored)."""
+        save = self.save if isinstance(self.save, str) else f"callable:{getattr(self.save, '__name__', 'fn')}"
+        return {
+            "save": save,
+            "inference_only": self.inference_only,
+            "structure_only": self.structure_only,
+            "record_source": self.record_source,
+            "witness": self.witness,
+        }

@@ -1,0 +1,92 @@
+"""`trace()`: admit the model and inputs, capture one forward, return a Trace."""
+from __future__ import annotations
+
+import contextlib
+import platform
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .capture.build import build_trace
+from .capture.session import CallGuard, CaptureSession
+from .errors import InvalidInputError
+from .ir import Trace
+from .options import CaptureOptions
+
+
+def trace(
+    model: nn.Module,
+    args: Any = (),
+    input_kwargs: Mapping[str, Any] | None = None,
+    *,
+    capture: CaptureOptions = CaptureOptions(),
+) -> Trace:
+    """Capture `model(*args, **input_kwargs)` into a Trace; the model's own output is `trace.output`.
+
+    A single tensor for `args` is treated as one positional input.
+    """
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"trace() needs an nn.Module, got {type(model).__name__}", site="trace(model=...)")
+    if not isinstance(capture, CaptureOptions):
+        raise InvalidInputError(f"capture must be a CaptureOptions, got {type(capture).__name__}", site="trace(capture=...)")
+    args_t = _as_args(args)
+    kwargs = dict(input_kwargs or {})
+    guard: CallGuard | None = None
+    admission: dict[str, Any] = {"mode": "eager"}
+    if capture.structure_only or _any_meta(model, args_t, kwargs):
+        from .weights_free.admission import admit_structure_only
+
+        guard, admission = admit_structure_only(model, args_t, kwargs, capture)
+    save_values = capture.save != "none" and not capture.structure_only
+    session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard)
+    grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
+    started = time.perf_counter()
+    output = session.run(args_t, kwargs, grad_context)
+    elapsed = time.perf_counter() - started
+    provenance = _provenance(model, capture, admission, elapsed)
+    result = build_trace(session, save=capture.save, provenance=provenance, output=output)
+    if guard is not None:
+        guard.seal(result, model, args_t, kwargs)
+    return result
+
+
+def _as_args(args: Any) -> tuple:
+    if isinstance(args, torch.Tensor):
+        return (args,)
+    if isinstance(args, (list, tuple)):
+        return tuple(args)
+    raise InvalidInputError(
+        f"args must be a tensor, a tuple or a list, got {type(args).__name__}",
+        site="trace(args=...)",
+        remedy="Pass positional inputs as a tuple, keyword inputs as input_kwargs={...}.",
+    )
+
+
+def _any_meta(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    from .capture.walk import iter_tensors
+
+    for _, p in model.named_parameters():
+        if p.is_meta:
+            return True
+        break
+    return any(t.is_meta for _, t in iter_tensors([list(args), dict(kwargs)]))
+
+
+def _provenance(model: nn.Module, capture: CaptureOptions, admission: dict, elapsed: float) -> dict[str, Any]:
+    versions = {"torch": torch.__version__, "python": platform.python_version()}
+    tf = sys.modules.get("transformers")
+    if tf is not None:
+        versions["transformers"] = getattr(tf, "__version__", "?")
+    return {
+        "model_class": type(model).__name__,
+        "model_module": type(model).__module__,
+        "options": capture.describe(),
+        "structure_only": bool(capture.structure_only),
+        "admission": admission,
+        "versions": versions,
+        "capture_seconds": round(elapsed, 6),
+        "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
