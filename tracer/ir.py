@@ -265,6 +265,18 @@ class Trace:
 
         return render_summary(self, **kwargs)
 
+    def discharge_against(self, real: "Trace") -> Any:
+        """Compare this structure-only trace's claims with a real capture (see tracer.claims)."""
+        from .claims import discharge
+
+        return discharge(self, real)
+
+    def check_plan(self, plan: list) -> Any:
+        """Audit planned interventions `[(site, meta_tensor), ...]` against this trace (never executes)."""
+        from .claims import check_plan
+
+        return check_plan(self, plan)
+
     def save(self, path: str) -> None:
         from .store import save_trace
 
