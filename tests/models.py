@@ -8,7 +8,7 @@ def tiny_gpt2(n_layer: int = 2):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(n_embd=32, n_layer=n_layer, n_head=4, vocab_size=100, n_positions=64)
+    cfg = GPT2Config(n_embd=32, n_layer=n_layer, n_head=4, vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(cfg).eval()
 
 

@@ -90,6 +90,12 @@ class ValidationFailedError(TracerError):
     code = "validation_failed"
 
 
+class ExportError(TracerError):
+    """An exporter could not write, check or serve its format."""
+
+    code = "export_failed"
+
+
 # -- admission ----------------------------------------------------------------------
 class InvalidInputError(AdmissionError):
     code = "invalid_input"
@@ -153,8 +159,42 @@ class OffloadEvidenceMissingError(AdmissionError):
     )
 
 
+class PaddedPromptError(AdmissionError):
+    code = "padded_prompt_unsupported"
+    default_remedy = (
+        "A structure-only text capture keeps an all-ones attention mask on meta; it cannot represent "
+        "padding. Trace one prompt at a time (or equal-length prompts), or pass input ids only."
+    )
+
+
 class ModelOutputError(CaptureError):
     code = "unsupported_output"
+
+
+# -- explorer inputs (app/) ------------------------------------------------------------
+class SourceNotFoundError(AdmissionError):
+    code = "source_not_found"
+    default_remedy = "Pass a saved trace, a config JSON (or a folder holding config.json), or a shipped config name."
+
+
+class InvalidInputShapeError(AdmissionError):
+    code = "invalid_input_shape"
+    default_remedy = "Write the input shape as comma-separated positive integers, e.g. 1,8."
+
+
+class InvalidModelSpecError(AdmissionError):
+    code = "invalid_model_spec"
+    default_remedy = "Write --model as package.module:factory (a function returning an nn.Module), importable from here."
+
+
+class FeatureUnavailableError(AdmissionError):
+    code = "feature_unavailable"
+    default_remedy = "This build lacks the part that does this; open a saved trace or your own model instead."
+
+
+class TwinTooLargeError(AdmissionError):
+    code = "twin_exceeds_memory"
+    default_remedy = "Pick a smaller config or dtype (bfloat16 halves float32), a shorter input, or a machine with more memory."
 
 
 # -- claims ---------------------------------------------------------------------------
@@ -171,6 +211,11 @@ class NotCorroboratedError(ClaimError):
 class StructureOnlyMeasurementsError(ClaimError):
     code = "structure_only_measurements_unsupported"
     default_remedy = "Measurements need values: capture the real model eagerly."
+
+
+class NotStructureOnlyError(ClaimError):
+    code = "not_structure_only"
+    default_remedy = "Claims and plans belong to structure-only traces: capture with CaptureOptions(structure_only=True)."
 
 
 class EnvelopeTamperedError(StoreError):
@@ -209,6 +254,58 @@ class ValuesMissingError(ValidationFailedError):
     default_remedy = "Replay needs saved values: capture with CaptureOptions(save='all')."
 
 
+# [issue 6: replay validation]
+class ReplayUnavailableError(ValidationFailedError):
+    code = "live_calls_missing"
+    default_remedy = "Replay needs the live calls of a trace captured in this process; trace the model again."
+
+
+class ValidationScopeError(ValidationFailedError):
+    code = "validation_scope_unsupported"
+    default_remedy = "Validate with scope='forward' (the only scope replayed today)."
+
+
+class TraceInvariantError(ValidationFailedError):
+    code = "trace_invariant_violated"
+    default_remedy = (
+        "The trace's structure disagrees with what ran (see findings). A quantized or patched module "
+        "computes from tensors outside its parameters; do not treat this trace as an exact record."
+    )
+
+
+class ReplayMismatchError(ValidationFailedError):
+    code = "replay_mismatch"
+    default_remedy = "An op did not reproduce from its recorded parents; see the report's first failing op."
+
+# -- export: Model Explorer ---------------------------------------------------------------
+class ModelExplorerPayloadError(ExportError):
+    code = "model_explorer_payload_invalid"
+    default_remedy = "Export the trace again with exporters.model_explorer.export; do not edit the graph JSON by hand."
+
+
+class ModelExplorerUnavailableError(ExportError):
+    code = "model_explorer_not_installed"
+    default_remedy = "Install Google's Model Explorer: pip install ai-edge-model-explorer."
+
+
+class ModelExplorerServerError(ExportError):
+    code = "model_explorer_server_failed"
+    default_remedy = "Read the server log in the error's findings; pass a free port or leave port=None to pick one."
+
+
+class ModelExplorerReadbackError(ExportError):
+    code = "model_explorer_readback_mismatch"
+    default_remedy = "The served file differs from the exported one; export again and do not edit it while serving."
+
+
+class NonLoopbackHostError(ExportError):
+    code = "non_loopback_host_refused"
+    default_remedy = (
+        "Model Explorer's server reads any file on request; bind 127.0.0.1, or pass "
+        "allow_non_loopback=True if you really mean to expose it."
+    )
+
+
 def all_error_classes() -> list[type[TracerError]]:
     """Every TracerError class defined here, base first (for docs and tests)."""
     seen: list[type[TracerError]] = []
@@ -219,3 +316,26 @@ def all_error_classes() -> list[type[TracerError]]:
             seen.append(cls)
             stack.extend(cls.__subclasses__())
     return seen
+
+
+def errors_markdown() -> str:
+    """docs/errors.md: every error code with its class, family and default remedy."""
+    lines = [
+        "# Error codes",
+        "",
+        "Every refusal raised by torchlens-explore is a `tracer.errors.TracerError` with a stable `code`,",
+        "the offending `site` and a `remedy`; `err.findings` holds structured details and `err.to_dict()`",
+        "a JSON form. Codes never change meaning; new ones are added here. This page is generated by",
+        "`python -m tracer.errors_doc` and checked by `tests/tracer/test_errors_doc.py`.",
+        "",
+        "| code | class | family | default remedy |",
+        "|---|---|---|---|",
+    ]
+    for cls in all_error_classes():
+        family = next((b.__name__ for b in cls.__mro__[1:] if b in _FAMILIES), "-")
+        doc = (cls.default_remedy or (cls.__doc__ or "").strip()).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{cls.code}` | `{cls.__name__}` | {family} | {doc} |")
+    return "\n".join(lines) + "\n"
+
+
+_FAMILIES = (AdmissionError, CaptureError, StoreError, ClaimError, ValidationFailedError, TracerError)

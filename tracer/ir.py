@@ -277,10 +277,11 @@ class Trace:
 
         return check_plan(self, plan)
 
-    def save(self, path: str) -> None:
+    def save(self, path: Any) -> Any:
+        """Write this trace to folder `path` (trace.json + values.safetensors); returns the folder."""
         from .store import save_trace
 
-        save_trace(self, path)
+        return save_trace(self, path)
 
     def __repr__(self) -> str:
         n_params = self.param_count()

@@ -264,7 +264,10 @@ class CaptureSession:
             return out
         writes = ()
         if watched:
-            writes = tuple(addr for addr, t, v in watched if _version(t) != v)
+            if info.kind in _RUNNING_STAT_KINDS and _updates_running_stats(info.kind, args, kwargs):
+                writes = tuple(addr for addr, _t, _v in watched)  # the kernel updates them without a version bump
+            else:
+                writes = tuple(addr for addr, t, v in watched if _version(t) != v)
         site = self._site() if self.record_source else None
         self.call_counter += 1
         call_id = self.call_counter
@@ -371,6 +374,17 @@ class CaptureSession:
             exc._tlx_annotated = True  # type: ignore[attr-defined]
         except Exception:
             pass
+
+
+# Kernels that update running statistics in place without bumping the version counter,
+# with the position and name of the flag that turns the update on.
+_RUNNING_STAT_KINDS = {"batch_norm": (5, "training"), "instance_norm": (5, "use_input_stats")}
+
+
+def _updates_running_stats(kind: str, args: tuple, kwargs: dict) -> bool:
+    pos, name = _RUNNING_STAT_KINDS[kind]
+    flag = args[pos] if len(args) > pos else kwargs.get(name, False)
+    return bool(flag)
 
 
 def _version(t: torch.Tensor) -> int:
