@@ -1,0 +1,44 @@
+"""Shared timing helpers for the benchmark scripts (not tests: run them as scripts)."""
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Callable
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
+    """Median wall time of `fn` over `repeats` warm runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2) -> dict[str, float]:
+    """Medians of several callables measured round-robin in one run, so drift hits all alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def torchlens_or_none():
+    """The public TorchLens package when it is installed in this environment (never required)."""
+    try:
+        import torchlens  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return torchlens
