@@ -306,6 +306,22 @@ class NonLoopbackHostError(ExportError):
     )
 
 
+# -- export: layout and figures ---------------------------------------------------------
+class LayoutModuleUnknownError(ExportError):
+    code = "layout_unknown_module"
+    default_remedy = "Expand module addresses that exist in the trace (see trace.modules), e.g. 'model.layers'."
+
+
+class FigureOptionsError(ExportError):
+    code = "figure_options_invalid"
+    default_remedy = "Give a positive width in inches (3.4 for one paper column, 7 for the full width) and dpi."
+
+
+class FigureWriteError(ExportError):
+    code = "figure_write_failed"
+    default_remedy = "Write the figure to a writable path (its folder is created if missing)."
+
+
 def all_error_classes() -> list[type[TracerError]]:
     """Every TracerError class defined here, base first (for docs and tests)."""
     seen: list[type[TracerError]] = []

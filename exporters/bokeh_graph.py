@@ -1,0 +1,152 @@
+"""A Bokeh figure of a layout: module frames, boxes coloured by kind, edges with arrowheads, hover.
+
+Renderers are named so an app can find them with `fig.select(name=...)`: "frames", "edges",
+"arrows", "nodes" (its data source has id, kind, label, module, shape, dtype, params), "labels".
+The y axis is flipped so layout coordinates (y down) are used as they are.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tracer.ir import Trace
+
+from .layout import Layout, LayoutNode, group_tree
+from .layout_style import FONT_SIZE, fill_color, ladder_caption, op_family, shape_text
+
+NODE_COLUMNS = ("id", "kind", "label", "module", "shape", "dtype", "params", "n_params", "op_kind", "repeat", "fill")
+HOVER_FIELDS = (("label", "@label"), ("module", "@module"), ("shape", "@shape"), ("dtype", "@dtype"),
+                ("params", "@params"))
+
+
+def caption_for(trace: Trace) -> str:
+    """The ladder-state caption: e.g. "HYPOTHESIS: shapes unproven, no values exist (weights-free capture)"."""
+    return ladder_caption(trace.ladder_state)
+
+
+def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
+    """Column data for the node glyphs (one row per layout node, in layout order)."""
+    cols: dict[str, list[Any]] = {c: [] for c in (*NODE_COLUMNS, "x", "y", "w", "h")}
+    for n in layout.nodes:
+        row = _node_row(n, trace)
+        for c in NODE_COLUMNS:
+            cols[c].append(row[c])
+        cols["x"].append(n.x)
+        cols["y"].append(n.y)
+        cols["w"].append(n.width)
+        cols["h"].append(n.height)
+    return cols
+
+
+def _node_row(n: LayoutNode, trace: Trace) -> dict[str, Any]:
+    row = {"id": n.id, "kind": n.kind, "label": n.label, "module": n.module or "(root)", "repeat": n.repeat,
+           "op_kind": "", "shape": "", "dtype": "", "params": "", "n_params": 0}
+    if n.kind in ("op", "io") and n.op_label:
+        op = trace[n.op_label]
+        row["op_kind"] = op.kind
+        if op.out is not None:
+            row["shape"], row["dtype"] = shape_text(op.out.shape), op.out.dtype
+        row["params"] = ", ".join(op.params) if op.params else "none"
+        row["n_params"] = sum(trace.params[p].numel for p in op.params if p in trace.params)
+        if n.repeat > 1:
+            row["shape"] = f"{n.repeat} tensors, first {row['shape']}"
+        row["fill"] = fill_color(n.kind, op_family(op) if n.kind == "op" else None)
+        return row
+    tree = group_tree(trace)
+    addresses = n.members or (n.module or "",)
+    total = sum(tree.param_count(a) for a in addresses)
+    row["n_params"] = total
+    row["params"] = f"{total:,}" + (f" in {n.repeat} blocks" if n.repeat > 1 else "")
+    out = _module_output(trace, addresses[0])
+    if out is not None and out.out is not None:
+        row["shape"], row["dtype"] = shape_text(out.out.shape), out.out.dtype
+    row["op_kind"] = trace.modules[addresses[0]].class_name if addresses[0] in trace.modules else ""
+    row["fill"] = fill_color(n.kind)
+    return row
+
+
+def _module_output(trace: Trace, address: str):
+    scope = trace.modules.get(address)
+    if scope is not None and scope.calls and scope.calls[0].outputs:
+        label = scope.calls[0].outputs[0]
+        return trace[label] if label in trace else None
+    return None
+
+
+TOOLBAR_PX = 30
+
+
+def fit_ranges(layout: Layout, width_px: float, height_px: float, pad: float = 10.0) -> tuple[float, float, float, float]:
+    """x and y spans at 100 % zoom (1 unit = 1 px, so labels fit their boxes): the top of the
+    layout, centred when narrower than the plot; pan and wheel-zoom reach the rest."""
+    if layout.width + 2 * pad <= width_px:
+        x0 = layout.width / 2 - width_px / 2
+    else:
+        x0 = -pad
+    return x0, x0 + width_px, -pad, -pad + height_px
+
+
+def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700):
+    """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover); `caption` goes below the plot."""
+    from bokeh.models import (Arrow, ColumnDataSource, HoverTool, Range1d, TapTool, Title, VeeHead)
+    from bokeh.plotting import figure
+
+    x0, x1, y0, y1 = fit_ranges(layout, width, height - TOOLBAR_PX)
+    fig = figure(
+        width=width, height=height, tools="pan,wheel_zoom,box_zoom,reset,save",
+        x_range=Range1d(x0, x1), y_range=Range1d(y1, y0), toolbar_location="above",
+    )
+    fig.axis.visible = False
+    fig.grid.visible = False
+    fig.outline_line_color = None
+    fig.background_fill_color = "white"
+
+    frames = ColumnDataSource({
+        "address": [f.address for f in layout.frames], "label": [f.label for f in layout.frames],
+        "left": [f.x0 for f in layout.frames], "right": [f.x1 for f in layout.frames],
+        "top": [f.y0 for f in layout.frames], "bottom": [f.y1 for f in layout.frames],
+        "tx": [f.x0 + 6 for f in layout.frames], "ty": [f.y0 + 13 for f in layout.frames],
+        "fill": [("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")[f.depth % 4] for f in layout.frames],
+    })
+    fig.quad(left="left", right="right", top="top", bottom="bottom", source=frames, fill_color="fill",
+             line_color="#9aa7b8", name="frames")
+    fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
+             text_font_style="bold", text_color="#334", text_baseline="alphabetic", name="frame_labels")
+
+    edges = list(layout.edges)
+    fig.multi_line(
+        xs=[[p[0] for p in e.points] for e in edges], ys=[[p[1] for p in e.points] for e in edges],
+        line_color=["#b0413e" if e.back_edge else "#6b6b6b" for e in edges], line_width=1, name="edges",
+    )
+    heads = ColumnDataSource({
+        "x_start": [e.points[-2][0] for e in edges], "y_start": [e.points[-2][1] for e in edges],
+        "x_end": [e.points[-1][0] for e in edges], "y_end": [e.points[-1][1] for e in edges],
+        "source": [e.source for e in edges], "target": [e.target for e in edges],
+    })
+    arrows = Arrow(end=VeeHead(size=7, fill_color="#6b6b6b", line_color="#6b6b6b"), source=heads,
+                   x_start="x_start", y_start="y_start", x_end="x_end", y_end="y_end", line_alpha=0.0,
+                   name="arrows")
+    fig.add_layout(arrows)
+
+    nodes = ColumnDataSource(node_table(layout, trace))
+    node_r = fig.rect(x="x", y="y", width="w", height="h", source=nodes, fill_color="fill", line_color="#555555",
+                      name="nodes")
+    fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
+             text_font_size=f"{FONT_SIZE:g}px", name="labels")
+    fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r]))
+    if caption:
+        fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
+    return fig
+
+
+def export_svg(trace: Trace, path, **kwargs):
+    """See exporters.figures.export_svg (re-exported here for the shared contract)."""
+    from .figures import export_svg as _svg
+
+    return _svg(trace, path, **kwargs)
+
+
+def export_png(trace: Trace, path, **kwargs):
+    """See exporters.figures.export_png (re-exported here for the shared contract)."""
+    from .figures import export_png as _png
+
+    return _png(trace, path, **kwargs)

@@ -1,0 +1,234 @@
+"""Paper figures of a trace's layout: SVG written by hand (vector, real <text>) and PNG drawn with Pillow.
+
+Both writers draw one `Scene` (frames, boxes, edges with arrowheads, an optional caption) built
+from `exporters.layout`, so the two files show the same picture. Sizes follow paper columns:
+3.4 in for one column, about 7 in for the full width.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+from xml.sax.saxutils import escape
+
+from tracer.errors import FigureOptionsError, FigureWriteError
+from tracer.ir import Trace
+
+from .layout import Layout, compute_layout, default_expansion
+from .layout_style import FONT_SIZE, FRAME_HEADER, fill_color, ladder_caption, op_family
+
+COLUMN_IN = 3.4
+CAPTION_GAP = 10.0
+ARROW = 5.0
+FRAME_FILLS = ("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")
+STROKE = "#555555"
+EDGE = "#6b6b6b"
+BACK_EDGE = "#b0413e"
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    """One figure in layout units: the layout, each node's fill, and the caption (or None)."""
+
+    layout: Layout
+    fills: dict[str, str]
+    caption: str | None
+
+    @property
+    def width(self) -> float:
+        return self.layout.width
+
+    @property
+    def height(self) -> float:
+        return self.layout.height + (FONT_SIZE * 1.6 + CAPTION_GAP if self.caption else 0.0)
+
+
+def build_scene(
+    trace: Trace, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
+    caption: str | bool | None = None,
+) -> Scene:
+    """The figure of `trace`: `expanded` defaults to `default_expansion`; caption None = the ladder
+    state for weights-free traces only, True = always, False = never, a string = that text."""
+    exp = default_expansion(trace) if expanded is None else expanded
+    layout = compute_layout(trace, exp, fold_repeats=fold_repeats)
+    fills = {}
+    for n in layout.nodes:
+        family = op_family(trace[n.op_label]) if n.kind == "op" and n.op_label else None
+        fills[n.id] = fill_color(n.kind, family)
+    if caption is None:
+        text = ladder_caption(trace.ladder_state) if trace.envelope is not None else None
+    elif caption is True:
+        text = ladder_caption(trace.ladder_state)
+    elif caption is False:
+        text = None
+    else:
+        text = str(caption)
+    return Scene(layout, fills, text)
+
+
+# -- SVG -----------------------------------------------------------------------------
+def scene_svg(scene: Scene, width_in: float = COLUMN_IN) -> str:
+    """The scene as an SVG document `width_in` inches wide (viewBox in layout units)."""
+    w, h = scene.width, scene.height
+    height_in = width_in * h / w
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_in:.3f}in" height="{height_in:.3f}in" '
+        f'viewBox="0 0 {w:.1f} {h:.1f}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
+        f'font-size="{FONT_SIZE:g}">',
+        "<defs>",
+        f'<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="{ARROW}" markerHeight="{ARROW}" '
+        f'markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{EDGE}"/></marker>',
+        f'<marker id="arrow-back" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="{ARROW}" '
+        f'markerHeight="{ARROW}" markerUnits="userSpaceOnUse" orient="auto">'
+        f'<path d="M0,0 L10,5 L0,10 z" fill="{BACK_EDGE}"/></marker>',
+        "</defs>",
+        f'<rect x="0" y="0" width="{w:.1f}" height="{h:.1f}" fill="white"/>',
+    ]
+    lay = scene.layout
+    for f in lay.frames:
+        out.append(
+            f'<g class="frame" data-address="{escape(f.address)}"><rect x="{f.x0:.1f}" y="{f.y0:.1f}" '
+            f'width="{f.x1 - f.x0:.1f}" height="{f.y1 - f.y0:.1f}" rx="6" fill="{FRAME_FILLS[f.depth % 4]}" '
+            f'stroke="#9aa7b8" stroke-width="0.8"/><text x="{f.x0 + 6:.1f}" y="{f.y0 + FRAME_HEADER - 5:.1f}" '
+            f'font-weight="bold" fill="#334">{escape(f.label)}</text></g>'
+        )
+    for e in lay.edges:
+        pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
+        color, marker = (BACK_EDGE, "arrow-back") if e.back_edge else (EDGE, "arrow")
+        dash = ' stroke-dasharray="3,2"' if e.back_edge else ""
+        out.append(f'<polyline class="edge" points="{pts}" fill="none" stroke="{color}" stroke-width="0.8"'
+                   f'{dash} marker-end="url(#{marker})"/>')
+    for n in lay.nodes:
+        x0, y0 = n.x - n.width / 2, n.y - n.height / 2
+        rx = 3 if n.kind in ("op", "io") else 5
+        extra = ""
+        if n.kind == "folded":  # a second outline behind (below-right) reads as a stack of blocks
+            extra = (f'<rect x="{x0 + 3:.1f}" y="{y0 + 3:.1f}" width="{n.width:.1f}" height="{n.height:.1f}" '
+                     f'rx="{rx}" fill="{scene.fills[n.id]}" stroke="{STROKE}" stroke-width="0.6"/>')
+        out.append(
+            f'<g class="node" data-id="{escape(n.id)}" data-kind="{n.kind}">{extra}<rect x="{x0:.1f}" y="{y0:.1f}" '
+            f'width="{n.width:.1f}" height="{n.height:.1f}" rx="{rx}" fill="{scene.fills[n.id]}" stroke="{STROKE}" '
+            f'stroke-width="0.7"/><text x="{n.x:.1f}" y="{n.y:.1f}" text-anchor="middle" '
+            f'dominant-baseline="central">{escape(n.label)}</text></g>'
+        )
+    if scene.caption:
+        out.append(f'<text class="caption" x="{w / 2:.1f}" y="{h - CAPTION_GAP / 2 - 2:.1f}" '
+                   f'text-anchor="middle" font-style="italic">{escape(scene.caption)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def export_svg(
+    trace: Trace, path, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
+    width_in: float = COLUMN_IN, caption: str | bool | None = None,
+) -> Path:
+    """Write the figure of `trace` as an SVG `width_in` inches wide; returns the path."""
+    _check_size(width_in, 72)
+    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption)
+    return _write(Path(path), scene_svg(scene, width_in).encode("utf-8"))
+
+
+# -- PNG -----------------------------------------------------------------------------
+def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
+    """The scene drawn with Pillow: a PIL image `width_in * dpi` pixels wide (2x supersampled)."""
+    from PIL import Image, ImageDraw
+
+    target_w = max(1, round(width_in * dpi))
+    target_h = max(1, round(target_w * scene.height / scene.width))
+    ss = 2
+    k = target_w * ss / scene.width  # pixels per layout unit while drawing
+    img = Image.new("RGB", (target_w * ss, target_h * ss), "white")
+    d = ImageDraw.Draw(img)
+    font = _font(FONT_SIZE * k)
+    bold = _font(FONT_SIZE * k, bold=True)
+    line = max(1, round(0.8 * k))
+    lay = scene.layout
+
+    def p(x: float, y: float) -> tuple[float, float]:
+        return (x * k, y * k)
+
+    for f in lay.frames:
+        d.rounded_rectangle([p(f.x0, f.y0), p(f.x1, f.y1)], radius=6 * k, fill=FRAME_FILLS[f.depth % 4],
+                            outline="#9aa7b8", width=line)
+        d.text(p(f.x0 + 6, f.y0 + FRAME_HEADER - 5), f.label, fill="#334", font=bold, anchor="ls")
+    for e in lay.edges:
+        color = BACK_EDGE if e.back_edge else EDGE
+        pts = [p(x, y) for x, y in e.points]
+        d.line(pts, fill=color, width=line, joint="curve")
+        _arrowhead(d, pts, ARROW * k, color)
+    for n in lay.nodes:
+        box = [p(n.x - n.width / 2, n.y - n.height / 2), p(n.x + n.width / 2, n.y + n.height / 2)]
+        if n.kind == "folded":
+            shadow = [(box[0][0] + 3 * k, box[0][1] + 3 * k), (box[1][0] + 3 * k, box[1][1] + 3 * k)]
+            d.rounded_rectangle(shadow, radius=5 * k, fill=scene.fills[n.id], outline=STROKE, width=line)
+        d.rounded_rectangle(box, radius=(3 if n.kind in ("op", "io") else 5) * k, fill=scene.fills[n.id],
+                            outline=STROKE, width=line)
+        d.text(p(n.x, n.y), n.label, fill="black", font=font, anchor="mm")
+    if scene.caption:
+        d.text(p(scene.width / 2, scene.height - CAPTION_GAP / 2 - 2), scene.caption, fill="black",
+               font=_font(FONT_SIZE * k, italic=True), anchor="ms")
+    return img.resize((target_w, target_h), Image.LANCZOS)
+
+
+def export_png(
+    trace: Trace, path, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False, dpi: int = 300,
+    width_in: float = COLUMN_IN, caption: str | bool | None = None,
+) -> Path:
+    """Write the figure of `trace` as a PNG `width_in` inches wide at `dpi` (dpi recorded in the file)."""
+    import io
+
+    _check_size(width_in, dpi)
+    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption)
+    buf = io.BytesIO()
+    scene_png(scene, width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
+    return _write(Path(path), buf.getvalue())
+
+
+def font_points(scene: Scene, width_in: float = COLUMN_IN) -> float:
+    """The printed size of the figure's text in points at `width_in` (papers want 6 pt or more)."""
+    return FONT_SIZE * width_in * 72.0 / scene.width
+
+
+# -- helpers -------------------------------------------------------------------------
+_FONT_FILES = {
+    (False, False): ("DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
+    (True, False): ("DejaVuSans-Bold.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"),
+    (False, True): ("DejaVuSans-Oblique.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans-Oblique.ttf"),
+}
+
+
+def _font(px: float, bold: bool = False, italic: bool = False):
+    from PIL import ImageFont
+
+    size = max(1, round(px))
+    for name in _FONT_FILES[(bold, italic and not bold)]:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:
+            continue
+    return ImageFont.load_default(size=size)  # Pillow's bundled scalable font
+
+
+def _arrowhead(d, pts: list[tuple[float, float]], size: float, color: str) -> None:
+    (x0, y0), (x1, y1) = pts[-2], pts[-1]
+    ang = math.atan2(y1 - y0, x1 - x0)
+    left = (x1 - size * math.cos(ang - 0.45), y1 - size * math.sin(ang - 0.45))
+    right = (x1 - size * math.cos(ang + 0.45), y1 - size * math.sin(ang + 0.45))
+    d.polygon([(x1, y1), left, right], fill=color)
+
+
+def _check_size(width_in: float, dpi: float) -> None:
+    if not (isinstance(width_in, (int, float)) and 0 < width_in <= 100 and isinstance(dpi, (int, float)) and 0 < dpi <= 2400):
+        raise FigureOptionsError(f"figure size out of range: width_in={width_in!r}, dpi={dpi!r}",
+                                 site="exporters.figures", width_in=width_in, dpi=dpi)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as exc:
+        raise FigureWriteError(f"cannot write the figure to {path}: {exc}", site=str(path)) from exc
+    return path

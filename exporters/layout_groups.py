@@ -1,0 +1,155 @@
+"""The module-nesting hierarchy a layout draws: every (module, call) that ran ops, as a tree of groups.
+
+Runtime nesting comes from each op's `module_stack`; containers that never run a forward of their
+own (ModuleList, an iterated Sequential) are put back in from the static module tree, so
+`model.layers` frames `model.layers.0..31`. The canvas (key `CANVAS`) holds the model's inputs,
+its outputs and the root module's group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from hashlib import blake2b
+
+from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
+
+GroupKey = tuple[str, int]  # (module address, call index)
+CANVAS: GroupKey = ("", -1)
+ROOT: GroupKey = ("", 0)
+
+
+@dataclass(slots=True)
+class Group:
+    """One module call that ran ops, with its direct items in execution order."""
+
+    key: GroupKey
+    class_name: str
+    parent: GroupKey | None
+    first: int = 1 << 62  # smallest op index inside (the group's place in execution order)
+    ops: list[str] = field(default_factory=list)  # direct ops (labels)
+    children: list[GroupKey] = field(default_factory=list)  # direct child groups
+    all_ops: list[Op] = field(default_factory=list)  # every op inside, in execution order
+    subtree: frozenset[str] = frozenset()  # addresses of the groups strictly below this one
+    signature: str = ""  # equal signatures: structurally identical blocks (foldable)
+
+    @property
+    def address(self) -> str:
+        return self.key[0]
+
+    @property
+    def call(self) -> int:
+        return self.key[1]
+
+
+def group_id(key: GroupKey) -> str:
+    """Layout node id of a collapsed group: `mod:<address>` (`mod:<address>:<call>` after the first call)."""
+    return f"mod:{key[0]}" if key[1] == 0 else f"mod:{key[0]}:{key[1]}"
+
+
+class GroupTree:
+    """Groups of one trace, each op's chain of groups, and every item's execution order."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.parent_of: dict[str, str] = {}
+        for scope in trace.modules.values():
+            for child in scope.children:
+                self.parent_of[child] = scope.address
+        self.groups: dict[GroupKey, Group] = {CANVAS: Group(CANVAS, "canvas", None)}
+        self.path_of: dict[str, tuple[GroupKey, ...]] = {}  # op label -> groups below the canvas
+        self.order: dict[object, int] = {}  # item (op label or group key) -> execution order
+        paths: dict[tuple, tuple[GroupKey, ...]] = {}
+        for op in trace.ops:
+            stack = () if op.kind in (INPUT_KIND, OUTPUT_KIND) else op.module_stack
+            path = paths.get(stack)
+            if path is None:
+                path = paths[stack] = self._path(stack)
+            self.path_of[op.label] = path
+            self.order[op.label] = op.index
+            self._register(op, path)
+        for g in self.groups.values():
+            g.children.sort(key=lambda k: self.groups[k].first)
+        self._finish(CANVAS)
+
+    # -- building ------------------------------------------------------------
+    def _path(self, stack: tuple[tuple[str, int], ...]) -> tuple[GroupKey, ...]:
+        path: list[GroupKey] = []
+        prev: tuple[str, int] | None = None
+        for addr, call in stack:
+            if prev is not None:
+                path.extend((a, prev[1]) for a in self._containers_between(prev[0], addr))
+            path.append((addr, call))
+            prev = (addr, call)
+        return tuple(path)
+
+    def _containers_between(self, outer: str, inner: str) -> list[str]:
+        """Never-called tree ancestors of `inner` strictly below `outer` (outermost first)."""
+        found: list[str] = []
+        addr = self.parent_of.get(inner)
+        while addr is not None and addr != outer:
+            scope = self.trace.modules.get(addr)
+            if scope is None or scope.calls:
+                return []  # not a plain container chain: keep the runtime nesting as recorded
+            found.append(addr)
+            addr = self.parent_of.get(addr)
+        return found[::-1] if addr == outer else []
+
+    def _register(self, op: Op, path: tuple[GroupKey, ...]) -> None:
+        parent = CANVAS
+        self.groups[CANVAS].all_ops.append(op)
+        for key in path:
+            g = self.groups.get(key)
+            if g is None:
+                scope = self.trace.modules.get(key[0])
+                g = self.groups[key] = Group(key, scope.class_name if scope else "?", parent)
+                self.groups[parent].children.append(key)
+                self.order[key] = op.index
+            g.first = min(g.first, op.index)
+            g.all_ops.append(op)
+            parent = key
+        self.groups[parent].ops.append(op.label)
+
+    def _finish(self, key: GroupKey) -> frozenset[str]:
+        g = self.groups[key]
+        below: set[str] = set()
+        for child in g.children:
+            below.add(child[0])
+            below |= self._finish(child)
+        g.subtree = frozenset(below)
+        g.signature = self._signature(g)
+        return g.subtree | {g.address}
+
+    def _signature(self, g: Group) -> str:
+        """Class plus the op kinds, relative module paths and internal wiring of everything inside."""
+        where = {op.label: i for i, op in enumerate(g.all_ops)}
+        prefix = g.address + "." if g.address else ""
+        h = blake2b(g.class_name.encode(), digest_size=12)
+        for op in g.all_ops:
+            if op.module == g.address:
+                rel = ""
+            else:
+                rel = op.module[len(prefix):] if op.module.startswith(prefix) else op.module
+            wires = ",".join(str(where.get(e.source, -1)) for e in op.parents)
+            shape = op.out.shape if op.out is not None else ()
+            h.update(f"{op.kind}|{rel}|{wires}|{shape}|{op.out.dtype if op.out else ''};".encode())
+        return h.hexdigest()
+
+    # -- queries -------------------------------------------------------------
+    def items(self, key: GroupKey) -> list[object]:
+        """Direct items of a group (op labels and child group keys) in execution order."""
+        g = self.groups[key]
+        return sorted([*g.ops, *g.children], key=self.order.__getitem__)
+
+    def chain(self, label: str) -> tuple[object, ...]:
+        """The items an op sits in, outermost first, ending with the op itself."""
+        return (*self.path_of[label], label)
+
+    def addresses(self) -> frozenset[str]:
+        return self.groups[CANVAS].subtree
+
+    def param_count(self, address: str) -> int:
+        """Parameters registered under `address` (tied ones once; buffers excluded)."""
+        prefix = address + "." if address else ""
+        return sum(
+            rec.numel for a, rec in self.trace.params.items()
+            if not rec.is_buffer and (not prefix or a.startswith(prefix))
+        )
