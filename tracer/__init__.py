@@ -8,6 +8,7 @@ from .errors import TracerError
 from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from .options import CaptureOptions
 from .tracing import trace
+from .weights_free.summary_entry import summarize_model as summary
 
 __version__ = "0.1.0"
 
@@ -21,5 +22,5 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "SourceSite", "TensorMeta",
-    "Trace", "TracerError", "load", "trace", "__version__",
+    "Trace", "TracerError", "load", "summary", "trace", "__version__",
 ]

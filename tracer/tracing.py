@@ -36,21 +36,38 @@ def trace(
     kwargs = dict(input_kwargs or {})
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
-    if capture.structure_only or _any_meta(model, args_t, kwargs):
+    if not capture.structure_only and _any_meta(model, args_t, kwargs) and _offloaded(model):
+        admission = {"mode": "eager", "offload": "accelerate"}  # [issue 6] meta params with offload-hook evidence
+    elif capture.structure_only or _any_meta(model, args_t, kwargs):
         from .weights_free.admission import admit_structure_only
 
         guard, admission = admit_structure_only(model, args_t, kwargs, capture)
+    from .claims_twin import describe_twin
+
+    twin = describe_twin(model, args_t, kwargs)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
     session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard)
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    output = session.run(args_t, kwargs, grad_context)
+    from .witness import capture_scope  # [issue 6] deployment bridges + completeness witness
+
+    with capture_scope(model, session, witness=capture.witness) as scope:
+        output = session.run(args_t, kwargs, grad_context)
     elapsed = time.perf_counter() - started
     provenance = _provenance(model, capture, admission, elapsed)
+    provenance["twin"] = twin
     result = build_trace(session, save=capture.save, provenance=provenance, output=output)
+    scope.seal(result)  # [issue 6]
     if guard is not None:
         guard.seal(result, model, args_t, kwargs)
     return result
+
+
+def _offloaded(model: nn.Module) -> bool:
+    """[issue 6] True when accelerate hooks load every meta tensor (raises typed when one has none)."""
+    from .bridges.accelerate import offload_evidence
+
+    return offload_evidence(model) is not None
 
 
 def _as_args(args: Any) -> tuple:
@@ -68,10 +85,8 @@ def _as_args(args: Any) -> tuple:
 def _any_meta(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
     from .capture.walk import iter_tensors
 
-    for _, p in model.named_parameters():
-        if p.is_meta:
-            return True
-        break
+    if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
+        return True
     return any(t.is_meta for _, t in iter_tensors([list(args), dict(kwargs)]))
 
 

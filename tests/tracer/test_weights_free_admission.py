@@ -1,0 +1,258 @@
+"""Admission of structure-only capture: what is admitted, every typed refusal, and that refusals change nothing."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import tracer
+from tests.models import tiny_gpt2, tiny_llama
+from tracer import errors
+from tracer.errors import TracerError
+
+SO = tracer.CaptureOptions(structure_only=True)
+
+
+def meta_twin(real: nn.Module) -> nn.Module:
+    with torch.device("meta"):
+        twin = type(real)(real.config)
+    return twin.eval()
+
+
+def meta_ids(shape=(1, 8)) -> torch.Tensor:
+    return torch.zeros(shape, dtype=torch.long, device="meta")
+
+
+def snapshot(model: nn.Module) -> dict:
+    """Everything a refusal must leave as it was: hooks, state identity/devices, modes, torch globals."""
+    return {
+        "hooks": [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._forward_hooks_with_kwargs),
+                   len(m._forward_hooks_always_called)) for m in model.modules()],
+        "params": [(n, id(p), str(p.device), p.dtype, p.requires_grad) for n, p in model.named_parameters()],
+        "buffers": [(n, id(b), str(b.device)) for n, b in model.named_buffers()],
+        "training": [m.training for m in model.modules()],
+        "grad": torch.is_grad_enabled(),
+        "mode_stack": torch._C._len_torch_function_stack(),
+        "default_device": torch.get_default_device(),
+    }
+
+
+def refuse(model, args, kwargs=None, capture=SO) -> TracerError:
+    before = snapshot(model)
+    with pytest.raises(TracerError) as info:
+        tracer.trace(model, args, kwargs, capture=capture)
+    assert snapshot(model) == before, "a refusal changed model or torch state"
+    err = info.value
+    assert err.code and err.remedy, "every refusal has a stable code and a remedy"
+    return err
+
+
+class Branchy(nn.Module):
+    """A small model whose forward does what the test names (value reads, real tensors)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.what == "item":
+            scale = y.sum().item()  # value read
+            return y * scale
+        if self.what == "bool":
+            if y.sum() > 0:  # bool(tensor)
+                return y
+            return -y
+        if self.what == "nonzero":
+            return y[y.nonzero(as_tuple=True)]  # data-dependent shape
+        if self.what == "cpu_literal":
+            return y + torch.ones(4, device="cpu")  # REAL_TENSOR_LINE
+        return y
+
+
+def meta_branchy(what: str) -> nn.Module:
+    with torch.device("meta"):
+        return Branchy(what).eval()
+
+
+# -- admitted ----------------------------------------------------------------------------
+def test_meta_llama_is_admitted_and_holds_no_values():
+    t = tracer.trace(meta_twin(tiny_llama()), (meta_ids(),), capture=SO)
+    assert t.structure_only and t.values == {} and t.ladder_state == "HYPOTHESIS"
+    assert t.provenance["admission"]["mode"] == "structure_only"
+    assert t.provenance["admission"]["substrate"] == "meta"
+    assert all(op.out is None or op.out.device == "meta" for op in t.ops)
+    assert all(p.device == "meta" for p in t.params.values())
+    assert not t.envelope.values_available and "HYPOTHESIS" in repr(t)
+
+
+def test_plain_module_is_admitted():
+    t = tracer.trace(meta_branchy("plain"), (torch.empty(2, 4, device="meta"),), capture=SO)
+    assert [op.kind for op in t.ops] == ["input", "linear", "output"]
+    assert t["linear_1"].out.shape == (2, 4) and t["linear_1"].params == ("lin.weight", "lin.bias")
+
+
+# -- substrate refusals -----------------------------------------------------------------------
+def test_meta_state_without_flag_refuses():
+    err = refuse(meta_twin(tiny_gpt2()), (meta_ids(),), capture=tracer.CaptureOptions())
+    assert isinstance(err, errors.MetaStateWithoutFlagError)
+    assert err.code == "meta_state_without_structure_only" and "structure_only=True" in err.remedy
+
+
+def test_flag_with_real_state_refuses_and_explains_config_construction():
+    real = tiny_gpt2()
+    err = refuse(real, (torch.zeros(1, 8, dtype=torch.long),))
+    assert isinstance(err, errors.RealStateWithStructureOnlyError)
+    assert err.code == "structure_only_on_real_state"
+    assert "from_config" in err.remedy and "torch.device('meta')" in err.remedy
+    # real model, meta inputs: still a loaded model asked for a weights-free view
+    err = refuse(real, (meta_ids(),))
+    assert isinstance(err, errors.RealStateWithStructureOnlyError)
+
+
+def test_meta_model_with_real_inputs_is_mixed():
+    err = refuse(meta_twin(tiny_gpt2()), (torch.zeros(1, 8, dtype=torch.long),))
+    assert isinstance(err, errors.MixedSubstrateError) and err.code == "mixed_substrate"
+    assert err.findings["real_side"] == ["args.0"]
+    assert "transformer.wte.weight" in err.findings["meta_side"]
+
+
+def test_mixed_model_state_names_both_sides():
+    model = meta_twin(tiny_gpt2())
+    model.transformer.h[1].mlp.c_fc.weight = nn.Parameter(torch.zeros(32, 128))  # one real parameter
+    err = refuse(model, (meta_ids(),))
+    assert isinstance(err, errors.MixedSubstrateError)
+    assert err.findings["real_side"] == ["transformer.h.1.mlp.c_fc.weight"]
+    assert err.findings["meta_side"][0] == "transformer.wte.weight"
+    assert err.site == "transformer.h.1.mlp.c_fc.weight"
+
+
+def test_partly_meta_model_without_offload_hooks_refuses():
+    model = tiny_gpt2()
+    model.transformer.wte.weight = nn.Parameter(torch.empty(100, 32, device="meta"))
+    err = refuse(model, (torch.zeros(1, 8, dtype=torch.long),), capture=tracer.CaptureOptions())
+    assert isinstance(err, errors.OffloadEvidenceMissingError)
+    assert err.findings["meta_without_hook"] == ["transformer.wte.weight"]
+
+
+def test_accelerate_offloaded_model_is_admitted_eagerly():
+    from accelerate import cpu_offload
+
+    model = tiny_gpt2()
+    x = torch.randint(0, 100, (1, 8))
+    expected = model(x).logits
+    cpu_offload(model, execution_device=torch.device("cpu"))
+    assert next(model.parameters()).is_meta
+    t = tracer.trace(model, (x,))
+    assert t.provenance["admission"]["mode"] == "eager" and t.ladder_state == "OBSERVED"
+    assert torch.allclose(t.output.logits, expected)
+
+
+# -- refusals during the forward --------------------------------------------------------------
+def test_real_tensor_created_mid_forward_points_at_the_users_line():
+    err = refuse(meta_branchy("cpu_literal"), (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.code == "real_tensor_mid_forward"
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# REAL_TENSOR_LINE" in text)
+    assert err.site.startswith(f"{__file__}:{line} in forward")
+    assert err.findings["device"] == "cpu" and err.findings["call"] == "torch.ones"
+
+
+@pytest.mark.parametrize("what,call", [("item", "torch.Tensor.item"), ("bool", "torch.Tensor.__bool__"),
+                                       ("nonzero", "torch.Tensor.nonzero")])
+def test_value_dependent_branches_refuse(what, call):
+    err = refuse(meta_branchy(what), (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.ValueDependentBranchError) and err.code == "value_dependent_branch"
+    assert err.findings["call"] == call and err.site.startswith(__file__)
+
+
+def test_transformers_value_read_without_cache_gets_the_cache_remedy():
+    err = refuse(meta_twin(tiny_llama()), (meta_ids(),), {"use_cache": False})
+    assert isinstance(err, errors.ValueDependentBranchError)
+    assert "transformers/masking_utils.py" in err.site
+    assert "use_cache=True" in err.remedy
+
+
+def test_sdpa_mask_read_gets_the_attention_backend_remedy():
+    mask = torch.ones(1, 8, dtype=torch.long, device="meta")
+    err = refuse(meta_twin(tiny_llama(attn="sdpa")), (meta_ids(),), {"attention_mask": mask})
+    assert isinstance(err, errors.ValueDependentBranchError)
+    assert err.findings["attn_implementation"] == "sdpa"
+    assert "attn_implementation='eager'" in err.remedy
+
+
+# -- tensor states -------------------------------------------------------------------------------
+def _with_buffer(t: torch.Tensor) -> nn.Module:
+    model = meta_branchy("plain")
+    model.register_buffer("odd", t)
+    return model
+
+
+def test_fake_state_refuses():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        model = nn.Linear(4, 4)
+    err = refuse(model, (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.UnsupportedTensorStateError) and err.findings["state"] == "fake"
+
+
+def test_functional_state_refuses():
+    err = refuse(_with_buffer(torch._to_functional_tensor(torch.empty(2, device="meta"))),
+                 (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.UnsupportedTensorStateError) and err.findings["state"] == "functional"
+    assert err.findings["tensor"] == "buffer:odd"
+
+
+def test_quantized_state_refuses():
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    err = refuse(_with_buffer(q), (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.UnsupportedTensorStateError) and err.findings["state"] == "quantized"
+
+
+def test_bitsandbytes_state_refuses():
+    import bitsandbytes as bnb
+
+    model = bnb.nn.Linear4bit(4, 4)
+    err = refuse(model, (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.UnsupportedTensorStateError)
+    assert err.findings["state"].startswith("quantized (Params4bit")
+
+
+def test_sparse_input_refuses():
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 2]]), torch.tensor([1.0, 2.0]), (2, 4))
+    err = refuse(meta_branchy("plain"), (sparse,))
+    assert isinstance(err, errors.UnsupportedTensorStateError) and err.findings["state"].startswith("sparse")
+
+
+@pytest.mark.slow
+def test_dtensor_state_refuses():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        d = distribute_tensor(torch.randn(4), DeviceMesh("cpu", [0]), [Replicate()])
+        err = refuse(_with_buffer(d), (torch.empty(2, 4, device="meta"),))
+    finally:
+        dist.destroy_process_group()
+    assert isinstance(err, errors.DistributedCaptureUnsupportedError)
+    assert err.code == "distributed_capture_unsupported" and err.findings["state"] == "DTensor"
+
+
+# -- on-ramps ----------------------------------------------------------------------------------
+def test_init_empty_weights_with_buffers_is_admitted_and_without_gets_the_buffer_remedy():
+    from accelerate import init_empty_weights
+
+    real = tiny_llama()
+    with init_empty_weights(include_buffers=True):
+        model = type(real)(real.config).eval()
+    t = tracer.trace(model, (meta_ids(),), capture=SO)
+    assert t.structure_only and len(t) == len(tracer.trace(real, (torch.zeros(1, 8, dtype=torch.long),)))
+    with init_empty_weights():
+        half = type(real)(real.config).eval()
+    err = refuse(half, (meta_ids(),))
+    assert isinstance(err, errors.MixedSubstrateError)
+    assert err.findings["real_side"] == ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
+    assert "include_buffers=True" in err.remedy

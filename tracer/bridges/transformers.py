@@ -1,0 +1,165 @@
+"""Hugging Face on-ramps to weights-free capture: configs, meta construction, ids and text.
+
+Nothing here downloads: configs come from `static/configs/` or a local path, tokenizers from
+a local folder. `trace_config("llama-3.1-8b")` is the one-liner: config -> meta model -> Trace.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import InvalidInputError, PaddedPromptError
+from ..ir import Trace
+from ..options import CaptureOptions
+
+DEFAULT_INPUT_SHAPE = (1, 8)
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The configs shipped in `static/configs/`, by name (file stem)."""
+    folder = Path(__file__).resolve().parents[2] / "static" / "configs"
+    return {p.stem: p for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
+def load_config(name_or_path: str | Path) -> Any:
+    """A transformers config from a shipped name ("llama-3.1-8b"), a config JSON, or a folder with config.json."""
+    from transformers import AutoConfig
+
+    text = str(name_or_path)
+    path = shipped_configs().get(text) or Path(text).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise InvalidInputError(f"no shipped config named {text!r} and no config file at that path",
+                                site=f"load_config({text!r})", code="config_not_found",
+                                remedy=f"Use a shipped config ({', '.join(shipped_configs())}) or a local config JSON.")
+    try:
+        data = json.loads(path.read_text())
+        model_type = data.pop("model_type")
+    except (ValueError, KeyError, AttributeError) as exc:
+        raise InvalidInputError(f"{path} is not a transformers config ({exc!r})", site=str(path),
+                                code="config_invalid", remedy="A config JSON needs at least `model_type`.") from None
+    return AutoConfig.for_model(model_type, **data)
+
+
+def build_meta_model(config: Any, *, dtype: torch.dtype | None = None,
+                     attn_implementation: str | None = None) -> nn.Module:
+    """Construct `config`'s model (its first `architectures` entry) on the meta device, in eval mode."""
+    import transformers
+
+    names = list(getattr(config, "architectures", None) or [])
+    cls = getattr(transformers, names[0], None) if names else None
+    if cls is None:
+        raise InvalidInputError(f"the config names no transformers architecture ({names or 'none'})",
+                                site="config.architectures", code="config_invalid",
+                                remedy='Add "architectures": ["LlamaForCausalLM"] (or the model class) to the config.')
+    kwargs: dict[str, Any] = {}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    with torch.device("meta"):
+        model = cls._from_config(config, **kwargs)
+    return model.eval()
+
+
+def meta_input_ids(input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE) -> torch.Tensor:
+    """Token ids of `input_shape` on the meta device (int64, no values)."""
+    return torch.empty(tuple(input_shape), dtype=torch.long, device="meta")
+
+
+def trace_ids(model: nn.Module, input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE, **input_kwargs: Any) -> Trace:
+    """Structure-only capture of a meta model on meta ids (no mask: works on every attention backend)."""
+    from ..tracing import trace
+
+    return trace(model, (meta_input_ids(input_shape),), input_kwargs,
+                 capture=CaptureOptions(structure_only=True))
+
+
+def trace_config(name_or_path: str | Path, input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE, *,
+                 dtype: torch.dtype | None = None, attn_implementation: str | None = None) -> Trace:
+    """Config -> meta model -> structure-only Trace, in one call; no weights, no download."""
+    model = build_meta_model(load_config(name_or_path), dtype=dtype, attn_implementation=attn_implementation)
+    result = trace_ids(model, input_shape)
+    result.provenance["config_source"] = str(name_or_path)
+    return result
+
+
+def load_tokenizer(tokenizer: Any) -> Any:
+    """A tokenizer object as given, or loaded from a local folder / tokenizer.json (never downloaded)."""
+    if not isinstance(tokenizer, (str, Path)):
+        return tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(tokenizer).expanduser()
+    if path.is_dir() and not (path / "tokenizer.json").is_file():
+        raise InvalidInputError(f"no tokenizer.json in {path}", site=str(path), code="tokenizer_not_found",
+                                remedy="Save a tokenizer there (tokenizer.save_pretrained(folder)).")
+    if path.is_file():
+        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+    if not path.is_dir():
+        raise InvalidInputError(f"no tokenizer at {path}", site=str(path), code="tokenizer_not_found",
+                                remedy="Pass a local folder holding tokenizer.json, or a tokenizer object.")
+    return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
+
+
+def encode_text(text: str | Sequence[str], tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Real token ids and an all-ones mask; refuses prompts that would need padding."""
+    tok = load_tokenizer(tokenizer)
+    texts = [text] if isinstance(text, str) else list(text)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise InvalidInputError("text must be a string or a list of strings", site="trace_text(text=...)")
+    rows = [_ids_of(tok, t) for t in texts]
+    lengths = sorted({len(r) for r in rows})
+    if len(lengths) > 1:
+        raise PaddedPromptError(f"the prompts tokenize to different lengths {lengths}; batching them needs padding",
+                                site="trace_text(text=...)", lengths=lengths)
+    ids = torch.tensor(rows, dtype=torch.long)
+    return ids, torch.ones_like(ids)
+
+
+def _ids_of(tok: Any, text: str) -> list[int]:
+    enc = tok(text)
+    ids, mask = list(enc["input_ids"]), enc.get("attention_mask")
+    if mask is not None and not all(int(m) == 1 for m in mask):
+        raise PaddedPromptError("the tokenizer padded the prompt (its attention mask has zeros)",
+                                site="trace_text(tokenizer=...)", padded_positions=[i for i, m in enumerate(mask) if not m],
+                                remedy="Disable padding on the tokenizer (tokenizer.padding_side / no pad_to_length).")
+    if not ids:
+        raise InvalidInputError("the text tokenizes to no ids", site="trace_text(text=...)")
+    return ids
+
+
+def trace_text(model: nn.Module, text: str | Sequence[str], *, tokenizer: Any, **input_kwargs: Any) -> Trace:
+    """Trace `model` on tokenized text with an all-ones mask: structure-only for a meta model, eager otherwise.
+
+    On meta, only the ids' shape travels (the ids go to meta) and the mask is declared all-ones.
+    Under an attention backend that reads the mask's values (sdpa), the capture refuses typed.
+    """
+    from ..tracing import trace
+
+    ids, mask = encode_text(text, tokenizer)
+    meta = any(p.is_meta for p in model.parameters())
+    if not meta:
+        result = trace(model, (), {"input_ids": ids, "attention_mask": mask, **input_kwargs})
+    else:
+        result = trace(model, (), {"input_ids": ids.to("meta"), "attention_mask": torch.ones_like(ids, device="meta"),
+                                   **input_kwargs}, capture=CaptureOptions(structure_only=True))
+        _declare_all_ones_mask(result)
+    result.provenance["text_route"] = {"prompts": 1 if isinstance(text, str) else len(text),
+                                       "tokens": int(ids.shape[-1]), "mask": "all_ones"}
+    return result
+
+
+def _declare_all_ones_mask(result: Trace) -> None:
+    """The meta mask was built all-ones by `trace_text`: record that as the twin's mask policy."""
+    twin = dict(result.provenance.get("twin") or {})
+    twin["attention_mask"] = "all_ones"
+    result.provenance["twin"] = twin
+    env = result.envelope
+    plan = {**{k: v for k, v in env.to_dict()["input_plan"].items()}, "attention_mask": "all_ones (declared by trace_text)"}
+    result.envelope = env.evolve("mask_declared_all_ones", twin=twin, input_plan=plan)

@@ -1,0 +1,265 @@
+"""The evidence envelope and the claim ladder of structure-only traces.
+
+Every structure-only trace carries one immutable, digest-sealed `EvidenceEnvelope`. Its claims
+start as HYPOTHESIS; only `discharge` (`Trace.discharge_against`) promotes them to CORROBORATED
+or records REFUTED with the first structural contradiction. A loaded envelope is HYPOTHESIS again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .claims_join import claim_table, join, table_digests
+from .claims_twin import twin_mismatches
+from .errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
+                     StructureOnlyMeasurementsError, ValuesMissingError)
+from .ir import Trace
+
+HYPOTHESIS = "HYPOTHESIS"
+CORROBORATED = "CORROBORATED"
+REFUTED = "REFUTED"
+OBSERVED = "OBSERVED"
+LADDER_STATES = (HYPOTHESIS, CORROBORATED, REFUTED)
+ENVELOPE_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class EvidenceEnvelope:
+    """One sealed record of what a structure-only trace claims and how far the claims are proven.
+
+    Nested values are frozen (tuples, read-only mappings); change means a new envelope
+    (`evolve`), sealed with a fresh digest over everything else.
+    """
+
+    mode: str
+    substrate: str
+    values_available: bool
+    outcome: str
+    input_plan: Any
+    twin: Any
+    claims: Any  # {"ops": rows, "params": rows, "modules": rows}
+    claim_digests: Any
+    ladder_state: str
+    discharge: Any = None
+    plan_checks: Any = ()
+    history: Any = ()
+    schema: int = ENVELOPE_SCHEMA
+    digest: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, digest included (what the store saves)."""
+        return {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
+
+    def evolve(self, event: str, **changes: Any) -> "EvidenceEnvelope":
+        """A new sealed envelope with `changes` applied and `event` appended to its history."""
+        entry = {"event": event, "at": _now(), "ladder_state": changes.get("ladder_state", self.ladder_state)}
+        history = _thaw(self.history) + [entry]
+        body = {**self.to_dict(), **{k: _thaw(v) for k, v in changes.items()}, "history": history}
+        return _seal(body)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: len(rows) for name, rows in self.claims.items()}
+
+    def __repr__(self) -> str:
+        c = self.counts
+        return (f"<EvidenceEnvelope {self.mode} on {self.substrate}: {c.get('ops', 0)} op, {c.get('params', 0)} "
+                f"param, {c.get('modules', 0)} module claims; {self.ladder_state}; digest {self.digest[:12]}>")
+
+
+def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
+    """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
+    twin = dict(trace.provenance.get("twin") or {})
+    table = claim_table(trace)
+    body = {
+        "mode": "structure_only",
+        "substrate": "meta",
+        "values_available": False,
+        "outcome": "captured",
+        "input_plan": {
+            "inputs": [[op.io_path, list(op.out.shape), op.out.dtype, op.out.device] for op in trace.inputs
+                       if op.out is not None],
+            "use_cache": twin.get("use_cache"),
+            "attention_mask": twin.get("attention_mask"),
+        },
+        "twin": twin,
+        "claims": table,
+        "claim_digests": table_digests(table),
+        "ladder_state": HYPOTHESIS,
+        "discharge": None,
+        "plan_checks": [],
+        "history": [{"event": "sealed", "at": _now(), "ladder_state": HYPOTHESIS}],
+        "schema": ENVELOPE_SCHEMA,
+    }
+    return _seal(body)
+
+
+def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
+    """Verify a saved envelope's digest (fail-closed) and return it reset to HYPOTHESIS."""
+    names = {f.name for f in fields(EvidenceEnvelope)}
+    if not isinstance(data, Mapping) or set(data) != names:
+        got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+        raise EnvelopeTamperedError(f"the evidence envelope has the wrong fields ({got})", site="envelope",
+                                    expected=sorted(names))
+    body = {k: v for k, v in data.items() if k != "digest"}
+    if data.get("schema") != ENVELOPE_SCHEMA or _digest(body) != data.get("digest"):
+        raise EnvelopeTamperedError("the evidence envelope does not match its digest", site="envelope",
+                                    recorded=data.get("digest"), computed=_digest(body))
+    if data["ladder_state"] not in LADDER_STATES or table_digests(data["claims"]) != dict(data["claim_digests"]):
+        raise EnvelopeTamperedError("the evidence envelope's claim table is inconsistent", site="envelope")
+    loaded = _seal(dict(body))
+    return loaded.evolve("loaded", ladder_state=HYPOTHESIS, discharge=None)
+
+
+# -- discharge -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DischargeResult:
+    """What a discharge found: the new ladder state, counts and the first contradiction (if any)."""
+
+    state: str
+    claimed_counts: Mapping[str, int]
+    observed_counts: Mapping[str, int]
+    contradiction: Mapping[str, Any] | None
+    envelope_digest: str
+
+    def __str__(self) -> str:
+        if self.contradiction is None:
+            return f"{self.state}: every claim holds ({dict(self.claimed_counts)})"
+        c = self.contradiction
+        where = f" at {c.get('table')}[{c.get('position')}]" if c.get("position") is not None else ""
+        what = f": {c['field']} claimed {c['claimed']!r}, observed {c['observed']!r}" if "field" in c else ""
+        return f"{self.state}{where} ({c.get('reason')}){what}"
+
+
+def discharge(structure: Trace, real: Trace) -> DischargeResult:
+    """Join every claim of `structure` with a real capture; the only way up the ladder.
+
+    Refuses (changing nothing) unless the two are comparable twins.
+    """
+    env = _envelope_of(structure, "discharge_against")
+    if real.envelope is not None or real.structure_only:
+        raise DischargePreflightError("the other side is structure-only too; claims are discharged against a real "
+                                      "capture", site="discharge_against(real)",
+                                      mismatches=[{"field": "real.values_available", "structure": False, "real": False}])
+    observed_twin = real.provenance.get("twin")
+    if not observed_twin:
+        raise DischargePreflightError("the real trace records no twin descriptor (config, versions, modes, inputs)",
+                                      site="discharge_against(real)", mismatches=[{"field": "twin", "real": None}])
+    mismatches = twin_mismatches(_thaw(env.twin), observed_twin)
+    if mismatches:
+        names = ", ".join(m["field"] + (f" ({m['module']})" if "module" in m else "") for m in mismatches)
+        raise DischargePreflightError(f"the twins are not comparable: {names} differ", site="discharge_against(real)",
+                                      mismatches=mismatches)
+    observed = claim_table(real)
+    contradiction = join(_thaw(env.claims), observed)
+    state = CORROBORATED if contradiction is None else REFUTED
+    record = {"state": state, "against": {"model_class": real.model_class,
+                                         "captured_at": real.provenance.get("captured_at"),
+                                         "claim_digests": table_digests(observed)},
+              "contradiction": contradiction}
+    new = env.evolve("discharged", ladder_state=state, discharge=record)
+    structure.envelope = new
+    return DischargeResult(state=state, claimed_counts=env.counts,
+                           observed_counts={k: len(v) for k, v in observed.items()},
+                           contradiction=contradiction, envelope_digest=new.digest)
+
+
+def require_corroborated(trace: Trace, what: str) -> None:
+    """Refuse `what` unless the trace is eager (OBSERVED) or its claims are CORROBORATED."""
+    state = trace.ladder_state
+    if state not in (OBSERVED, CORROBORATED):
+        raise NotCorroboratedError(f"{what} needs corroborated structure; this trace is {state}", site=what,
+                                   ladder_state=state)
+
+
+# -- measurement-shaped output ---------------------------------------------------------------
+def require_values(trace: Trace, what: str) -> None:
+    """Refuse a measurement on a trace without values (structure-only: typed, always)."""
+    if trace.structure_only or (trace.envelope is not None and not trace.envelope.values_available):
+        raise StructureOnlyMeasurementsError(
+            f"{what} is a measurement; a structure-only trace has no values (bytes and FLOPs are available "
+            f"as labelled estimates: tracer.estimates)", site=what, ladder_state=trace.ladder_state)
+
+
+def activation_stats(trace: Trace, label: str) -> dict[str, float]:
+    """Mean, std, min, max and non-finite count of one op's saved output."""
+    require_values(trace, f"activation_stats({label!r})")
+    value = trace.values.get(label)
+    if value is None:
+        raise ValuesMissingError(f"no saved value for {label!r}", site=label)
+    x = value.detach().float()
+    finite = x[x.isfinite()]
+    return {"mean": float(finite.mean()) if finite.numel() else float("nan"),
+            "std": float(finite.std()) if finite.numel() > 1 else 0.0,
+            "min": float(finite.min()) if finite.numel() else float("nan"),
+            "max": float(finite.max()) if finite.numel() else float("nan"),
+            "non_finite": int(x.numel() - finite.numel()), "numel": int(x.numel())}
+
+
+def timings(trace: Trace) -> dict[str, float]:
+    """Measured wall time of the capture (refused on structure-only traces: nothing real ran)."""
+    require_values(trace, "timings")
+    return {"capture_seconds": float(trace.provenance.get("capture_seconds", float("nan")))}
+
+
+def memory_peak(trace: Trace) -> int:
+    """Peak activation memory of the forward (refused on structure-only traces)."""
+    require_values(trace, "memory_peak")
+    return sum(int(v.numel() * v.element_size()) for v in trace.values.values())
+
+
+# -- plans --------------------------------------------------------------------------------
+def check_plan(trace: Trace, plan: list) -> Any:
+    """Audit `[(site, tensor), ...]` against the trace's intervention sites; saved with the trace."""
+    from .claims_plan import audit_plan
+
+    report = audit_plan(trace, plan)
+    if trace.envelope is not None:
+        checks = _thaw(trace.envelope.plan_checks) + [report.to_dict()]
+        trace.envelope = trace.envelope.evolve("plan_checked", plan_checks=checks)
+    else:
+        trace.provenance.setdefault("plan_checks", []).append(report.to_dict())
+    return report
+
+
+def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:
+    if trace.envelope is None:
+        raise NotStructureOnlyError(f"{what} needs a structure-only trace with an evidence envelope; this trace is "
+                                    f"{trace.ladder_state}", site=what)
+    return trace.envelope
+
+
+# -- sealing ------------------------------------------------------------------------------
+def _seal(body: dict[str, Any]) -> EvidenceEnvelope:
+    body = {k: v for k, v in body.items() if k != "digest"}
+    digest = _digest(body)
+    return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    text = json.dumps(_thaw(body), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -1,0 +1,90 @@
+"""The comparable-twins descriptor: what must match before two captures' claims can be joined.
+
+Recorded in every trace's provenance (`provenance["twin"]`) at capture time; the discharge
+preflight compares the structure-only side's descriptor with the real side's, field by field.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from .capture.walk import iter_tensors
+
+# Config keys that say nothing about the graph (or are compared separately, like dtype).
+_VOLATILE_CONFIG_KEYS = frozenset({
+    "transformers_version", "_name_or_path", "dtype", "torch_dtype", "_commit_hash", "architectures",
+    "_attn_implementation_autoset", "use_cache", "attn_implementation", "_attn_implementation",
+})
+MASK_KWARGS = ("attention_mask",)
+
+
+def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-able description of the capture's twin conditions (config, versions, modes, inputs, policies)."""
+    config = getattr(model, "config", None)
+    tf = sys.modules.get("transformers")
+    return {
+        "model_class": type(model).__name__,
+        "config_fingerprint": config_fingerprint(config),
+        "versions": {"torch": torch.__version__,
+                     "transformers": getattr(tf, "__version__", None) if tf is not None else None},
+        "training_modules": [name for name, m in model.named_modules() if m.training],
+        "inputs": [[path, list(t.shape), str(t.dtype).replace("torch.", "")]
+                   for path, t in [*iter_tensors(list(args), "args"), *iter_tensors(dict(kwargs), "kwargs")]],
+        "use_cache": _use_cache(config, kwargs),
+        "attention_mask": _mask_policy(kwargs),
+        "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
+    }
+
+
+def config_fingerprint(config: Any) -> str | None:
+    """SHA-256 of a transformers config's graph-relevant fields (None for a model without config)."""
+    if config is None or not hasattr(config, "to_dict"):
+        return None
+    data = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _use_cache(config: Any, kwargs: Mapping[str, Any]) -> Any:
+    if "use_cache" in kwargs:
+        return bool(kwargs["use_cache"])
+    value = getattr(config, "use_cache", None) if config is not None else None
+    return bool(value) if value is not None else None
+
+
+def _mask_policy(kwargs: Mapping[str, Any]) -> str:
+    mask = next((kwargs[k] for k in MASK_KWARGS if k in kwargs), None)
+    if mask is None:
+        return "none"
+    if not isinstance(mask, torch.Tensor):
+        return f"non-tensor ({type(mask).__name__})"
+    if mask.is_meta:
+        return "meta (values unknown)"
+    return "all_ones" if bool((mask != 0).all()) else "padded"
+
+
+def twin_mismatches(claimed: Mapping[str, Any], observed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every field where two twin descriptors disagree, named, in a stable order."""
+    found = []
+    for key in ("model_class", "config_fingerprint", "attn_implementation", "use_cache", "attention_mask"):
+        if claimed.get(key) != observed.get(key):
+            found.append({"field": key, "structure": claimed.get(key), "real": observed.get(key)})
+    for name in ("torch", "transformers"):
+        a, b = claimed.get("versions", {}).get(name), observed.get("versions", {}).get(name)
+        if a != b:
+            found.append({"field": f"versions.{name}", "structure": a, "real": b})
+    a_train, b_train = set(claimed.get("training_modules", ())), set(observed.get("training_modules", ()))
+    if a_train != b_train:
+        first = sorted(a_train ^ b_train)[0]
+        found.append({"field": "training", "module": first or "<root>",
+                      "structure": "train" if first in a_train else "eval",
+                      "real": "train" if first in b_train else "eval"})
+    a_in, b_in = claimed.get("inputs", []), observed.get("inputs", [])
+    if [list(x) for x in a_in] != [list(x) for x in b_in]:
+        found.append({"field": "inputs", "structure": a_in, "real": b_in})
+    return found

@@ -1,0 +1,156 @@
+"""The admission gate for meta-device state: admit structure-only capture or refuse, typed.
+
+Called by `tracer.trace` when `structure_only` is set or any parameter/input is on meta.
+It only reads the model and inputs; a refusal changes nothing.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import torch
+from torch import nn
+
+from ..capture.walk import iter_tensors
+from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
+                      OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
+                      UnsupportedTensorStateError)
+from .guard import StructureOnlyGuard
+
+_MAX_NAMED = 8  # tensors named per side in a refusal
+EMPTY_WEIGHTS_REMEDY = (
+    "Only buffers hold real values: accelerate.init_empty_weights() leaves buffers on the CPU by default. "
+    "Build with init_empty_weights(include_buffers=True), or under `with torch.device('meta'):`."
+)
+
+
+def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], capture: Any
+                         ) -> tuple[StructureOnlyGuard | None, dict[str, Any]]:
+    """Admit a capture involving meta tensors: `(guard, admission record)`, or raise an AdmissionError."""
+    state = list(_state(model))
+    inputs = input_tensors(args, kwargs)
+    for name, t in state + inputs:
+        _check_tensor_state(name, t)
+    meta_state = [n for n, t in state if t.is_meta]
+    real_state = [n for n, t in state if not t.is_meta]
+    meta_in = [p for p, t in inputs if t.is_meta]
+    real_in = [p for p, t in inputs if not t.is_meta]
+    if not capture.structure_only:
+        return _without_flag(model, state, meta_state, real_state, meta_in, real_in)
+    if state and not meta_state:
+        raise RealStateWithStructureOnlyError(
+            f"{type(model).__name__} holds real values ({len(real_state)} parameters/buffers on "
+            f"{_devices(state)}); a weights-free view is built from the config, not from a loaded model",
+            site="trace(capture=CaptureOptions(structure_only=True))", real_state=real_state[:_MAX_NAMED],
+        )
+    if real_state:
+        err = _mixed("the model's state is split between meta and real devices", meta_state, real_state)
+        if all(n.startswith("buffer:") for n in real_state):
+            err.remedy = EMPTY_WEIGHTS_REMEDY
+        raise err
+    if real_in:
+        raise _mixed("the model is on meta but inputs hold real values", meta_state + meta_in, real_in)
+    admission = {
+        "mode": "structure_only",
+        "substrate": "meta",
+        "reason": "CaptureOptions(structure_only=True); every parameter, buffer and input is on meta",
+        "parameters": sum(1 for n, _ in state if n.startswith("param:")),
+        "buffers": sum(1 for n, _ in state if n.startswith("buffer:")),
+        "inputs": len(inputs),
+    }
+    return StructureOnlyGuard(model, admission), admission
+
+
+def _without_flag(model: nn.Module, state: list, meta_state: list, real_state: list, meta_in: list,
+                  real_in: list) -> tuple[None, dict[str, Any]]:
+    if not real_state and not real_in:
+        raise MetaStateWithoutFlagError(
+            f"every parameter, buffer and input of {type(model).__name__} is on the meta device, which holds "
+            f"no values; an eager capture needs values",
+            site="trace(capture=CaptureOptions())", meta_state=len(meta_state), meta_inputs=meta_in[:_MAX_NAMED],
+        )
+    if meta_in:
+        raise _mixed("some inputs are on meta but the capture is eager", meta_in, real_in + real_state)
+    uncovered = [n for n in meta_state if not _offload_hooked(model, n.split(":", 1)[1])]
+    if uncovered:
+        raise OffloadEvidenceMissingError(
+            f"{len(uncovered)} parameters/buffers are on meta and no accelerate offload hook will load them",
+            site=_bare(uncovered[:1])[0], meta_without_hook=_bare(uncovered[:_MAX_NAMED]),
+        )
+    return None, {"mode": "eager", "reason": "meta parameters are loaded by accelerate offload hooks",
+                  "offloaded": len(meta_state)}
+
+
+def input_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """`(path, tensor)` of every input, named as the trace names them (`args.0`, `kwargs.attention_mask`)."""
+    return list(iter_tensors(list(args), "args")) + list(iter_tensors(dict(kwargs), "kwargs"))
+
+
+def _state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    for name, p in model.named_parameters():
+        yield f"param:{name}", p
+    for name, b in model.named_buffers():
+        yield f"buffer:{name}", b
+
+
+def _check_tensor_state(name: str, t: torch.Tensor) -> None:
+    kind = _unsupported_kind(t)
+    if kind is None:
+        return
+    if kind == "DTensor":
+        raise DistributedCaptureUnsupportedError(
+            f"{name} is a DTensor (sharded across a device mesh); structure-only capture needs one process's "
+            f"full model", site=name, tensor=name, state=kind)
+    raise UnsupportedTensorStateError(f"{name} is a {kind} tensor, which structure-only capture does not admit",
+                                      site=name, tensor=name, state=kind)
+
+
+def _unsupported_kind(t: torch.Tensor) -> str | None:
+    cls = type(t)
+    if cls.__name__ == "DTensor" and cls.__module__.startswith("torch.distributed"):
+        return "DTensor"
+    if cls.__name__ == "FakeTensor" or cls.__module__.startswith("torch._subclasses.fake"):
+        return "fake"
+    if cls.__module__.startswith("bitsandbytes"):
+        return f"quantized ({cls.__name__})"
+    if t.is_quantized:
+        return "quantized"
+    if t.layout != torch.strided:
+        return f"sparse ({t.layout})"
+    if torch._is_functional_tensor(t) or cls.__name__ == "FunctionalTensor":
+        return "functional"
+    return None
+
+
+def _offload_hooked(model: nn.Module, address: str) -> bool:
+    parts = address.split(".")[:-1]
+    module = model
+    if getattr(module, "_hf_hook", None) is not None:
+        return True
+    for part in parts:
+        module = getattr(module, part, None)
+        if module is None:
+            return False
+        if getattr(module, "_hf_hook", None) is not None:
+            return True
+    return False
+
+
+def _mixed(what: str, meta_side: list, real_side: list) -> MixedSubstrateError:
+    return MixedSubstrateError(
+        f"{what}: {len(meta_side)} on meta ({_few(meta_side)}), {len(real_side)} real ({_few(real_side)})",
+        site=_bare(real_side[:1])[0] if real_side else None, meta_side=_bare(meta_side[:_MAX_NAMED]),
+        real_side=_bare(real_side[:_MAX_NAMED]),
+    )
+
+
+def _few(names: list) -> str:
+    shown = ", ".join(_bare(names[:3]))
+    return shown + (", ..." if len(names) > 3 else "")
+
+
+def _bare(names: list) -> list[str]:
+    return [n.split(":", 1)[1] if n.startswith(("param:", "buffer:")) else n for n in names]
+
+
+def _devices(state: list) -> str:
+    return ", ".join(sorted({str(t.device) for _, t in state}))

@@ -1,0 +1,79 @@
+"""The per-call guard of a structure-only capture: no value reads, no real tensors, then seal.
+
+It runs inside the capture session's function mode (so torch calls made here are not
+recorded). Refusals carry the first source line outside torch and tracer: the user's code.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torch import nn
+
+from ..capture.functions import FuncInfo
+from ..capture.session import CallGuard, CaptureSession, _internal_prefixes
+from ..errors import RealTensorInStructureCaptureError, ValueDependentBranchError
+
+# What transformers does with values on the way to attention, and how to avoid it on meta.
+TRANSFORMERS_VALUE_REMEDY = (
+    "transformers read a tensor's values here. On meta: pass input ids only (no attention_mask) and keep "
+    "the default cache (use_cache=True, which skips the packed-sequence check that calls .item()); under "
+    "attn_implementation='sdpa' (or flash) a passed attention_mask is read for its values, so build the "
+    "model with attn_implementation='eager' to trace with a mask."
+)
+
+
+class StructureOnlyGuard(CallGuard):
+    """Refuses value reads and real-device tensors during a meta capture; seals the envelope."""
+
+    def __init__(self, model: nn.Module, admission: dict[str, Any]) -> None:
+        self.admission = admission
+        self.transformers = type(model).__module__.startswith("transformers")
+        config = getattr(model, "config", None)
+        self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
+
+    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> None:
+        if info.value_read:
+            site = user_site()
+            remedy = TRANSFORMERS_VALUE_REMEDY if self.transformers else None
+            raise ValueDependentBranchError(
+                f"{info.qualname} reads a tensor's value (or a data-dependent shape) during a structure-only "
+                f"capture; meta tensors have no values",
+                site=site, remedy=remedy, call=info.qualname, module=_module_of(session),
+                attn_implementation=self.attn,
+            )
+
+    def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
+        for t in outputs:
+            if t.device.type != "meta":
+                raise RealTensorInStructureCaptureError(
+                    f"{info.qualname} created a tensor on {t.device} (shape {tuple(t.shape)}) during a "
+                    f"structure-only capture",
+                    site=user_site(), call=info.qualname, device=str(t.device), shape=tuple(t.shape),
+                    module=_module_of(session),
+                )
+
+    def seal(self, trace: Any, model: nn.Module, args: tuple, kwargs: dict) -> None:
+        """Attach the evidence envelope (HYPOTHESIS) to the finished trace."""
+        from ..claims import seal_new_envelope
+
+        trace.envelope = seal_new_envelope(trace)
+
+
+def user_site() -> str | None:
+    """`file:line in function` of the innermost frame outside torch and tracer."""
+    prefixes = _internal_prefixes()
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if not code.co_filename.startswith(prefixes):
+            return f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
+        f = f.f_back
+    return None
+
+
+def _module_of(session: CaptureSession) -> str:
+    if not session.stack:
+        return ""
+    addr, call = session.stack[-1]
+    return f"{addr}:{call}" if call else addr
