@@ -1,0 +1,271 @@
+"""Trace -> Google Model Explorer graph JSON (a `GraphCollection`), plus a per-node data overlay.
+
+One node per op (inputs, outputs and constants included). A node's `namespace` is its
+module's address with dots as slashes, so modules collapse into layers; a module that ran
+more than once gets `:call` on its layer name for calls after the first. Edges are the
+target's `incomingEdges`: `sourceNodeOutputId` is the producer's output index within its
+call, `targetNodeInputId` the edge's ordinal among the target's inputs (its argument
+path is in `inputsMetadata`). The trace's ladder state is in the graph id, the collection
+label, the graph-level attributes and every node's `claim_state` attribute.
+
+Nothing here imports `model_explorer`: writing JSON needs the IR only. The rebuild check
+and the server live in `model_explorer_check` and `model_explorer_server`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tracer.estimates import op_flops, op_output_bytes, trace_totals
+from tracer.ir import Op, Trace
+
+from .model_explorer_check import PayloadReport, rebuild_with_graph_builder, validate_payload
+from .model_explorer_server import ModelExplorerServer, open_url, serve
+
+__all__ = [
+    "CLAIM_COLORS", "NODE_DATA_METRICS", "ModelExplorerServer", "PayloadReport", "export",
+    "export_node_data", "graph_id", "node_data", "open_url", "rebuild_with_graph_builder", "serve",
+    "to_graph_collection", "validate_payload",
+]
+
+NODE_DATA_METRICS = ("parameters", "output_bytes", "flops", "claim_state")
+
+# Node colours for the claim-state overlay: only OBSERVED/CORROBORATED look settled.
+CLAIM_COLORS = {
+    "OBSERVED": "#c8e6c9",
+    "CORROBORATED": "#bbdefb",
+    "HYPOTHESIS": "#fff59d",
+    "REFUTED": "#ffcdd2",
+}
+_GRADIENT = [{"stop": 0, "bgColor": "#ffffff"}, {"stop": 1, "bgColor": "#e6550d"}]
+
+
+# -- the graph --------------------------------------------------------------------------
+def graph_id(trace: Trace) -> str:
+    """The graph's id: model class and ladder state, e.g. `LlamaForCausalLM [HYPOTHESIS]`."""
+    return f"{trace.model_class} [{trace.ladder_state}]"
+
+
+def to_graph_collection(trace: Trace, *, keep_single_child_layers: bool = False) -> dict[str, Any]:
+    """The trace as a Model Explorer `GraphCollection` payload (plain JSON-ready dicts).
+
+    `keep_single_child_layers` keeps a module holding one op as its own layer (Model
+    Explorer flattens such layers by default).
+    """
+    layers = _Layers(trace)
+    ladder = trace.ladder_state
+    nodes = [_node(op, trace, layers.namespace(op), ladder) for op in trace.ops]
+    graph = {
+        "id": graph_id(trace),
+        "nodes": nodes,
+        "groupNodeAttributes": {"": _graph_attributes(trace), **layers.attributes()},
+        "layoutConfigs": {"keepLayersWithASingleChild": bool(keep_single_child_layers)},
+    }
+    return {
+        "label": f"{trace.model_class} · {ladder}",
+        "graphs": [graph],
+        "graphSorting": "node_count_desc",
+    }
+
+
+def export(trace: Trace, path: str | Path, *, keep_single_child_layers: bool = False,
+           indent: int | None = None) -> Path:
+    """Write the trace's graph collection to `path` (JSON that Model Explorer opens) and return it."""
+    payload = to_graph_collection(trace, keep_single_child_layers=keep_single_child_layers)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=indent, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def _node(op: Op, trace: Trace, namespace: str, ladder: str) -> dict[str, Any]:
+    edges, inputs_meta = [], []
+    for i, edge in enumerate(op.parents):
+        src = trace[edge.source]
+        edges.append({
+            "sourceNodeId": edge.source,
+            "sourceNodeOutputId": str(src.output_index),
+            "targetNodeInputId": str(i),
+        })
+        inputs_meta.append({"id": str(i), "attrs": [_kv("__tensor_tag", edge.position)]})
+    return {
+        "id": op.label,
+        "label": op.label,
+        "namespace": namespace,
+        "subgraphIds": [],
+        "attrs": _node_attrs(op, trace, ladder),
+        "incomingEdges": edges,
+        "outputsMetadata": [{"id": str(op.output_index), "attrs": _output_attrs(op)}],
+        "inputsMetadata": inputs_meta,
+    }
+
+
+def _kv(key: str, value: Any) -> dict[str, str]:
+    return {"key": key, "value": str(value)}
+
+
+def _node_attrs(op: Op, trace: Trace, ladder: str) -> list[dict[str, str]]:
+    scope = trace.modules.get(op.module)
+    attrs = [
+        _kv("kind", op.kind),
+        _kv("function", op.func),
+        _kv("module", op.module_address or "(root)"),
+        _kv("module_class", scope.class_name if scope else trace.model_class),
+        _kv("op_index", op.index),
+    ]
+    if op.num_outputs > 1:
+        attrs.append(_kv("output", f"{op.output_index} of {op.num_outputs} (call {op.func_call_id})"))
+    if op.params:
+        attrs.append(_kv("parameters", ", ".join(op.params)))
+    if op.buffer_writes:
+        attrs.append(_kv("buffer_writes", ", ".join(op.buffer_writes)))
+    if op.inplace:
+        attrs.append(_kv("inplace", "true"))
+    if op.io_path:
+        attrs.append(_kv("io_path", op.io_path))
+    if op.source is not None:
+        attrs.append(_kv("source", op.source))
+    attrs.append(_kv("claim_state", ladder))
+    return attrs
+
+
+def _output_attrs(op: Op) -> list[dict[str, str]]:
+    attrs = [_kv("tensor_name", op.label)]
+    if op.out is not None:
+        dims = ", ".join(str(d) for d in op.out.shape)
+        attrs += [
+            _kv("tensor_shape", f"{op.out.dtype}[{dims}]"),
+            _kv("dtype", op.out.dtype),
+            _kv("device", op.out.device),
+        ]
+    return attrs
+
+
+def _graph_attributes(trace: Trace) -> dict[str, str]:
+    totals = trace_totals(trace)
+    return {
+        "model_class": trace.model_class,
+        "ladder_state": trace.ladder_state,
+        "structure_only": str(trace.structure_only).lower(),
+        "ops": str(len(trace.ops)),
+        "edges": str(trace.num_edges),
+        "modules": str(len(trace.modules)),
+        "parameters": str(trace.param_count()),
+        "flops_estimate": str(totals["flops_estimate"]),
+        "activation_bytes_estimate": str(totals["activation_bytes_estimate"]),
+        "param_bytes": str(totals["param_bytes"]),
+    }
+
+
+class _Layers:
+    """Namespaces of the ops and the attributes of each module layer they form."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.layer: dict[str, tuple[str, int]] = {}  # namespace -> (module address, call)
+        self._cache: dict[tuple, str] = {}
+
+    def namespace(self, op: Op) -> str:
+        if not op.module:
+            return ""
+        key = (op.module, op.module_stack)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._build(op)
+        return found
+
+    def _build(self, op: Op) -> str:
+        calls = dict(op.module_stack)
+        parts = op.module.split(".")
+        names = []
+        for depth in range(1, len(parts) + 1):
+            address = ".".join(parts[:depth])
+            call = calls.get(address, 0)
+            names.append(f"{parts[depth - 1]}:{call}" if call else parts[depth - 1])
+            self.layer.setdefault("/".join(names), (address, call))
+        return "/".join(names)
+
+    def attributes(self) -> dict[str, dict[str, str]]:
+        counts = _subtree_param_counts(self.trace)
+        out = {}
+        for namespace, (address, call) in sorted(self.layer.items()):
+            scope = self.trace.modules.get(address)
+            out[namespace] = {
+                "module": f"{address}:{call}" if call else address,
+                "class": scope.class_name if scope else "(not a module)",
+                "parameters": str(counts.get(address, 0)),
+                "calls": str(len(scope.calls)) if scope else "0",
+            }
+        return out
+
+
+def _subtree_param_counts(trace: Trace) -> dict[str, int]:
+    """Parameter count under every module prefix; a tied parameter counts once per module."""
+    counts: dict[str, int] = {}
+    for rec in trace.params.values():
+        if rec.is_buffer:
+            continue
+        prefixes: set[str] = set()
+        for address in (rec.address, *rec.tied):
+            parts = address.split(".")[:-1]
+            prefixes.update(".".join(parts[:d]) for d in range(1, len(parts) + 1))
+        for prefix in prefixes:
+            counts[prefix] = counts.get(prefix, 0) + rec.numel
+    return counts
+
+
+# -- the node-data overlay ------------------------------------------------------------------
+def node_data(trace: Trace, metric: str) -> dict[str, Any]:
+    """One metric as Model Explorer node data (`{graph id: GraphNodeData}`), keyed by node id.
+
+    Metrics: `parameters` (elements of the parameters the op read), `output_bytes` and
+    `flops` (estimates from shapes, see tracer.estimates) and `claim_state` (a string).
+    """
+    if metric not in NODE_DATA_METRICS:
+        raise ValueError(f"unknown node-data metric {metric!r}; pick one of {NODE_DATA_METRICS}")
+    ladder = trace.ladder_state
+    if metric == "claim_state":
+        color = CLAIM_COLORS.get(ladder, "#eeeeee")
+        results = {op.label: {"value": ladder, "bgColor": color} for op in trace.ops}
+        name, gradient = f"claim state ({ladder})", []
+    else:
+        value = _metric_fn(trace, metric)
+        results = {op.label: {"value": value(op)} for op in trace.ops}
+        name, gradient = _metric_name(metric), [dict(g) for g in _GRADIENT]
+    # Every field the vendor's GraphNodeData writes, with its defaults spelled out.
+    data = {
+        "results": results, "name": name, "thresholds": [], "gradient": gradient,
+        "hideInAggregatedStatsTable": False, "hideInChildrenStatsTable": False,
+        "showExpandedSummaryOnGroupNode": False, "showLabelCountColumnsInChildrenStatsTable": False,
+    }
+    return {graph_id(trace): data}
+
+
+def export_node_data(trace: Trace, path: str | Path, metrics: tuple[str, ...] = NODE_DATA_METRICS) -> dict[str, Path]:
+    """Write one node-data file per metric next to the graph file `path`: `<stem>.<metric>.nodedata.json`."""
+    base = Path(path)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for metric in metrics:
+        out = base.with_name(f"{base.stem}.{metric}.nodedata.json")
+        out.write_text(json.dumps(node_data(trace, metric)), encoding="utf-8")
+        written[metric] = out
+    return written
+
+
+def _metric_name(metric: str) -> str:
+    return {"parameters": "parameters read", "output_bytes": "output bytes (estimate)",
+            "flops": "FLOPs (estimate)"}[metric]
+
+
+def _metric_fn(trace: Trace, metric: str):
+    if metric == "output_bytes":
+        return op_output_bytes
+    if metric == "flops":
+        return lambda op: op_flops(op, trace)
+    numel = {}
+    for rec in trace.params.values():
+        for address in (rec.address, *rec.tied):
+            numel[address] = 0 if rec.is_buffer else rec.numel
+    return lambda op: sum(numel.get(p, 0) for p in op.params)
