@@ -5,6 +5,7 @@ Nothing here touches torch hooks or tensors; values live in a separate store
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -26,10 +27,7 @@ class TensorMeta:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +103,7 @@ class ParamRecord:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True, slots=True)
