@@ -13,6 +13,20 @@ from .weights_free.summary_entry import summarize_model as summary
 __version__ = "0.1.0"
 
 
+def validate(trace: Trace, scope: str = "forward", **kwargs):
+    """Replay the trace's ops from saved values and check every edge (see tracer.validate)."""
+    from .validate import validate as _validate
+
+    return _validate(trace, scope, **kwargs)
+
+
+def doctor(model, inputs=()):
+    """The compatibility report for `model` on its deployment path (see tracer.doctor)."""
+    from .doctor import doctor as _doctor
+
+    return _doctor(model, inputs)
+
+
 def load(path: str) -> Trace:
     """Load a trace saved with `Trace.save` (JSON + safetensors), refusing anything invalid."""
     from .store import load_trace
@@ -22,5 +36,5 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "SourceSite", "TensorMeta",
-    "Trace", "TracerError", "load", "summary", "trace", "__version__",
+    "Trace", "TracerError", "doctor", "load", "summary", "trace", "validate", "__version__",
 ]

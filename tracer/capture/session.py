@@ -7,6 +7,7 @@ raw tuples; labels, metadata strings and Op records are made once, in `finish`.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, Callable
 
@@ -69,6 +70,8 @@ class CaptureSession:
         self.save_values = save_values
         self.record_source = record_source
         self.guard = guard
+        self.suspended = 0  # [issue 6] >0 while a bridged hook (accelerate offload) runs: nothing is recorded
+        self.witness: Any = None  # [issue 6] a tracer.witness.DispatchCensus when CaptureOptions(witness=True)
         self.records: list[list] = []
         self.tmap: dict[int, tuple[int, torch.Tensor]] = {}  # id(tensor) -> (op index, tensor)
         self.values: dict[int, torch.Tensor] = {}
@@ -116,7 +119,9 @@ class CaptureSession:
                     continue
                 handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-            with grad_context, _Recorder(self.on_call):
+            witness = self.witness  # [issue 6] the census wraps on_call only when it is on
+            recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
+            with grad_context, recorder, (witness if witness is not None else contextlib.nullcontext()):
                 output = self.model(*args, **kwargs)
         finally:
             for h in handles:
@@ -215,6 +220,8 @@ class CaptureSession:
 
     # -- the hot path ------------------------------------------------------------------------
     def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if self.suspended:  # [issue 6] inside a bridged hook: run, do not record
+            return func(*args, **kwargs)
         info = func_info(func)
         if info.metadata_only:
             return func(*args, **kwargs)

@@ -1,0 +1,211 @@
+"""accelerate dispatch and offload: admission evidence, hook suspension, deferred weights.
+
+accelerate's `AlignDevicesHook` loads offloaded weights in `pre_forward` and puts them
+back on the meta device in `post_forward`, with ordinary torch calls. For one capture the
+bridge wraps both so the session records nothing while they run (the hooks' weight
+loading never appears as ops). The weights the forward used are attributed to the
+parameter addresses by the session; afterwards the bridge replaces them in the live calls
+by `OffloadedWeight` references, so no materialized shard is kept alive by the trace and
+replay loads them again from the offload store.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import OffloadEvidenceMissingError
+from ..ir import Trace
+from ..replay import Deferred
+
+
+def hooks_of(module: nn.Module) -> list[Any]:
+    """The accelerate hooks on `module` (a SequentialHook unpacked)."""
+    hook = getattr(module, "_hf_hook", None)
+    if hook is None:
+        return []
+    return list(getattr(hook, "hooks", None) or [hook])
+
+
+def _has_key(store: Any, key: str) -> bool:
+    inner = getattr(store, "dataset", None)
+    if inner is not None and hasattr(store, "prefix"):  # PrefixedDataset
+        return _has_key(inner, f"{store.prefix}{key}")
+    keys = getattr(store, "all_keys", None)  # OffloadedWeightsLoader: membership without loading
+    if keys is not None:
+        return key in keys
+    try:
+        return key in store
+    except Exception:
+        return False
+
+
+def _storage(store: Any) -> str:
+    while getattr(store, "dataset", None) is not None and hasattr(store, "prefix"):
+        store = store.dataset
+    return "disk" if getattr(store, "save_folder", None) else "cpu"
+
+
+def covering_hook(model: nn.Module, address: str) -> tuple[Any, str] | None:
+    """The offload hook that loads the tensor at `address`, with its key in the hook's store."""
+    owner = address.rpartition(".")[0]
+    prefix = owner
+    while True:
+        module = model.get_submodule(prefix) if prefix else model
+        for hook in hooks_of(module):
+            store = getattr(hook, "weights_map", None)
+            if not getattr(hook, "offload", False) or store is None:
+                continue
+            if prefix != owner and not getattr(hook, "place_submodules", False):
+                continue
+            key = address[len(prefix) + 1:] if prefix else address
+            if _has_key(store, key):
+                return hook, key
+        if not prefix:
+            return None
+        prefix = prefix.rpartition(".")[0]
+
+
+def offload_evidence(model: nn.Module) -> dict[str, Any] | None:
+    """Evidence that the model's meta tensors are loaded by accelerate hooks, or None without hooks.
+
+    Raises `OffloadEvidenceMissingError` when hooks exist but a meta parameter has none loading it.
+    """
+    hooked = [addr for addr, m in model.named_modules() if hooks_of(m)]
+    if not hooked:
+        return None
+    offloaded, missing, storage = [], [], set()
+    buffers = {name for name, _ in model.named_buffers()}
+    for addr, t in [*model.named_parameters(), *model.named_buffers()]:
+        if not t.is_meta:
+            continue
+        found = covering_hook(model, addr)
+        if found is None:
+            missing.append(addr)
+        else:
+            offloaded.append(addr)
+            storage.add(_storage(found[0].weights_map))
+    if missing:
+        raise OffloadEvidenceMissingError(
+            f"{len(missing)} meta tensor(s) have no accelerate offload hook that loads them: {', '.join(missing[:5])}",
+            site=f"parameter '{missing[0]}'", missing=missing)
+    return {
+        "hooked_modules": len(hooked), "offloaded": len(offloaded), "storage": sorted(storage),
+        "offloaded_buffers": sorted(a for a in offloaded if a in buffers),
+        "addresses": offloaded,
+    }
+
+
+class OffloadedWeight(Deferred):
+    """A weight the forward used, held by its key in accelerate's offload store."""
+
+    def __init__(self, store: Any, key: str, device: torch.device, dtype: torch.dtype) -> None:
+        self.store, self.key, self.device, self.dtype = store, key, device, dtype
+
+    def materialize(self) -> torch.Tensor:
+        return self.store[self.key].to(device=self.device, dtype=self.dtype)
+
+    def __repr__(self) -> str:
+        return f"OffloadedWeight({self.key!r})"
+
+
+class OffloadBridge:
+    """Suspends recording inside accelerate's hooks for one session; seals offload facts into the trace."""
+
+    def __init__(self, model: nn.Module, session: Any, hooks: list[Any]) -> None:
+        self.model = model
+        self.session = session
+        self.hooks = hooks
+        self.saved: list[tuple[Any, str, Any]] = []
+        self.evidence = offload_evidence(model)
+        # The session knows tensors by id: the meta tensors a hook swaps out must stay alive (they
+        # cost nothing) so their ids are not reused, and a materialized weight's id is forgotten
+        # when the hook puts it back (it is kept only in `materialized`, for `seal`).
+        self.originals = [*model.parameters(), *model.buffers()]
+        self.original_ids = {id(t) for t in self.originals}
+        self.materialized: dict[int, str] = {}
+
+    @classmethod
+    def for_model(cls, model: nn.Module, session: Any) -> "OffloadBridge | None":
+        outer = {id(m._hf_hook): m._hf_hook for m in model.modules() if getattr(m, "_hf_hook", None) is not None}
+        return cls(model, session, list(outer.values())) if outer else None
+
+    def install(self) -> None:
+        for hook in self.hooks:
+            for name in ("pre_forward", "post_forward"):
+                self.saved.append((hook, name, hook.__dict__.get(name)))
+                setattr(hook, name, self._suspended(getattr(hook, name), forget=name == "post_forward"))
+
+    def remove(self) -> None:
+        while self.saved:
+            hook, name, previous = self.saved.pop()
+            if previous is None:
+                hook.__dict__.pop(name, None)
+            else:
+                setattr(hook, name, previous)
+
+    def _suspended(self, fn: Any, forget: bool) -> Any:
+        session = self.session
+
+        def run(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            session.suspended += 1
+            try:
+                if forget:
+                    self._forget(module)
+                return fn(module, *args, **kwargs)
+            finally:
+                session.suspended -= 1
+
+        return run
+
+    def _forget(self, module: nn.Module) -> None:
+        param_ids = self.session.param_ids
+        for t in module.parameters():
+            if id(t) not in self.original_ids:
+                address = param_ids.pop(id(t), None)
+                if address is not None:
+                    self.materialized[id(t)] = address
+
+    def seal(self, trace: Trace) -> None:
+        """Swap materialized weights in the live calls for references; disclose what is shape-only."""
+        evidence = self.evidence or {}
+        trace.provenance["offload"] = {k: v for k, v in evidence.items() if k != "addresses"}
+        if not evidence.get("offloaded"):
+            return
+        param_ids = self.materialized
+        swapped = 0
+        for label, (func, args, kwargs) in list(trace.live_calls.items()):
+            new_args = tuple(self._defer(a, param_ids) for a in args)
+            new_kwargs = {k: self._defer(v, param_ids) for k, v in kwargs.items()}
+            if any(a is not b for a, b in zip(new_args, args)) or any(new_kwargs[k] is not kwargs[k] for k in kwargs):
+                trace.live_calls[label] = (func, new_args, new_kwargs)
+                swapped += 1
+        trace.provenance["deferred_args"] = swapped > 0
+        notes = [
+            f"accelerate offload ({'/'.join(evidence['storage'])}): {evidence['offloaded']} tensors live on the meta "
+            "device outside a forward; their parameter records are shape-only (values exist only while their "
+            "module runs, and replay reloads them from the offload store)"
+        ]
+        if evidence.get("offloaded_buffers"):
+            notes.append(
+                f"accelerate offloads buffers too ({len(evidence['offloaded_buffers'])}, offload_buffers=True): "
+                "a buffer loaded by a hook is a new tensor the capture records as a constant, not attributed "
+                "to its address")
+        trace.warnings = tuple(trace.warnings) + tuple(notes)
+
+    def _defer(self, a: Any, param_ids: dict[int, str]) -> Any:
+        if isinstance(a, nn.Parameter) and not a.is_meta:
+            address = param_ids.get(id(a))
+            found = covering_hook(self.model, address) if address else None
+            if found is not None and self._is_materialized(address, a):
+                return OffloadedWeight(found[0].weights_map, found[1], a.device, a.dtype)
+            return a
+        if type(a) in (list, tuple) and any(isinstance(b, nn.Parameter) for b in a):
+            return type(a)(self._defer(b, param_ids) for b in a)
+        return a
+
+    def _is_materialized(self, address: str, t: torch.Tensor) -> bool:
+        owner, _, name = address.rpartition(".")
+        module = self.model.get_submodule(owner) if owner else self.model
+        return module._parameters.get(name) is not t

@@ -1,0 +1,194 @@
+"""The built-in doctor rows: one detector per deployment path (see tracer.doctor).
+
+Each evidence sentence names the test that backs the row; docs/deployment.md is the same
+ledger in prose, and tests/tracer/test_doctor.py checks that the two agree.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .doctor import Row, register
+
+T_VALIDATE = "tests/tracer/test_validate.py::test_real_models_replay_bit_exact_and_every_edge_carries_data"
+T_WITNESS = "tests/tracer/test_witness.py::test_hidden_computation_marks_the_trace_unverified"
+T_OFFLOAD = "tests/tracer/test_deploy_accelerate.py::test_offload_capture_matches_plain_twin_and_validates"
+T_OFFLOAD_REFUSE = "tests/tracer/test_deploy_accelerate.py::test_meta_parameter_without_offload_hook_refuses"
+T_BUFFERS = "tests/tracer/test_deploy_accelerate.py::test_buffer_offload_is_disclosed"
+T_INT8 = "tests/tracer/test_deploy_quantized.py::test_validation_refuses_8bit_on_the_parameter_invariant"
+T_4BIT = "tests/tracer/test_deploy_quantized.py::test_validation_returns_false_for_4bit"
+T_LORA = "tests/tracer/test_deploy_quantized.py::test_peft_lora_parity_hierarchy_attribution_and_validation"
+T_DETECT = "tests/tracer/test_doctor.py::test_detectors_fire_on_the_paths_they_name"
+
+
+def _hooks(model: nn.Module) -> list[Any]:
+    from .bridges.accelerate import hooks_of
+
+    return [h for m in model.modules() for h in hooks_of(m)]
+
+
+def _offload_storage(model: nn.Module) -> set[str]:
+    from .bridges.accelerate import _storage
+
+    return {_storage(h.weights_map) for h in _hooks(model)
+            if getattr(h, "offload", False) and getattr(h, "weights_map", None) is not None}
+
+
+@register("torch.capture")
+def torch_capture(model: nn.Module, inputs: Any) -> Row:
+    return Row("torch.capture", "pass", "info",
+               f"torch {torch.__version__}: eager capture with replay validation ({T_VALIDATE}); "
+               f"completeness witness via TorchDispatchMode ({T_WITNESS})",
+               detail="TorchFunctionMode capture, forward replay, dispatch census")
+
+
+@register("accelerate.dispatch")
+def accelerate_dispatch(model: nn.Module, inputs: Any) -> Row | None:
+    devices = _devices(model)
+    device_map = getattr(model, "hf_device_map", None)
+    if not (_hooks(model) or device_map) or len(devices) > 1 or _offload_storage(model):
+        return None
+    if device_map and len({str(d) for d in device_map.values()}) > 1:
+        return None
+    return Row("accelerate.dispatch", "pass", "info",
+               f"dispatch_model on one device: labels equal the plain twin, validation passes ({T_OFFLOAD}[dispatch])",
+               detail=f"single device {sorted(devices)[0] if devices else '?'}")
+
+
+@register("accelerate.cpu_offload")
+def accelerate_cpu_offload(model: nn.Module, inputs: Any) -> Row | None:
+    if "cpu" not in _offload_storage(model):
+        return None
+    return Row("accelerate.cpu_offload", "pass", "info",
+               f"cpu_offload: outputs equal, hook loading never recorded, weights attributed, validation passes "
+               f"({T_OFFLOAD}[cpu]); meta params without a hook refuse ({T_OFFLOAD_REFUSE})",
+               detail="parameter records are shape-only outside a forward")
+
+
+@register("accelerate.disk_offload")
+def accelerate_disk_offload(model: nn.Module, inputs: Any) -> Row | None:
+    if "disk" not in _offload_storage(model):
+        return None
+    return Row("accelerate.disk_offload", "pass", "info",
+               f"disk_offload: outputs equal, validation passes, replay reloads from disk ({T_OFFLOAD}[disk])",
+               detail="parameter records are shape-only outside a forward")
+
+
+@register("accelerate.multi_device")
+def accelerate_multi_device(model: nn.Module, inputs: Any) -> Row | None:
+    device_map = getattr(model, "hf_device_map", None) or {}
+    mapped = {str(d) for d in device_map.values() if str(d) not in ("cpu", "disk", "meta")}
+    if len(mapped) < 2 and len(_devices(model)) < 2:
+        return None
+    return Row("accelerate.multi_device", "known_broken", "error",
+               f"a device_map over several accelerators is not exercised (this CPU machine has one device); "
+               f"detection only ({T_DETECT})",
+               detail="cross-device hops are moved by hooks the capture suspends; edges may be broken")
+
+
+@register("accelerate.buffer_offload")
+def accelerate_buffer_offload(model: nn.Module, inputs: Any) -> Row | None:
+    if not any(getattr(h, "offload_buffers", False) for h in _hooks(model)):
+        return None
+    return Row("accelerate.buffer_offload", "pass", "warning",
+               f"offload_buffers=True: buffers a hook loads are recorded as constants, not attributed; "
+               f"the trace says so ({T_BUFFERS})",
+               detail="buffer attribution lost")
+
+
+@register("bitsandbytes.int8")
+def bnb_int8(model: nn.Module, inputs: Any) -> Row | None:
+    if not any(type(m).__name__ == "Linear8bitLt" for m in model.modules()):
+        return None
+    return Row("bitsandbytes.int8", "pass", "warning",
+               f"Linear8bitLt: outputs equal; int8 state reads disclosed in one warning; not verified; "
+               f"validation raises trace_invariant_violated ({T_INT8})",
+               detail="disclosed degradation: weights are not attributed")
+
+
+@register("bitsandbytes.4bit")
+def bnb_4bit(model: nn.Module, inputs: Any) -> Row | None:
+    if not any(type(m).__name__ == "Linear4bit" for m in model.modules()):
+        return None
+    return Row("bitsandbytes.4bit", "pass", "warning",
+               f"Linear4bit: outputs equal; quant_state reads disclosed in one warning; not verified; "
+               f"validation returns False ({T_4BIT})",
+               detail="disclosed degradation: dequantized values are not dense weights")
+
+
+@register("peft.lora")
+def peft_lora(model: nn.Module, inputs: Any) -> Row | None:
+    from .bridges.peft import adapter_info
+
+    info = adapter_info(model)
+    if info is None:
+        return None
+    tested = info["types"] == ["LORA"]
+    return Row("peft.lora", "pass" if tested else "not_tested", "info" if tested else "warning",
+               f"LoRA: output parity, adapter modules in the hierarchy, adapter params attributed, validation "
+               f"passes ({T_LORA})" if tested else f"{'/'.join(info['types'])} adapters are not tested",
+               detail=f"adapters {', '.join(info['adapters'])}")
+
+
+@register("quant.gptq_awq")
+def gptq_awq(model: nn.Module, inputs: Any) -> Row | None:
+    from .bridges.bitsandbytes import quantization_method
+
+    method = quantization_method(model)
+    if method not in ("gptq", "awq"):
+        return None
+    return Row("quant.gptq_awq", "not_tested", "warning",
+               f"{method.upper()} kernels are not installed or exercised here; detection from "
+               f"quantization_config.quant_method or the module's package ({T_DETECT})",
+               detail=f"quant_method={method}")
+
+
+@register("cuda.graphs")
+def cuda_graphs(model: nn.Module, inputs: Any) -> Row:
+    return Row("cuda.graphs", "not_tested", "info",
+               f"CUDA graph replay is not captured or tested (no accelerator here); trace the eager model ({T_DETECT})")
+
+
+@register("serving.engines")
+def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
+    package = type(model).__module__.split(".")[0]
+    if package not in ("vllm", "sglang"):
+        return None
+    return Row("serving.engines", "scope", "warning",
+               f"{package} models are out of scope: trace the Hugging Face twin built from the same config ({T_DETECT})",
+               detail=f"{type(model).__module__}")
+
+
+@register("distributed.tensor_parallel")
+def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
+    dtensor = _is_dtensor_model(model)
+    tp = getattr(model, "_tp_plan", None) and getattr(model, "_tp_size", None)
+    if not dtensor and not tp:
+        return None
+    return Row("distributed.tensor_parallel", "known_broken", "error",
+               f"DTensor / tensor-parallel models are refused (distributed_capture_unsupported); capture the "
+               f"unsharded model ({T_DETECT})", detail="refused")
+
+
+@register("meta.structure_only")
+def meta_structure_only(model: nn.Module, inputs: Any) -> Row | None:
+    if _hooks(model) or not any(p.is_meta for p in model.parameters()):
+        return None
+    return Row("meta.structure_only", "scope", "info",
+               f"weights-free model: structure-only capture (claims start as HYPOTHESIS); replay validation is "
+               f"refused (structure_only_not_replayable) ({T_DETECT})", detail="structure only")
+
+
+def _devices(model: nn.Module) -> set[str]:
+    return {p.device.type if p.device.type != "cuda" else str(p.device) for p in model.parameters()
+            if not p.is_meta}
+
+
+def _is_dtensor_model(model: nn.Module) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:
+        return False
+    return any(isinstance(p, DTensor) for p in model.parameters())

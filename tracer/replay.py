@@ -1,0 +1,217 @@
+"""The replay interpreter behind `validate`: re-run recorded ops from their saved parents.
+
+One method per op category (input, constant, output, call); every error raised while
+replaying an op carries "while replaying <label> (<func>) at <source>". The kernel table
+below declares what the replay may not expect: non-deterministic kernels and argument
+positions whose values an output does not depend on (only their shape or dtype).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+
+from .ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+
+# -- the kernel table ------------------------------------------------------------------
+# Kernels whose output is random or uninitialised: compared by metadata only.
+NONDETERMINISTIC_KINDS = frozenset({
+    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "normal",
+    "normal_", "uniform_", "bernoulli", "bernoulli_", "multinomial", "exponential_", "random_",
+    "cauchy_", "log_normal_", "geometric_", "empty", "empty_like", "new_empty", "empty_strided",
+    "rrelu", "native_dropout",
+})
+# Dropout kernels: random only when training (position and keyword of the flag).
+DROPOUT_KINDS = {"dropout": (2, "training"), "dropout1d": (2, "training"), "dropout2d": (2, "training"),
+                 "dropout3d": (2, "training"), "alpha_dropout": (2, "training"),
+                 "feature_alpha_dropout": (2, "training")}
+# Argument positions an output reads for shape/dtype/device only (dependence declared absent).
+SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
+    **{k: frozenset({"0"}) for k in ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
+                                     "randn_like", "randint_like", "new_zeros", "new_ones", "new_full",
+                                     "new_empty", "new_tensor")},
+    **{k: frozenset({"1", "other"}) for k in ("expand_as", "view_as", "reshape_as", "type_as", "to")},
+}
+# Multi-output kernels where output k reads only item k of argument 0.
+ITEMWISE_KINDS = frozenset({"broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d"})
+
+
+# Attention kernels with a dropout probability argument (position, keyword).
+ATTENTION_DROPOUT_KINDS = {"scaled_dot_product_attention": (4, "dropout_p")}
+# Kernels that read an integer argument as indices into another operand: when the indexed
+# operand holds a single value everywhere, no index can change the output in this forward.
+INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", "embedding", "getitem",
+                            "index", "index_put", "scatter", "scatter_add"})
+
+
+def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
+    """True when the kernel table says `op`'s output is random for this call."""
+    if op.kind in NONDETERMINISTIC_KINDS:
+        return True
+    attn = ATTENTION_DROPOUT_KINDS.get(op.kind)
+    if attn is not None:
+        pos, name = attn
+        p = args[pos] if len(args) > pos else kwargs.get(name, 0.0)
+        return float(p or 0.0) > 0.0
+    flag = DROPOUT_KINDS.get(op.kind)
+    if flag is None:
+        return False
+    pos, name = flag
+    training = args[pos] if len(args) > pos else kwargs.get(name, True)
+    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+    return bool(training) and float(p) > 0.0
+
+
+def dependence_declared_absent(op: Op, position: str) -> bool:
+    """True when the kernel table declares that `op`'s output does not read `position`'s values."""
+    if position in SHAPE_ONLY_POSITIONS.get(op.kind, ()):
+        return True
+    if op.kind in ITEMWISE_KINDS and op.num_outputs > 1:
+        return position != f"0.{op.output_index}"
+    return False
+
+
+# -- errors with node context ------------------------------------------------------------
+class ReplayError(RuntimeError):
+    """A recorded op could not be called again; the message names the op and its site."""
+
+    def __init__(self, op: Op, cause: BaseException) -> None:
+        self.op = op
+        self.cause = cause
+        super().__init__(f"{type(cause).__name__}: {cause}\n  {context(op)}")
+
+
+def context(op: Op) -> str:
+    """'while replaying <label> (<func>) at <source>'."""
+    at = f" at {op.source}" if op.source is not None else ""
+    return f"while replaying {op.label} ({op.func}){at}"
+
+
+# -- argument rebuilding ------------------------------------------------------------------
+def substitute(args: tuple, kwargs: dict, values: Mapping[str, torch.Tensor]) -> tuple[tuple, dict]:
+    """Copies of `args`/`kwargs` with the tensor at each position in `values` replaced."""
+    new_args = list(args)
+    new_kwargs = dict(kwargs)
+    for position, value in values.items():
+        head, _, item = position.partition(".")
+        if head.isdigit():
+            i = int(head)
+            if item:
+                seq = list(new_args[i])
+                seq[int(item)] = value
+                new_args[i] = seq if isinstance(args[i], list) else tuple(seq)
+            else:
+                new_args[i] = value
+        else:
+            new_kwargs[position] = value
+    return tuple(new_args), new_kwargs
+
+
+def inplace_target_position(op: Op, kwargs: Mapping[str, Any]) -> str | None:
+    """Where the tensor an in-place op writes sits in its call."""
+    if isinstance(kwargs.get("out"), torch.Tensor):
+        return "out"
+    return "0" if op.inplace else None
+
+
+def select_output(out: Any, op: Op, target: torch.Tensor | None) -> torch.Tensor | None:
+    """The tensor an op recorded, picked out of its call's return value."""
+    from .capture.walk import shallow_tensors
+
+    if isinstance(out, torch.Tensor):
+        return out if op.output_index == 0 else None
+    if out is None:
+        return target
+    items = shallow_tensors(out)
+    return items[op.output_index] if op.output_index < len(items) else None
+
+
+# -- the interpreter -------------------------------------------------------------------------
+class Deferred:
+    """A live-call argument held by reference (an offloaded weight): replay loads it on demand."""
+
+    def materialize(self) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _materialized(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def one(a: Any) -> Any:
+        if isinstance(a, Deferred):
+            return a.materialize()
+        if type(a) in (list, tuple) and any(isinstance(b, Deferred) for b in a):
+            return type(a)(one(b) for b in a)
+        return a
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+
+class Replayer:
+    """Replays single ops of a live trace, loading `Deferred` arguments when the trace has any."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.values = trace.values
+        self.calls = trace.live_calls
+        self.resolve: Callable[[tuple, dict], tuple[tuple, dict]] | None = (
+            _materialized if trace.provenance.get("deferred_args") else None)
+
+    def missing_parents(self, op: Op) -> list[str]:
+        return [e.source for e in op.parents if e.source not in self.values]
+
+    def run(self, op: Op, override: Mapping[str, torch.Tensor] | None = None) -> Any:
+        """The op's output recomputed from saved parents (`override`: position -> tensor)."""
+        method = getattr(self, f"run_{_category(op)}")
+        try:
+            with torch.no_grad():
+                return method(op, override or {})
+        except ReplayError:
+            raise
+        except Exception as exc:  # any kernel failure becomes a replay failure with context
+            raise ReplayError(op, exc) from exc
+
+    def run_input(self, op: Op, override: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.values[op.label]
+
+    run_constant = run_input
+
+    def run_output(self, op: Op, override: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        edge = op.parents[0]
+        return override.get(edge.position, self.values[edge.source])
+
+    def run_call(self, op: Op, override: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        func, args, kwargs = self.calls[op.label]
+        if self.resolve is not None:
+            args, kwargs = self.resolve(args, kwargs)
+        subs = {e.position: self.values[e.source] for e in op.parents}
+        subs.update(override)
+        target_pos = inplace_target_position(op, kwargs)
+        if target_pos is not None:
+            if target_pos in subs:
+                subs[target_pos] = subs[target_pos].clone()
+            else:  # writing into a parameter/buffer: never touch the model's own tensor
+                live = kwargs["out"] if target_pos == "out" else args[0]
+                if isinstance(live, torch.Tensor):
+                    subs[target_pos] = live.detach().clone()
+        if op.buffer_writes:  # a kernel that updates buffers must update copies, not the model's
+            for pos, live in _top_level_tensors(args, kwargs):
+                subs.setdefault(pos, live.detach().clone())
+        new_args, new_kwargs = substitute(args, kwargs, subs)
+        target = subs.get(target_pos) if target_pos is not None else None
+        out = func(*new_args, **new_kwargs)
+        return select_output(out, op, target)
+
+
+def _top_level_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    found = [(str(i), a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    found += [(k, a) for k, a in kwargs.items() if isinstance(a, torch.Tensor)]
+    return found
+
+
+def _category(op: Op) -> str:
+    if op.kind == INPUT_KIND:
+        return "input"
+    if op.kind == CONSTANT_KIND:
+        return "constant"
+    if op.kind == OUTPUT_KIND:
+        return "output"
+    return "call"
