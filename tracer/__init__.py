@@ -7,24 +7,12 @@ from __future__ import annotations
 from .errors import TracerError
 from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from .options import CaptureOptions
+from .doctor import doctor
 from .tracing import trace
+from .validate import validate
 from .weights_free.summary_entry import summarize_model as summary
 
 __version__ = "0.1.0"
-
-
-def validate(trace: Trace, scope: str = "forward", **kwargs):
-    """Replay the trace's ops from saved values and check every edge (see tracer.validate)."""
-    from .validate import validate as _validate
-
-    return _validate(trace, scope, **kwargs)
-
-
-def doctor(model, inputs=()):
-    """The compatibility report for `model` on its deployment path (see tracer.doctor)."""
-    from .doctor import doctor as _doctor
-
-    return _doctor(model, inputs)
 
 
 def load(path: str) -> Trace:
