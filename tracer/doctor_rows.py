@@ -163,13 +163,116 @@ def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
 
 @register("distributed.tensor_parallel")
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
-    dtensor = _is_dtensor_model(model)
-    tp = getattr(model, "_tp_plan", None) and getattr(model, "_tp_size", None)
-    if not dtensor and not tp:
+    from .bridges.distributed import distributed_findings  # [issue 7] the detection capture refuses with
+
+    found = distributed_findings(model, inputs if isinstance(inputs, tuple) else ())
+    if found is None:
         return None
-    return Row("distributed.tensor_parallel", "known_broken", "error",
-               f"DTensor / tensor-parallel models are refused (distributed_capture_unsupported); capture the "
-               f"unsharded model ({T_DETECT})", detail="refused")
+    return Row("distributed.tensor_parallel", "scope", "error",
+               f"DTensor / tensor-parallel models are refused at capture entry (distributed_capture_unsupported, "
+               f"kinds {'/'.join(found['kinds'])}), state unchanged; verified on every rank of a 2-process gloo mesh "
+               f"for parallelize_module ({T_DTENSOR_MLP}) and tp_plan='auto' ({T_DTENSOR_TP}); capture the "
+               f"unsharded model", detail=f"refused: {found['num_dtensors']} DTensors on mesh {found['mesh']}")
+
+
+# -- [issue 7] MoE, foreign kernels, FlashAttention -------------------------------------------
+T_MOE = "tests/tracer/test_moe.py::test_router_logits_are_exact_outputs_and_experts_are_attributed"
+T_DTENSOR_MLP = "tests/tracer/test_dtensor.py::test_parallelize_module_mlp_refuses_on_every_rank"
+T_DTENSOR_TP = "tests/tracer/test_dtensor.py::test_tp_plan_auto_llama_is_sharded_matches_and_refuses"
+T_FOREIGN = "tests/tracer/test_foreign_kernels.py::test_function_is_one_boundary_op_with_its_inputs_outputs_and_name"
+T_FOREIGN_DEP = "tests/tracer/test_foreign_kernels.py::test_perturbation_excuses_exactly_the_declared_edges"
+T_ROUNDTRIP = "tests/tracer/test_foreign_kernels.py::test_round_trip_is_a_boundary_op_never_dropped"
+T_FLASH = "tests/gpu/test_flash_attention.py"
+MOE_TESTED = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM")
+FLASH_PACKAGES = ("flash_attn", "flash_attn_interface")
+
+
+@register("moe.router_logits")
+def moe_router_logits(model: nn.Module, inputs: Any) -> Row | None:
+    experts = [m for m in model.modules() if type(m).__name__.endswith("Experts")
+               and getattr(m, "gate_up_proj", None) is not None]
+    if not experts:
+        return None
+    tested = type(model).__name__ in MOE_TESTED
+    return Row("moe.router_logits", "pass" if tested else "not_tested", "info" if tested else "warning",
+               f"fused MoE experts (3-D gate_up_proj/down_proj): exact output incl. router logits, each router-logit "
+               f"tensor an output op, expert weights attributed, validation passes for tiny Mixtral, Qwen2-MoE and "
+               f"OLMoE under eager and sdpa ({T_MOE})" if tested else
+               f"{type(model).__name__} has fused experts but is not among the tested MoE models ({T_MOE})",
+               detail=f"{len(experts)} fused expert modules")
+
+
+@register("foreign.kernels")
+def foreign_kernels(model: nn.Module, inputs: Any) -> Row | None:
+    from .replay import FOREIGN_DEPENDENCE
+
+    kernels = _foreign_kernels_in(model)
+    if not kernels:
+        return None
+    declared = sorted(k for k in FOREIGN_DEPENDENCE if any(k.endswith(n.replace("::", ".")) for n in kernels))
+    return Row("foreign.kernels", "pass", "warning",
+               f"autograd Functions become one boundary op, replayed by calling apply again ({T_FOREIGN}); "
+               f"numpy/DLPack round trips are boundary ops that replay refuses (foreign_kernel_not_replayable) "
+               f"({T_ROUNDTRIP}); the perturbation check excuses only declared per-output dependence ({T_FOREIGN_DEP})",
+               detail=f"{len(kernels)} foreign kernels in the model's code ({', '.join(kernels[:6])}); "
+                      f"{len(declared)} with declared dependence")
+
+
+@register("attention.flash_attention")
+def flash_attention(model: nn.Module, inputs: Any) -> Row | None:
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
+    found = flash_packages()
+    if "flash" not in impl and not found:
+        return None
+    where = ", ".join(f"{k} {v}" for k, v in found.items()) or "no flash-attn package installed"
+    return Row("attention.flash_attention", "not_tested", "warning",
+               f"FlashAttention needs a CUDA GPU; not verified on this CPU machine ({where}); a GPU script is "
+               f"{T_FLASH} (skipped without CUDA)", detail=f"attn_implementation={impl or '?'}")
+
+
+def flash_packages() -> dict[str, str]:
+    """Flash-attention packages on the search path, module -> version, found without importing them."""
+    import importlib.metadata
+    import importlib.util
+
+    found = {}
+    dists = None
+    for name in FLASH_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            continue
+        if dists is None:
+            dists = importlib.metadata.packages_distributions()
+        versions = []
+        for dist in dists.get(name, ()):
+            try:
+                versions.append(importlib.metadata.version(dist))
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        found[name] = versions[0] if versions else "version unknown"
+    return found
+
+
+def _foreign_kernels_in(model: nn.Module) -> list[str]:
+    """autograd Functions and torch.library custom ops defined in the modules the model's classes come from."""
+    import sys
+
+    from .capture.boundaries import TRANSPARENT_PACKAGES
+
+    names = set()
+    for module_name in {type(m).__module__ for m in model.modules()}:
+        if module_name.partition(".")[0] in TRANSPARENT_PACKAGES:
+            continue
+        for value in vars(sys.modules.get(module_name, object())).values():
+            if isinstance(value, type) and issubclass(value, torch.autograd.Function) \
+                    and value is not torch.autograd.Function and value.__module__ == module_name:
+                names.add(f"{module_name}.{value.__qualname__}")
+            elif type(value).__name__ == "CustomOpDef":
+                names.add(str(getattr(value, "_qualname", value)))
+    return sorted(names)
 
 
 @register("meta.structure_only")
@@ -184,11 +287,3 @@ def meta_structure_only(model: nn.Module, inputs: Any) -> Row | None:
 def _devices(model: nn.Module) -> set[str]:
     return {p.device.type if p.device.type != "cuda" else str(p.device) for p in model.parameters()
             if not p.is_meta}
-
-
-def _is_dtensor_model(model: nn.Module) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except Exception:
-        return False
-    return any(isinstance(p, DTensor) for p in model.parameters())

@@ -273,6 +273,14 @@ class TraceInvariantError(ValidationFailedError):
     )
 
 
+class ForeignKernelNotReplayableError(ValidationFailedError):  # [issue 7]
+    code = "foreign_kernel_not_replayable"
+    default_remedy = (
+        "A numpy or DLPack round trip ran outside torch and cannot be replayed. Wrap it in a "
+        "torch.autograd.Function or a torch.library custom op so replay can call it again."
+    )
+
+
 class ReplayMismatchError(ValidationFailedError):
     code = "replay_mismatch"
     default_remedy = "An op did not reproduce from its recorded parents; see the report's first failing op."

@@ -7,7 +7,7 @@ positions whose values an output does not depend on (only their shape or dtype).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -44,6 +44,37 @@ INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", 
                             "index", "index_put", "scatter", "scatter_add"})
 
 
+# [issue 7] Kernels that leave memory uninitialised, and in-place writes that may fill such
+# memory: the write's target argument carries no data when it came from one of these.
+UNINITIALISED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
+OVERWRITE_KINDS = frozenset({"setitem", "copy_", "index_put_", "index_copy_", "scatter_", "fill_", "zero_",
+                             "masked_fill_", "masked_scatter_"})
+# [issue 7] Foreign kernels (autograd Functions, custom ops): Op.func -> {output index: the argument
+# positions that output reads}. Outputs not listed are expected to read every argument.
+FOREIGN_DEPENDENCE: dict[str, dict[int, frozenset[str]]] = {}
+
+
+def declare_dependence(kernel: Any, reads: Mapping[int, Iterable[int | str]]) -> str:
+    """Declare which arguments each output of a foreign kernel reads; returns the `Op.func` key.
+
+    `kernel` is a `torch.autograd.Function` class, a torch.library custom op, or its recorded
+    name; `reads` maps an output index to argument positions (ints or keyword names). The
+    perturbation check then excuses exactly the undeclared edges of the listed outputs.
+    """
+    from .capture.boundaries import kernel_name
+
+    key = kernel_name(kernel)
+    FOREIGN_DEPENDENCE[key] = {int(k): frozenset(str(p) for p in v) for k, v in reads.items()}
+    return key
+
+
+def forget_dependence(kernel: Any) -> None:
+    """Remove a declaration made with `declare_dependence`."""
+    from .capture.boundaries import kernel_name
+
+    FOREIGN_DEPENDENCE.pop(kernel_name(kernel), None)
+
+
 def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
     """True when the kernel table says `op`'s output is random for this call."""
     if op.kind in NONDETERMINISTIC_KINDS:
@@ -68,7 +99,21 @@ def dependence_declared_absent(op: Op, position: str) -> bool:
         return True
     if op.kind in ITEMWISE_KINDS and op.num_outputs > 1:
         return position != f"0.{op.output_index}"
+    foreign = FOREIGN_DEPENDENCE.get(op.func)  # [issue 7]
+    if foreign is not None and op.output_index in foreign:
+        reads = foreign[op.output_index]
+        return position not in reads and position.split(".", 1)[0] not in reads
+    if op.kind in OVERWRITE_KINDS and position == "0" and _parent_kind(op, position) in UNINITIALISED_KINDS:
+        return True  # [issue 7] writing into uninitialised memory: the write, not the garbage, is the data
     return False
+
+
+def _parent_kind(op: Op, position: str) -> str | None:
+    """The kind of the op feeding `position` (labels are `<kind>_<ordinal>`, see capture.build)."""
+    for edge in op.parents:
+        if edge.position == position:
+            return edge.source.rsplit("_", 1)[0]
+    return None
 
 
 # -- errors with node context ------------------------------------------------------------

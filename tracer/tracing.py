@@ -34,6 +34,9 @@ def trace(
         raise InvalidInputError(f"capture must be a CaptureOptions, got {type(capture).__name__}", site="trace(capture=...)")
     args_t = _as_args(args)
     kwargs = dict(input_kwargs or {})
+    from .bridges.distributed import refuse_distributed
+
+    refuse_distributed(model, args_t, kwargs)  # [issue 7] DTensor / tensor-parallel: refused before anything is installed
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
     if not capture.structure_only and _any_meta(model, args_t, kwargs) and _offloaded(model):
@@ -58,6 +61,9 @@ def trace(
     provenance["twin"] = twin
     result = build_trace(session, save=capture.save, provenance=provenance, output=output)
     scope.seal(result)  # [issue 6]
+    from .capture.boundaries import seal as seal_boundaries
+
+    seal_boundaries(result, session)  # [issue 7] foreign-kernel boundary ops named in provenance
     if guard is not None:
         guard.seal(result, model, args_t, kwargs)
     return result

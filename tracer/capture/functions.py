@@ -58,6 +58,11 @@ def func_info(func: Any) -> FuncInfo:
 
 
 def _describe(func: Any) -> FuncInfo:
+    from .boundaries import describe_op_overload  # [issue 7] dispatcher / torch.library custom ops
+
+    op_info = describe_op_overload(func)
+    if op_info is not None:
+        return op_info
     name = getattr(func, "__name__", None) or type(func).__name__
     owner = None
     if name in ("__get__", "__set__"):

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from . import boundaries as _boundaries  # [issue 7] foreign-kernel boundary ops
 from .functions import FuncInfo, func_info
 from .walk import iter_tensors, shallow_tensors
 
@@ -72,6 +73,9 @@ class CaptureSession:
         self.guard = guard
         self.suspended = 0  # [issue 6] >0 while a bridged hook (accelerate offload) runs: nothing is recorded
         self.witness: Any = None  # [issue 6] a tracer.witness.DispatchCensus when CaptureOptions(witness=True)
+        self.exits: list[tuple[torch.Tensor, str]] = []  # [issue 7] tensors that left via .numpy()/__dlpack__
+        self.boundaries: list[tuple[int, str, str]] = []  # [issue 7] (op index, boundary kind, name)
+        self.disclosed: set[tuple[str, str]] = set()  # [issue 7] foreign kernels already warned about
         self.records: list[list] = []
         self.tmap: dict[int, tuple[int, torch.Tensor]] = {}  # id(tensor) -> (op index, tensor)
         self.values: dict[int, torch.Tensor] = {}
@@ -121,7 +125,8 @@ class CaptureSession:
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
             witness = self.witness  # [issue 6] the census wraps on_call only when it is on
             recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
-            with grad_context, recorder, (witness if witness is not None else contextlib.nullcontext()):
+            with grad_context, recorder, (witness if witness is not None else contextlib.nullcontext()), \
+                    _boundaries.function_boundaries(self):  # [issue 7] Function.apply, restored on exit
                 output = self.model(*args, **kwargs)
         finally:
             for h in handles:
@@ -204,7 +209,34 @@ class CaptureSession:
             addr = self._find_swapped_parameter(t)
             if addr is not None:
                 return addr
+        if self.exits:  # [issue 7] a tensor re-entering after a numpy/DLPack exit
+            return self._reenter(t)
         return self._new_synthetic(_CONSTANT, t, (), (), "")
+
+    # -- [issue 7] numpy / DLPack round trips -------------------------------------------------
+    def _reenter_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        out = func(*args, **kwargs)
+        if isinstance(out, _Tensor):
+            self._reenter(out)
+        return out
+
+    def _reenter(self, t: torch.Tensor) -> int:
+        """Record `t` as a round-trip boundary op fed by the tensors that left since the last one."""
+        exits, self.exits = self.exits, []
+        parents: list = []
+        params: list = []
+        for i, (left, _kind) in enumerate(exits):
+            self._arg(left, _POS[i] if i < 64 else str(i), parents, params, None, self.tmap, self.param_ids)
+        kind = _boundaries.roundtrip_kind([k for _t, k in exits])
+        info = _ROUNDTRIP_INFO[kind]
+        idx = self._new_synthetic(info, t, tuple(parents), tuple(params), "")
+        rec = self.records[idx]
+        rec[R_SITE] = self._site() if self.record_source else None
+        if self.save_values:
+            rec[R_CALLSPEC] = (_boundaries.OpaqueRoundTrip(kind), tuple(left for left, _k in exits), {})
+        self.boundaries.append((idx, kind, info.qualname))
+        _boundaries.disclose(self, kind, info.qualname)
+        return idx
 
     def _find_swapped_parameter(self, t: torch.Tensor) -> str | None:
         # accelerate's offload hooks replace module._parameters[name] during the call.
@@ -225,6 +257,8 @@ class CaptureSession:
         info = func_info(func)
         if info.metadata_only:
             return func(*args, **kwargs)
+        if self.exits and info.kind in _boundaries.REENTRY_KINDS and args and _boundaries.is_foreign_array(args[0]):
+            return self._reenter_call(func, args, kwargs)  # [issue 7] torch.tensor(ndarray) after .numpy()
         guard = self.guard
         if guard is not None:
             guard.before_call(info, func, args, kwargs, self)
@@ -268,6 +302,8 @@ class CaptureSession:
         elif out is None and target is not None:
             outs = (target,)  # __setitem__ and friends return None
         else:
+            if info.kind in _boundaries.ROUNDTRIP_KINDS and args and isinstance(args[0], _Tensor):
+                self.exits.append((args[0], info.kind))  # [issue 7] a tensor left torch
             return out
         writes = ()
         if watched:
@@ -408,3 +444,5 @@ def _meta(t: torch.Tensor) -> tuple:
 _IO_INPUT = FuncInfo("input", "input", False, False, False)
 _IO_OUTPUT = FuncInfo("output", "output", False, False, False)
 _CONSTANT = FuncInfo("constant", "constant", False, False, False)
+_ROUNDTRIP_INFO = {k: FuncInfo(k, k.replace("_", "."), False, False, False)  # [issue 7]
+                   for k in ("numpy_roundtrip", "dlpack_roundtrip")}

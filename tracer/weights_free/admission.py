@@ -10,6 +10,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
+from ..bridges.distributed import is_dtensor
 from ..capture.walk import iter_tensors
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
@@ -106,7 +107,7 @@ def _check_tensor_state(name: str, t: torch.Tensor) -> None:
 
 def _unsupported_kind(t: torch.Tensor) -> str | None:
     cls = type(t)
-    if cls.__name__ == "DTensor" and cls.__module__.startswith("torch.distributed"):
+    if is_dtensor(t):  # [issue 7] shared with trace()'s entry refusal (tracer.bridges.distributed)
         return "DTensor"
     if cls.__name__ == "FakeTensor" or cls.__module__.startswith("torch._subclasses.fake"):
         return "fake"

@@ -1,0 +1,196 @@
+"""[issue 7] Foreign-kernel boundaries: computation the function mode cannot see inside.
+
+Three kinds, each recorded as one boundary op and disclosed once per class per capture
+with a `ForeignKernelWarning`:
+
+* `autograd_function`: a `torch.autograd.Function.apply` call. The mode never sees `apply`
+  (only the ops inside `forward`, and not at all what a Triton or C++ kernel does there),
+  so for the session only, `Function.apply` is replaced by a wrapper that records one op
+  (parents: its tensor inputs; outputs: its outputs; func: the Function's qualified name)
+  and suspends recording inside. The wrapper is restored in a `finally`; replay calls
+  the original `apply` again. Functions of `TRANSPARENT_PACKAGES` stay transparent.
+* `numpy_roundtrip` / `dlpack_roundtrip`: a tensor leaves through `.numpy()`,
+  `__array__` or `__dlpack__` and a tensor comes back (`torch.from_numpy`,
+  `torch.from_dlpack`, `torch.tensor(ndarray)`). The re-entering tensor becomes a
+  boundary op whose parents are the tensors that left since the last boundary. Its code
+  ran outside torch, so replay refuses it typed (`foreign_kernel_not_replayable`).
+* torch.library custom ops are dispatcher ops the mode sees as one call already;
+  `describe_op_overload` names them (`torch.ops.ns.op`, kind `ns_op`).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from typing import Any, Iterator
+
+import torch
+
+from ..errors import ForeignKernelNotReplayableError
+from .functions import FuncInfo, _cache as _func_info_cache
+
+FUNCTION_KIND = "autograd_function"
+ROUNDTRIP_KINDS = {"numpy": "numpy_roundtrip", "array": "numpy_roundtrip", "dlpack": "dlpack_roundtrip"}
+# Calls the mode sees that turn a foreign array back into a tensor.
+REENTRY_KINDS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy", "from_dlpack"})
+
+
+class ForeignKernelWarning(UserWarning):
+    """A foreign kernel ran inside the forward: recorded as one opaque boundary op."""
+
+
+# -- naming --------------------------------------------------------------------------------
+def describe_op_overload(func: Any) -> FuncInfo | None:
+    """FuncInfo for a dispatcher op (`torch.ops.ns.op[.overload]`); None for anything else."""
+    if not isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return None
+    qualified = func._qualified_op_name if isinstance(func, torch._ops.OpOverloadPacket) else func.name()
+    ns, _, name = qualified.partition("::")
+    overload = getattr(func, "_overloadname", "default")
+    qualname = f"torch.ops.{ns}.{name}" + ("" if overload in ("default", "") else f".{overload}")
+    kind = name if ns == "aten" else f"{ns}_{name}"
+    inplace = name.endswith("_") and not name.startswith("_")
+    return FuncInfo(kind=kind, qualname=qualname, inplace=inplace, metadata_only=False, value_read=False)
+
+
+def kernel_name(kernel: Any) -> str:
+    """The `Op.func` a foreign kernel is recorded under: a Function class, custom op, or that string."""
+    if isinstance(kernel, str):
+        return kernel
+    if isinstance(kernel, type) and issubclass(kernel, torch.autograd.Function):
+        return f"{kernel.__module__}.{kernel.__qualname__}"
+    info = describe_op_overload(kernel)
+    if info is not None:
+        return info.qualname
+    qualified = getattr(kernel, "_qualname", None)  # torch.library.custom_op's CustomOpDef
+    if isinstance(qualified, str) and "::" in qualified:
+        ns, _, name = qualified.partition("::")
+        return f"torch.ops.{ns}.{name}"
+    raise TypeError(f"not a foreign kernel: {kernel!r} (pass a Function class, a custom op or its name)")
+
+
+# -- autograd Functions ----------------------------------------------------------------------
+_ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+_active = threading.local()
+
+
+class _FunctionCall:
+    """`cls.apply` as a recorded call: suspends recording while it runs under a capture."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.apply = _ORIGINAL_APPLY.__get__(None, cls)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        session = getattr(_active, "session", None)
+        if session is None:  # replay, or a call outside any capture
+            return self.apply(*args, **kwargs)
+        session.suspended += 1
+        try:
+            return self.apply(*args, **kwargs)
+        finally:
+            session.suspended -= 1
+
+    def __repr__(self) -> str:
+        return f"{kernel_name(self.cls)}.apply"
+
+
+_CALLS: dict[type, _FunctionCall] = {}
+
+
+def _call_for(cls: type) -> _FunctionCall:
+    call = _CALLS.get(cls)
+    if call is None:
+        call = _CALLS[cls] = _FunctionCall(cls)
+        _func_info_cache[call] = FuncInfo(FUNCTION_KIND, kernel_name(cls), False, False, False)
+    return call
+
+
+# Packages whose Functions stay transparent (their inner ops recorded as before): torch's own,
+# and bitsandbytes, whose quantized matmuls the bitsandbytes bridge discloses op by op.
+TRANSPARENT_PACKAGES = ("torch", "bitsandbytes")
+
+
+def _transparent(cls: type) -> bool:
+    return cls.__module__.partition(".")[0] in TRANSPARENT_PACKAGES
+
+
+def _wrapped_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    session = getattr(_active, "session", None)
+    if (session is None or session.suspended or getattr(_active, "thread", None) != threading.get_ident()
+            or _transparent(cls)):
+        return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
+    name = kernel_name(cls)
+    disclose(session, FUNCTION_KIND, name, stacklevel=3)  # the line that called apply
+    start = len(session.records)
+    out = session.on_call(_call_for(cls), args, kwargs)
+    session.boundaries.extend((i, FUNCTION_KIND, name) for i in range(start, len(session.records)))
+    return out
+
+
+@contextlib.contextmanager
+def function_boundaries(session: Any) -> Iterator[None]:
+    """`Function.apply` records boundary ops for `session` in this thread; always restored."""
+    previous = (getattr(_active, "session", None), getattr(_active, "thread", None))
+    installed = torch.autograd.Function.__dict__["apply"]
+    torch.autograd.Function.apply = classmethod(_wrapped_apply)  # type: ignore[method-assign]
+    _active.session, _active.thread = session, threading.get_ident()
+    try:
+        yield
+    finally:
+        torch.autograd.Function.apply = installed  # type: ignore[method-assign]
+        _active.session, _active.thread = previous
+
+
+# -- numpy / DLPack round trips ----------------------------------------------------------------
+class OpaqueRoundTrip:
+    """The live call of a round-trip boundary: its code ran outside torch, so replay refuses."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise ForeignKernelNotReplayableError(
+            f"a {self.kind.replace('_', ' ')} ran outside torch; its code was not recorded and cannot be replayed",
+            site=self.kind, boundary=self.kind)
+
+
+def is_foreign_array(x: Any) -> bool:
+    """True for a numpy array or another object that leaves/enters torch through DLPack."""
+    mod = type(x).__module__
+    return mod == "numpy" or mod.startswith("numpy.") or (not isinstance(x, torch.Tensor) and hasattr(x, "__dlpack__"))
+
+
+def roundtrip_kind(exit_kinds: list[str]) -> str:
+    """The boundary kind for the exits since the last boundary (DLPack wins when mixed)."""
+    kinds = {ROUNDTRIP_KINDS[k] for k in exit_kinds}
+    return "dlpack_roundtrip" if "dlpack_roundtrip" in kinds else "numpy_roundtrip"
+
+
+# -- disclosure --------------------------------------------------------------------------------
+_WHAT = {
+    FUNCTION_KIND: "autograd Function {name} ran as one boundary op; the ops inside its forward are not recorded",
+    "numpy_roundtrip": "a numpy round trip ran inside the forward; it is recorded as one boundary op whose "
+                       "parents are the tensors that left torch, and it cannot be replayed",
+    "dlpack_roundtrip": "a DLPack round trip ran inside the forward; it is recorded as one boundary op whose "
+                        "parents are the tensors that left torch, and it cannot be replayed",
+}
+
+
+def disclose(session: Any, kind: str, name: str, stacklevel: int = 4) -> None:
+    """Warn once per (kind, class) per capture; the sentence also goes to `trace.warnings`."""
+    key = (kind, name)
+    if key in session.disclosed:
+        return
+    session.disclosed.add(key)
+    msg = "foreign kernel: " + _WHAT[kind].format(name=name)
+    session.warnings.append(msg)
+    warnings.warn(msg, ForeignKernelWarning, stacklevel=stacklevel)
+
+
+def seal(trace: Any, session: Any) -> None:
+    """Record the boundary ops in `trace.provenance["foreign_kernels"]` (label -> kind, name)."""
+    if not session.boundaries:
+        return
+    trace.provenance["foreign_kernels"] = {
+        trace.ops[idx].label: {"boundary": kind, "name": name} for idx, kind, name in session.boundaries}
