@@ -1,0 +1,136 @@
+"""`torchlens-explore`: open a trace, a config or your own model in the browser explorer.
+
+    torchlens-explore                         the embedded Llama-3.1-8B-class config, weights-free
+    torchlens-explore PATH                    a saved trace (folder, trace.json or .zip) or a config JSON
+    torchlens-explore --model pkg.mod:factory --input-shape 1,8
+    torchlens-explore --summary [gpt2]        print the trace summary and exit
+    torchlens-explore snapshot PATH --out fig.svg
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import webbrowser
+from pathlib import Path
+from typing import Sequence
+
+from tracer.errors import TracerError
+
+
+def _main_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="torchlens-explore", description="Explore a PyTorch model's traced graph in a browser.",
+                                epilog="Subcommand: torchlens-explore snapshot PATH --out fig.svg (headless figure export).")
+    p.add_argument("path", nargs="?", help="saved trace (folder, trace.json, .zip), config JSON, or a shipped config name")
+    p.add_argument("--model", help="trace your own model: package.module:factory (a function returning an nn.Module)")
+    p.add_argument("--input-shape", default="1,8", help="input shape for --model or a config (default 1,8)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--no-browser", action="store_true", help="do not open a browser (servers); the URL is printed")
+    p.add_argument("--summary", nargs="?", const="", default=None, metavar="SOURCE",
+                   help="print the trace summary and exit (SOURCE: a shipped config name or path, e.g. gpt2)")
+    return p
+
+
+def _snapshot_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="torchlens-explore snapshot", description="Write a figure of a trace without a browser.")
+    p.add_argument("path", nargs="?", help="saved trace or config JSON (default: the embedded 8B config)")
+    p.add_argument("--out", required=True, help="output figure: .svg or .png")
+    p.add_argument("--model", help="package.module:factory instead of PATH")
+    p.add_argument("--input-shape", default="1,8")
+    p.add_argument("--expand", action="append", default=None, metavar="ADDRESS",
+                   help="module address to draw expanded (repeatable; default: down to the repeated blocks)")
+    p.add_argument("--fold", action="store_true", help="fold runs of repeated blocks")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the exit status (refusals print a readable message, exit 2)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] == "snapshot":
+            return snapshot(_snapshot_parser().parse_args(args[1:]))
+        return explore(_main_parser().parse_args(args))
+    except TracerError as exc:
+        print(f"torchlens-explore: refused [{exc.code}]: {exc.message}", file=sys.stderr)
+        if exc.site:
+            print(f"  at: {exc.site}", file=sys.stderr)
+        if exc.remedy:
+            print(f"  what to do: {exc.remedy}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _load(path: str | None, model: str | None, shape_text: str):
+    from .sources import open_source, parse_shape
+
+    return open_source(path, model, parse_shape(shape_text))
+
+
+def explore(ns: argparse.Namespace) -> int:
+    if ns.summary is not None:
+        loaded = _load(ns.summary or ns.path, ns.model, ns.input_shape)
+        print(loaded.trace.summary())
+        return 0
+    started = time.perf_counter()
+    print("torchlens-explore: capturing" + (f" {ns.model or ns.path}" if (ns.model or ns.path) else
+                                            " the embedded Llama-3.1-8B-class config (weights-free)") + " ...", flush=True)
+    loaded = _load(ns.path, ns.model, ns.input_shape)
+    print(f"torchlens-explore: {loaded.title}: {len(loaded.trace.ops):,} ops, {loaded.trace.ladder_state} "
+          f"({time.perf_counter() - started:.1f} s)", flush=True)
+    from .explorer import serve
+
+    def ready(url: str) -> None:
+        print(f"torchlens-explore: serving on {url}  (Ctrl+C to stop)", flush=True)
+        if not ns.no_browser and browser_available():
+            threading.Timer(1.0, webbrowser.open, args=(url,)).start()
+
+    serve(loaded, ns.port, on_ready=ready)
+    return 0
+
+
+def browser_available() -> bool:
+    """True where a browser can open: a desktop session (macOS, Windows, or a DISPLAY/Wayland)."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return False
+    try:
+        webbrowser.get()
+    except webbrowser.Error:
+        return False
+    return True
+
+
+def snapshot(ns: argparse.Namespace) -> int:
+    from .views.export import figure_api
+
+    out = Path(ns.out)
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt not in ("svg", "png"):
+        from tracer.errors import InvalidInputError
+
+        raise InvalidInputError(f"--out {ns.out!r} must end in .svg or .png", site="snapshot --out",
+                                remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
+    loaded = _load(ns.path, ns.model, ns.input_shape)
+    api = figure_api()
+    if api is None:
+        from tracer.errors import FeatureUnavailableError
+
+        raise FeatureUnavailableError("figure export is not available in this build", site="snapshot")
+    expanded = None
+    if ns.expand:
+        from exporters.layout import default_expansion
+
+        expanded = frozenset(default_expansion(loaded.trace)) | set(ns.expand)
+    written = getattr(api, f"export_{fmt}")(loaded.trace, out, expanded=expanded, fold_repeats=ns.fold)
+    from .ladder import caption
+
+    print(f"torchlens-explore: wrote {written} ({caption(loaded.trace)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""The explorer page: banner on top, module tree and inspector on the left, the graph in the
+middle, discharge / doctor / export on the right; served by Panel on loopback."""
+from __future__ import annotations
+
+import socket
+from typing import Any, Callable
+
+import panel as pn
+
+from .sources import Loaded
+from .state import ExplorerState
+from .views.banner import ClaimBanner
+from .views.discharge import DischargePanel
+from .views.doctor import DoctorPanel
+from .views.export import ExportPanel
+from .views.graph import GraphView
+from .views.inspector import Inspector
+from .views.tree import ModuleTree
+
+HOST = "127.0.0.1"
+
+
+def build_app(loaded: Loaded) -> pn.viewable.Viewable:
+    """One session's page over a fresh `ExplorerState` of `loaded`."""
+    state = ExplorerState(loaded)
+    banner = ClaimBanner(state=state)
+    graph = GraphView(state=state)
+    left = pn.Column(ModuleTree(state=state), Inspector(state=state), width=360, css_classes=["tlx-left"])
+    right = pn.Tabs(("Discharge", DischargePanel(state=state)), ("Doctor", DoctorPanel(state=state)),
+                    ("Export", ExportPanel(state=state)), width=380, css_classes=["tlx-right"])
+    header = pn.Column(
+        pn.pane.HTML(f'<div style="font:600 20px sans-serif">torchlens-explore &middot; {loaded.title}</div>'),
+        banner, sizing_mode="stretch_width",
+        styles={"position": "sticky", "top": "0", "z-index": "10", "background": "white"},
+    )
+    page = pn.Column(header, pn.Row(left, graph, right, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+    page.tlx_state = state  # tests and benchmarks reach the session state through the page
+    return page
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port free on `host` a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Callable[[str], None] | None = None) -> Any:
+    """Serve the explorer on 127.0.0.1; returns the server (a thread to `.stop()` when threaded).
+
+    Blocks when not threaded. `on_ready(url)` is called once the port is known, before serving.
+    """
+    port = port or free_port()
+    url = f"http://{HOST}:{port}/"
+    if on_ready is not None:
+        on_ready(url)
+    return pn.serve(
+        {"/": lambda: build_app(loaded)}, address=HOST, port=port, show=False, threaded=threaded,
+        title=f"torchlens-explore: {loaded.trace.model_class}", websocket_origin=[f"{HOST}:{port}", f"localhost:{port}"],
+        liveness=True,
+    )

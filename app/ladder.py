@@ -1,0 +1,110 @@
+"""The claim-ladder state as the app shows it: one headline and one detail line per state.
+
+Read from the trace's evidence envelope (and the last discharge report); the banner, the
+inspector, figure captions and exports all use these same words.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+HEADLINES = {
+    "OBSERVED": "OBSERVED: eager capture, every shape and value was observed",
+    "HYPOTHESIS": "HYPOTHESIS: shapes unproven, no values exist",
+    "CORROBORATED": "CORROBORATED: structure matched a real twin; still no payloads here",
+    "REFUTED": "REFUTED: a real twin contradicts this structure",
+}
+
+
+@dataclass(frozen=True)
+class LadderView:
+    """What the banner says: the state, a headline, and one line of evidence."""
+
+    state: str
+    headline: str
+    detail: str
+
+
+def ladder_view(trace: Any, report: Any = None) -> LadderView:
+    """The banner text for `trace` (its `ladder_state`), using `report` from a discharge if given."""
+    state = str(getattr(trace, "ladder_state", "OBSERVED"))
+    headline = HEADLINES.get(state, f"{state}: claim state")
+    env = getattr(trace, "envelope", None)
+    if state == "OBSERVED":
+        saved = len(getattr(trace, "values", {}) or {})
+        detail = f"{len(trace.ops):,} ops recorded from a real forward; {saved:,} op values saved."
+    elif state == "HYPOTHESIS":
+        detail = (f"Structure-only capture on the meta device: {len(trace.ops):,} ops, "
+                  f"{trace.param_count():,} declared parameters. Discharge against a real twin to test it.")
+    elif state == "CORROBORATED":
+        record = _discharge_record(env)
+        against = record.get("against") or {}
+        counts = getattr(report, "claimed_counts", None) or (env.counts if hasattr(env, "counts") else {})
+        detail = (f"Discharged against a real {against.get('model_class', 'twin')} capture"
+                  + (f" ({against['captured_at']})" if against.get("captured_at") else "")
+                  + ": every claim holds (" + ", ".join(f"{n:,} {k}" for k, n in dict(counts).items()) + ")."
+                  + " The values stay with the twin; this trace still holds none.")
+    elif state == "REFUTED":
+        record = _discharge_record(env)
+        first = getattr(report, "contradiction", None) or record.get("contradiction")
+        detail = "First contradiction: " + (contradiction_text(first) if first else "see the discharge report.")
+    else:
+        detail = ""
+    return LadderView(state, headline, detail)
+
+
+def caption(trace: Any) -> str:
+    """The one-line figure caption for the trace's state (the exporters' wording when present)."""
+    try:
+        from exporters.bokeh_graph import caption_for
+
+        return caption_for(trace)
+    except ImportError:
+        return HEADLINES.get(str(trace.ladder_state), str(trace.ladder_state))
+
+
+def report_rows(report: Any) -> list[dict[str, str]]:
+    """Per-claim-table rows of a discharge result: claims, claimed and observed counts, status."""
+    if report is None:
+        return []
+    claimed = dict(getattr(report, "claimed_counts", {}) or {})
+    observed = dict(getattr(report, "observed_counts", {}) or {})
+    first = getattr(report, "contradiction", None)
+    first = dict(first) if isinstance(first, Mapping) else first
+    rows = []
+    for table in sorted(set(claimed) | set(observed), key=lambda t: ("ops", "params", "modules", t).index(t) if t in ("ops", "params", "modules") else 3):
+        hit = first is not None and first.get("table") == table
+        rows.append({"claims": table, "claimed": str(claimed.get(table, "-")), "observed": str(observed.get(table, "-")),
+                     "status": "REFUTED: " + contradiction_text(first) if hit else
+                     ("holds" if first is None else "not reached (joined up to the first contradiction)"
+                      if _after(table, first) else "holds")})
+    return rows
+
+
+def contradiction_text(c: Any) -> str:
+    """A contradiction record as one sentence: where, why, and what was claimed vs observed."""
+    if not isinstance(c, Mapping):
+        return str(c)
+    where = f"{c.get('table')}[{c.get('position')}]" if c.get("position") is not None else str(c.get("table", ""))
+    text = f"{where} {c.get('reason', '')}".strip()
+    if "field" in c:
+        text += f": {c['field']} claimed {c.get('claimed')!r}, observed {c.get('observed')!r}"
+    if c.get("reason") == "record counts differ":
+        text += f" (claimed {c.get('claimed_count')}, observed {c.get('observed_count')})"
+    row = c.get("claimed_row") or c.get("observed_row")
+    if c.get("table") == "ops" and row:
+        text += f" at op {row[0]}"
+    return text
+
+
+def _after(table: str, first: dict) -> bool:
+    order = ("ops", "params", "modules")
+    try:
+        return order.index(table) > order.index(first.get("table"))
+    except ValueError:
+        return False
+
+
+def _discharge_record(env: Any) -> dict:
+    record = getattr(env, "discharge", None)
+    return dict(record) if isinstance(record, Mapping) else {}

@@ -1,0 +1,166 @@
+"""One explorer session's state: the trace, what is expanded, what is selected, the claim state.
+
+Views watch these parameters; actions (toggle, select, search, discharge results) change them.
+Layout comes from `exporters.layout`; this object only decides which modules are expanded.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import param
+
+from .ladder import LadderView, ladder_view
+from .sources import Loaded
+
+
+def layout_api() -> Any:
+    """`exporters.layout` when it is present in this build, else None."""
+    try:
+        from exporters import layout
+
+        return layout if hasattr(layout, "compute_layout") else None
+    except ImportError:
+        return None
+
+
+AUTO_FOLD_NODES = 80  # a default view with more boxes than this starts with repeated blocks folded
+
+
+class ExplorerState(param.Parameterized):
+    """Everything one browser session shares between its views."""
+
+    expanded = param.Parameter(default=frozenset({""}), doc="module addresses drawn as open frames")
+    fold_repeats = param.Boolean(default=False, doc="fold runs of identical repeated blocks")
+    selected = param.String(default="", doc="label of the op shown in the inspector")
+    focused = param.String(default="", doc="module address focused from the tree or search")
+    layout = param.Parameter(default=None, doc="exporters.layout.Layout of the current view")
+    layout_ms = param.Number(default=0.0, doc="milliseconds the last layout took")
+    ladder = param.Parameter(default=None, doc="LadderView shown by the banner")
+    report = param.Parameter(default=None, doc="the last discharge report")
+    message = param.String(default="", doc="the last status or refusal, readable")
+    last_toggled = param.String(default="", doc="the module last expanded or collapsed (the view centres on it)")
+    centre_on = param.String(default="", doc='what the view centres on after a change: "module:<address>" or "op:<label>"')
+
+    def __init__(self, loaded: Loaded, **params: Any) -> None:
+        super().__init__(**params)
+        # Each session discharges its own copy: the envelope changes, the shared ops do not.
+        self.loaded = loaded
+        self.trace = copy.copy(loaded.trace)
+        self._param_totals = _param_totals(self.trace)
+        api = layout_api()
+        if api is not None and "expanded" not in params:
+            self.expanded = frozenset(api.default_expansion(self.trace))
+        self.ladder = ladder_view(self.trace)
+        self.relayout()
+        if self.layout is not None and "fold_repeats" not in params and len(self.layout.nodes) > AUTO_FOLD_NODES:
+            self.fold_repeats = True  # e.g. 126 decoder layers: one "x126" box until the user unfolds
+
+    # -- layout ---------------------------------------------------------------------
+    @param.depends("expanded", "fold_repeats", watch=True)
+    def relayout(self) -> None:
+        api = layout_api()
+        if api is None:
+            self.layout = None
+            return
+        started = time.perf_counter()
+        layout = api.compute_layout(self.trace, self.expanded, fold_repeats=self.fold_repeats)
+        self.layout_ms = (time.perf_counter() - started) * 1000
+        self.layout = layout
+
+    def toggle(self, address: str) -> None:
+        """Expand a collapsed module or collapse an expanded one (the root stays open)."""
+        api = layout_api()
+        if api is not None and hasattr(api, "toggle"):
+            new = frozenset(api.toggle(self.expanded, address))
+        else:
+            new = self.expanded - {address} if address in self.expanded else self.expanded | {address}
+        self.last_toggled = address
+        self.centre_on = f"module:{address}"
+        self.expanded = new | {""}
+
+    def expand_to(self, address: str, *, include_self: bool = False) -> None:
+        """Open every ancestor of `address` (and itself if asked) so it is visible."""
+        parts = address.split(".") if address else []
+        opened = {""} | {".".join(parts[:i]) for i in range(1, len(parts) + (1 if include_self else 0))}
+        if not opened <= self.expanded:
+            self.expanded = self.expanded | opened
+
+    # -- selection ------------------------------------------------------------------------
+    def select_op(self, label: str) -> None:
+        """Show op `label` in the inspector and open the modules around it."""
+        op = self.trace[label]
+        self.centre_on = f"op:{label}"
+        self.expand_to(op.module, include_self=bool(op.module))
+        self.selected = label
+        self.focused = op.module
+
+    def focus_module(self, address: str) -> None:
+        """Focus a module from the tree: open its ancestors and toggle it."""
+        if address not in self.trace.modules:
+            raise KeyError(f"no module at {address!r}")
+        self.expand_to(address)
+        self.focused = address
+        self.toggle(address)
+
+    def search(self, query: str, limit: int = 20) -> list[tuple[str, str]]:
+        """Ops and modules whose label or address contains `query`: [(kind, id)], exact first."""
+        q = query.strip().lower()
+        if not q:
+            return []
+        hits: list[tuple[int, str, str]] = []
+        for address in self.trace.modules:
+            a = address.lower()
+            if address and q in a:
+                hits.append((0 if a == q else 2, "module", address))
+        for op in self.trace.ops:
+            lab = op.label.lower()
+            if q in lab:
+                hits.append((0 if lab == q else 1, "op", op.label))
+        hits.sort(key=lambda h: (h[0], len(h[2])))
+        return [(kind, ident) for _, kind, ident in hits[:limit]]
+
+    def go(self, query: str) -> str:
+        """Select the best search hit; returns a readable line saying what happened."""
+        hits = self.search(query, limit=1)
+        if not hits:
+            self.message = f"Nothing matches {query!r}."
+            return self.message
+        kind, ident = hits[0]
+        if kind == "op":
+            self.select_op(ident)
+            self.message = f"Op {ident} selected."
+        else:
+            self.centre_on = f"module:{ident}"
+            self.expand_to(ident, include_self=True)
+            self.focused = ident
+            self.message = f"Module {ident} opened."
+        return self.message
+
+    # -- claims -------------------------------------------------------------------------------
+    def set_report(self, report: Any) -> None:
+        """Record a discharge report; the banner re-reads the trace's envelope."""
+        self.report = report
+        self.ladder = ladder_view(self.trace, report)
+
+    @property
+    def ladder_view(self) -> LadderView:
+        return self.ladder
+
+    def params_under(self, address: str) -> int:
+        """Parameters (tied counted once, buffers excluded) of a module and its submodules."""
+        return self._param_totals.get(address, 0)
+
+
+def _param_totals(trace: Any) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for rec in trace.params.values():
+        if rec.is_buffer:
+            continue
+        parts = rec.address.split(".")[:-1]
+        totals[""] = totals.get("", 0) + rec.numel
+        for i in range(1, len(parts) + 1):
+            key = ".".join(parts[:i])
+            totals[key] = totals.get(key, 0) + rec.numel
+    return totals

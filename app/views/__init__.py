@@ -1,0 +1,1 @@
+"""The explorer's panels, each a `pn.viewable.Viewer` over one `ExplorerState`."""

@@ -1,0 +1,146 @@
+"""Exports: the current view as SVG/PNG (ladder state as caption), the trace file, Model
+Explorer JSON, and the same graph opened in Model Explorer served on loopback."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+import panel as pn
+import param
+
+from tracer.errors import FeatureUnavailableError
+
+from ..ladder import caption
+from ..state import ExplorerState
+from .discharge import refusal_text, run_in_background
+
+
+def figure_api() -> Any:
+    """The module holding `export_svg` / `export_png` in this build (bokeh_graph or figures)."""
+    for name in ("exporters.bokeh_graph", "exporters.figures"):
+        try:
+            mod = __import__(name, fromlist=["export_svg"])
+        except ImportError:
+            continue
+        if hasattr(mod, "export_svg"):
+            return mod
+    return None
+
+
+def export_view(state: ExplorerState, path: str | Path, fmt: str) -> Path:
+    """Write the current view (expansion and folding) as `fmt` ("svg" or "png") to `path`."""
+    api = figure_api()
+    if api is None or not hasattr(api, f"export_{fmt}"):
+        raise FeatureUnavailableError(f"{fmt.upper()} figure export is not available in this build", site="export")
+    fn = getattr(api, f"export_{fmt}")
+    return Path(fn(state.trace, path, expanded=state.expanded, fold_repeats=state.fold_repeats))
+
+
+def zip_trace(trace: Any, path: str | Path) -> Path:
+    """Save the trace (a folder) and zip it into one downloadable file; `torchlens-explore` opens it."""
+    path = Path(path)
+    folder = path.with_suffix("")
+    if folder.exists():
+        shutil.rmtree(folder)
+    trace.save(str(folder))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(folder.iterdir()):
+            zf.write(f, arcname=f.name)
+    return path
+
+
+def model_explorer_json(trace: Any, path: str | Path) -> Path:
+    """The trace as a Model Explorer graph collection."""
+    from exporters.model_explorer import export
+
+    return Path(export(trace, path))
+
+
+class ExportPanel(pn.viewable.Viewer):
+    """Download buttons for figures, the trace and Model Explorer JSON; a Model Explorer launcher."""
+
+    state = param.ClassSelector(class_=ExplorerState)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.workdir = Path(tempfile.mkdtemp(prefix="tlx-export-"))
+        stem = self.state.trace.model_class
+        self.status = pn.pane.Markdown("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
+        self.caption = pn.pane.Markdown(self._caption_md(), css_classes=["tlx-export-caption"])
+        self.svg = self._download("Figure (SVG)", f"{stem}.svg", lambda p: export_view(self.state, p, "svg"), "tlx-export-svg")
+        self.png = self._download("Figure (PNG)", f"{stem}.png", lambda p: export_view(self.state, p, "png"), "tlx-export-png")
+        self.trace_file = self._download("Trace file (.zip)", f"{stem}.trace.zip", lambda p: zip_trace(self.state.trace, p),
+                                         "tlx-export-trace")
+        self.me_json = self._download("Model Explorer JSON", f"{stem}.model-explorer.json",
+                                      lambda p: model_explorer_json(self.state.trace, p), "tlx-export-me")
+        self.me_button = pn.widgets.Button(label="Open in Model Explorer", css_classes=["tlx-open-me"])
+        self.me_link = pn.pane.HTML("", css_classes=["tlx-me-link"])
+        self.me_button.on_click(lambda _e: self.open_model_explorer())
+        self.server: Any = None
+        self.state.param.watch(lambda _e: setattr(self.caption, "object", self._caption_md()), "ladder")
+        if pn.state.curdoc is not None:
+            try:
+                pn.state.on_session_destroyed(lambda _ctx: self.close())
+            except Exception:  # not inside a served session
+                pass
+
+    def _caption_md(self) -> str:
+        return f"Figure caption: *{caption(self.state.trace)}*"
+
+    def _download(self, label: str, filename: str, make: Callable[[Path], Path], css: str) -> pn.widgets.FileDownload:
+        def callback() -> Any:
+            try:
+                out = make(self.workdir / filename)
+            except Exception as exc:
+                self.status.object = refusal_text(exc)
+                return None
+            self.status.object = f"Wrote {Path(out).name} ({Path(out).stat().st_size:,} bytes)."
+            return str(out)
+
+        return pn.widgets.FileDownload(callback=callback, filename=filename, label=label, embed=False,
+                                       css_classes=[css], sizing_mode="stretch_width")
+
+    def open_model_explorer(self) -> None:
+        """Export, start Model Explorer on 127.0.0.1 in the background, and show its link."""
+        if self.server is not None:
+            self.me_link.object = self._link(self.server.url)
+            return
+        self.status.object = "Starting Model Explorer on 127.0.0.1 (a few seconds)..."
+        self.me_button.disabled = True
+
+        def work() -> Any:
+            from exporters.model_explorer_server import serve
+
+            path = model_explorer_json(self.state.trace, self.workdir / "graph.model-explorer.json")
+            return serve(path)
+
+        def done(server: Any) -> None:
+            self.server = server
+            self.me_button.disabled = False
+            self.status.object = "Model Explorer is serving this graph on loopback."
+            self.me_link.object = self._link(server.url)
+
+        def failed(exc: BaseException) -> None:
+            self.me_button.disabled = False
+            self.status.object = refusal_text(exc)
+
+        run_in_background(pn.state.curdoc, work, done, failed)
+
+    @staticmethod
+    def _link(url: str) -> str:
+        return f'<a class="tlx-me-href" href="{url}" target="_blank" rel="noopener">Open the graph in Model Explorer</a>'
+
+    def close(self) -> None:
+        """Stop the Model Explorer server and remove the session's files."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __panel__(self):
+        return pn.Column(pn.pane.Markdown("**Export**", margin=(0, 5)), self.caption, self.svg, self.png,
+                         self.trace_file, self.me_json, self.me_button, self.me_link, self.status,
+                         sizing_mode="stretch_width")

@@ -1,0 +1,102 @@
+"""The op inspector: label, function, module path, parents and children, shape, dtype,
+consumed parameters, source line, the claim state, and statistics of a saved value."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import panel as pn
+import param
+
+from ..state import ExplorerState
+
+
+def value_stats(value: Any) -> dict[str, str]:
+    """Summary statistics of a saved tensor value (empty when it is not a float/int tensor)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() == 0:
+        return {}
+    v = value.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(v)
+    stats = {"min": v.min().item(), "max": v.max().item(), "mean": v.mean().item(),
+             "std": v.std().item() if v.numel() > 1 else 0.0, "norm": v.norm().item()}
+    out = {k: f"{x:.6g}" for k, x in stats.items()}
+    out["non-finite"] = str(int((~finite).sum().item()))
+    return out
+
+
+def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
+    """(field, text) rows describing op `label` in `trace`."""
+    op = trace[label]
+    rows = [("label", op.label), ("kind", op.kind), ("function", op.func or "-"),
+            ("module", op.module or "(root)"),
+            ("module path", " > ".join(f"{a}:{c}" if c else a for a, c in op.module_stack if a) or "(root)")]
+    if op.out is not None:
+        rows += [("shape", str(tuple(op.out.shape))), ("dtype", op.out.dtype), ("device", op.out.device)]
+    rows.append(("parents", ", ".join(f"{e.source} (arg {e.position})" for e in op.parents) or "-"))
+    kids = trace.children_of(label)
+    rows.append(("children", ", ".join(kids[:12]) + (f" ... (+{len(kids) - 12})" if len(kids) > 12 else "") or "-"))
+    params = []
+    for addr in op.params:
+        rec = trace.params.get(addr)
+        params.append(f"{addr} {tuple(rec.shape)} {rec.dtype}" if rec else addr)
+    rows.append(("consumed parameters", "; ".join(params) or "-"))
+    rows.append(("source", str(op.source) if op.source else "-"))
+    rows.append(("claim state", _claim_text(ladder_state)))
+    return rows
+
+
+def _claim_text(state: str) -> str:
+    return {
+        "OBSERVED": "OBSERVED: this shape was observed on real values",
+        "HYPOTHESIS": "HYPOTHESIS: shape unproven, no value exists",
+        "CORROBORATED": "CORROBORATED: a real twin produced this shape; no value is kept here",
+        "REFUTED": "REFUTED: a real twin contradicts this trace",
+    }.get(state, state)
+
+
+def rows_html(title: str, rows: list[tuple[str, str]]) -> str:
+    body = "".join(
+        f'<tr><th style="text-align:left;padding:2px 8px 2px 0;vertical-align:top;white-space:nowrap">{html.escape(k)}</th>'
+        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;word-break:break-all">{html.escape(v)}</td></tr>'
+        for k, v in rows)
+    return (f'<div class="tlx-inspector" style="font-family:sans-serif;font-size:13px">'
+            f'<div style="font-weight:700;font-size:15px;margin-bottom:4px">{html.escape(title)}</div>'
+            f"<table>{body}</table></div>")
+
+
+class Inspector(pn.viewable.Viewer):
+    """Details of the selected op, or of the focused module when no op is selected."""
+
+    state = param.ClassSelector(class_=ExplorerState)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._pane = pn.pane.HTML(self._markup(), sizing_mode="stretch_width")
+        self.state.param.watch(lambda _e: setattr(self._pane, "object", self._markup()), ["selected", "focused", "ladder"])
+
+    def _markup(self) -> str:
+        s = self.state
+        trace = s.trace
+        if s.selected and s.selected in trace:
+            rows = op_rows(trace, s.selected, s.ladder.state)
+            value = trace.values.get(s.selected) if trace.values else None
+            stats = value_stats(value) if value is not None else {}
+            if stats:
+                rows += [(f"value {k}", v) for k, v in stats.items()]
+            elif s.ladder.state == "OBSERVED":
+                rows.append(("value", "not saved for this op"))
+            return rows_html(f"Op {s.selected}", rows)
+        if s.focused and s.focused in trace.modules:
+            mod = trace.modules[s.focused]
+            rows = [("address", mod.address), ("class", mod.class_name), ("parameters", f"{s.params_under(mod.address):,}"),
+                    ("children", ", ".join(c.rsplit('.', 1)[-1] for c in mod.children[:16]) or "-"),
+                    ("calls", str(len(mod.calls))), ("claim state", _claim_text(s.ladder.state))]
+            return rows_html(f"Module {mod.address}", rows)
+        return rows_html("Inspector", [("hint", "click an op in the graph, or search for an op label")])
+
+    def __panel__(self):
+        return self._pane

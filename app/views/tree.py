@@ -1,0 +1,47 @@
+"""The module tree beside the graph: nesting, class, parameter counts; click a row to focus it."""
+from __future__ import annotations
+
+import pandas as pd
+import panel as pn
+import param
+
+from ..state import ExplorerState
+
+
+def module_table(state: ExplorerState) -> pd.DataFrame:
+    """One row per module in definition order: indented name, class, parameters, address."""
+    rows = []
+    for address, mod in state.trace.modules.items():
+        depth = address.count(".") + 1 if address else 0
+        name = mod.name or "(root)"
+        rows.append({"module": "\u2003" * depth + f"{name}: {mod.class_name}",
+                     "params": f"{state.params_under(address):,}", "address": address})
+    return pd.DataFrame(rows, columns=["module", "params", "address"])
+
+
+class ModuleTree(pn.viewable.Viewer):
+    """A table of the module tree; clicking a row opens its ancestors and expands or collapses it."""
+
+    state = param.ClassSelector(class_=ExplorerState)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._df = module_table(self.state)
+        self._table = pn.widgets.Tabulator(
+            self._df, show_index=False, disabled=True, selectable=False, pagination="local", page_size=14,
+            sizing_mode="stretch_width", hidden_columns=["address"], layout="fit_columns",
+            widths={"module": 210, "params": 130}, text_align={"params": "right"},
+            css_classes=["tlx-tree"], configuration={"columnDefaults": {"headerSort": False}},
+        )
+        self._table.on_click(self._on_click)
+
+    def _on_click(self, event) -> None:
+        address = self._df.iloc[event.row]["address"]
+        if address:
+            self.state.focus_module(address)
+        else:
+            self.state.focused = ""
+
+    def __panel__(self):
+        return pn.Column(pn.pane.Markdown("**Modules** (click to expand or collapse)", margin=(0, 5)), self._table,
+                         sizing_mode="stretch_width")

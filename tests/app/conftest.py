@@ -1,0 +1,70 @@
+"""Fixtures for the explorer: loaded sources (captured once per module) and a served app."""
+from __future__ import annotations
+
+import contextlib
+import time
+import urllib.request
+
+import pytest
+
+
+@contextlib.contextmanager
+def served(loaded):
+    """Serve the explorer for `loaded` on a free loopback port in this process; stop it after."""
+    from app.explorer import free_port, serve
+
+    port = free_port()
+    server = serve(loaded, port, threaded=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "liveness", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def default_loaded():
+    from app.sources import open_default
+
+    return open_default()
+
+
+@pytest.fixture(scope="session")
+def gpt2_loaded():
+    from app.sources import open_config
+
+    return open_config("gpt2")
+
+
+@pytest.fixture
+def tiny_loaded():
+    from app.sources import open_factory
+
+    return open_factory("tests.models:tiny_llama")
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    """A desktop-sized window, and downloads allowed (figure export)."""
+    return {**browser_context_args, "viewport": {"width": 1600, "height": 1000}, "accept_downloads": True}
+
+
+@pytest.fixture(scope="module")
+def default_url(default_loaded):
+    with served(default_loaded) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gpt2_url(gpt2_loaded):
+    with served(gpt2_loaded) as url:
+        yield url

@@ -1,0 +1,98 @@
+"""Reading and driving the explorer page from Playwright (shared by browser tests and the benchmark).
+
+The graph is a Bokeh canvas: these helpers read its node data source in the browser and turn a
+node's data coordinates into page pixels through the live plot view, so a click lands on the box.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+NODES_JS = """() => {
+  const doc = Bokeh.documents[Bokeh.documents.length - 1];
+  const src = doc.get_model_by_name('tlx-nodes');
+  if (!src) return null;
+  const d = src.data;
+  return Array.from(d.id, (id, i) => ({id, kind: d.kind[i], label: d.label[i], module: d.module[i],
+                                       x: d.x[i], y: d.y[i], shape: d.shape[i]}));
+}"""
+
+TO_PAGE_JS = """([x, y]) => {
+  const seen = new Set();
+  const stack = [...(Bokeh.index.roots || [])];
+  let view = null;
+  while (stack.length && !view) {
+    const v = stack.pop();
+    if (!v || seen.has(v)) continue;
+    seen.add(v);
+    if (v.model && (v.model.type === 'Figure' || v.model.type === 'Plot') && v.canvas_view) { view = v; break; }
+    try { for (const c of v.children()) stack.push(c); } catch (e) {}
+  }
+  if (!view) return null;
+  const rect = view.canvas_view.el.getBoundingClientRect();
+  return [rect.left + view.frame.x_scale.compute(x), rect.top + view.frame.y_scale.compute(y)];
+}"""
+
+
+def nodes(page) -> list[dict]:
+    """The graph's drawn nodes as the browser holds them (id, kind, label, module, x, y, shape)."""
+    return page.evaluate(NODES_JS) or []
+
+
+def wait_graph(page, timeout_ms: int = 30_000) -> None:
+    """Wait until the Bokeh graph has drawn its nodes."""
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length && "
+                           "Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-nodes') && "
+                           "Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-nodes').data.id.length > 0",
+                           timeout=timeout_ms)
+    page.wait_for_selector("canvas", timeout=timeout_ms)
+
+
+def click_node(page, node_id: str) -> None:
+    """Click the graph's box `node_id` on the canvas, where a person would click."""
+    node = next(n for n in nodes(page) if n["id"] == node_id)
+    page.mouse.click(*to_page(page, node["x"], node["y"]))
+
+
+def settle(page) -> None:
+    """Wait two animation frames, so a range change reaches the plot's scales and canvas."""
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def to_page(page, x: float, y: float, timeout_s: float = 15.0) -> tuple[float, float]:
+    """Page pixels of data point (x, y) on the graph, once the plot view exists."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        settle(page)
+        got = page.evaluate(TO_PAGE_JS, [x, y])
+        if got is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if got is None:
+        raise AssertionError("the graph's plot view never appeared")
+    return got[0], got[1]
+
+
+def wait_node(page, node_id: str, present: bool = True, timeout_ms: int = 15_000) -> None:
+    """Wait until node `node_id` is (or is no longer) drawn."""
+    page.wait_for_function(
+        "([id, present]) => { const doc = Bokeh.documents[Bokeh.documents.length - 1];"
+        " const s = doc.get_model_by_name('tlx-nodes'); return s && (s.data.id.indexOf(id) >= 0) === present; }",
+        arg=[node_id, present], timeout=timeout_ms)
+
+
+def banner_state(page) -> str:
+    return page.locator(".tlx-banner").first.get_attribute("data-state")
+
+
+def shot(page, artifacts_dir: Path, name: str, docs: bool = True) -> Path:
+    """Screenshot to the artifacts folder, copied into docs/images/ for docs/explorer.md."""
+    out = Path(artifacts_dir) / f"{name}.png"
+    page.screenshot(path=str(out))
+    if docs:
+        images = Path(__file__).resolve().parents[2] / "docs" / "images"
+        images.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out, images / out.name)
+    return out

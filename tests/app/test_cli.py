@@ -1,0 +1,75 @@
+"""The `torchlens-explore` console script: summary, refusals, headless snapshot, and serving."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from app import cli
+
+SCRIPT = Path(sys.executable).parent / "torchlens-explore"
+
+
+def test_summary_of_gpt2_built_from_its_config(capsys):
+    assert cli.main(["--summary", "gpt2"]) == 0
+    out = capsys.readouterr().out
+    assert "GPT2LMHeadModel" in out and "124,439,808" in out and "HYPOTHESIS" in out
+    assert "GPT2Block x12" in out
+
+
+def test_refusals_print_code_site_and_remedy_without_a_traceback(capsys, tmp_path):
+    assert cli.main([str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "refused [source_not_found]" in err and "what to do:" in err and "Traceback" not in err
+    assert cli.main(["--model", "tests.models:tiny_gpt2", "--input-shape", "1,zero"]) == 2
+    assert "invalid_input_shape" in capsys.readouterr().err
+    assert cli.main(["snapshot", "gpt2", "--out", str(tmp_path / "fig.txt")]) == 2
+
+
+def test_snapshot_writes_a_valid_svg_with_the_ladder_caption(tmp_path, capsys):
+    out = tmp_path / "fig.svg"
+    assert cli.main(["snapshot", "gpt2", "--out", str(out), "--fold"]) == 0
+    root = ET.parse(out).getroot()
+    texts = " ".join(t.text or "" for t in root.iter() if t.tag.endswith("text"))
+    assert root.tag.endswith("svg") and "HYPOTHESIS" in texts and "x12" in texts
+    assert "HYPOTHESIS" in capsys.readouterr().out
+
+
+def test_browser_opens_only_where_there_is_a_display(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    if sys.platform.startswith("linux"):
+        assert cli.browser_available() is False
+
+
+@pytest.mark.slow
+def test_console_script_serves_a_factory_model_on_loopback_and_prints_the_url():
+    assert SCRIPT.exists(), "the console script is installed by `pip install -e .`"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", line)
+            url = m.group(1) if m else None
+        assert url, "the URL was never printed"
+        for _ in range(100):
+            try:
+                page = urllib.request.urlopen(url, timeout=10).read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert "torchlens-explore" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,58 @@
+"""The panels without a browser: inspector content, banner styles, doctor placeholder, graph clicks."""
+from __future__ import annotations
+
+from app.state import ExplorerState
+from app.views.banner import ClaimBanner, banner_html
+from app.views.doctor import NO_MODEL, DoctorPanel
+from app.views.graph import GraphView, hit_test
+from app.views.inspector import Inspector
+
+
+def test_inspector_shows_statistics_of_a_saved_value(tiny_loaded):
+    s = ExplorerState(tiny_loaded)
+    op = next(o for o in s.trace.ops if o.kind == "linear" and o.label in s.trace.values)
+    view = Inspector(state=s)
+    s.select_op(op.label)
+    text = view._pane.object
+    value = s.trace.values[op.label].double()
+    assert f"{value.mean().item():.6g}" in text and "value std" in text
+    assert str(tuple(op.out.shape)) in text and "OBSERVED" in text
+
+
+def test_refuted_banner_is_drawn_strongest():
+    calm = banner_html("HYPOTHESIS", "h", "d", "t")
+    loud = banner_html("REFUTED", "h", "d", "t")
+    assert 'data-state="REFUTED"' in loud and "4px solid" in loud and "4px solid" not in calm
+
+
+def test_banner_follows_the_state_after_a_discharge(gpt2_loaded):
+    s = ExplorerState(gpt2_loaded)
+    banner = ClaimBanner(state=s)
+    assert 'data-state="HYPOTHESIS"' in banner._pane.object
+    s.trace.envelope = s.trace.envelope.evolve("test", ladder_state="REFUTED",
+                                               discharge={"contradiction": {"table": "ops", "position": 3,
+                                                                            "reason": "row differs"}})
+    s.set_report(None)
+    assert 'data-state="REFUTED"' in banner._pane.object and "ops[3] row differs" in banner._pane.object
+
+
+def test_doctor_says_why_it_cannot_run_on_a_loaded_file(tmp_path, tiny_loaded):
+    from app.sources import open_path
+
+    tiny_loaded.trace.save(str(tmp_path / "t"))
+    panel = DoctorPanel(state=ExplorerState(open_path(tmp_path / "t")))
+    assert panel._note.object == NO_MODEL and panel._run.disabled
+
+
+def test_a_click_on_a_box_expands_it_and_on_its_frame_collapses_it(tiny_loaded):
+    s = ExplorerState(tiny_loaded)
+    graph = GraphView(state=s)
+    box = s.layout.node("mod:model.layers.1")
+    assert graph.click(box.x, box.y) == "expanded model.layers.1"
+    assert "model.layers.1" in s.expanded
+    frame = next(f for f in s.layout.frames if f.address == "model.layers.1")
+    assert hit_test(graph.figure, frame.x1 - 2, frame.y0 + 2)[0] == "frame"
+    assert graph.click(frame.x1 - 2, frame.y0 + 2) == "collapsed model.layers.1"
+    assert "model.layers.1" not in s.expanded
+    op = next(n for n in s.layout.nodes if n.kind == "op")
+    assert graph.click(op.x, op.y) == f"selected {op.id}" and s.selected == op.id
