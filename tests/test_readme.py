@@ -29,3 +29,16 @@ def test_constraints_pin_cpu_torch_and_pyproject_keeps_a_range():
     assert "torch==2.13.0" in (ROOT / "constraints.txt").read_text()
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'"torch>=[\d.]+,<\d+"', pyproject)
+
+
+def test_readme_python_snippets_run(tmp_path, monkeypatch):
+    """Every ```python block of the README, run in order in one namespace, as a newcomer would."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    assert namespace["t"].param_count() == 124_439_808
+    assert namespace["s"].ladder_state == "HYPOTHESIS" and len(namespace["s"]) > 1900
