@@ -163,7 +163,7 @@ def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
 
 @register("distributed.tensor_parallel")
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
-    from .bridges.distributed import distributed_findings  # [issue 7] the detection capture refuses with
+    from .bridges.distributed import distributed_findings  # the detection capture refuses with
 
     found = distributed_findings(model, inputs if isinstance(inputs, tuple) else ())
     if found is None:
@@ -175,7 +175,7 @@ def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
                f"unsharded model", detail=f"refused: {found['num_dtensors']} DTensors on mesh {found['mesh']}")
 
 
-# -- [issue 7] MoE, foreign kernels, FlashAttention -------------------------------------------
+# -- MoE, foreign kernels, FlashAttention -------------------------------------------
 T_MOE = "tests/tracer/test_moe.py::test_router_logits_are_exact_outputs_and_experts_are_attributed"
 T_DTENSOR_MLP = "tests/tracer/test_dtensor.py::test_parallelize_module_mlp_refuses_on_every_rank"
 T_DTENSOR_TP = "tests/tracer/test_dtensor.py::test_tp_plan_auto_llama_is_sharded_matches_and_refuses"

@@ -254,7 +254,7 @@ class ValuesMissingError(ValidationFailedError):
     default_remedy = "Replay needs saved values: capture with CaptureOptions(save='all')."
 
 
-# [issue 6: replay validation]
+# -- replay validation
 class ReplayUnavailableError(ValidationFailedError):
     code = "live_calls_missing"
     default_remedy = "Replay needs the live calls of a trace captured in this process; trace the model again."
@@ -273,7 +273,7 @@ class TraceInvariantError(ValidationFailedError):
     )
 
 
-class ForeignKernelNotReplayableError(ValidationFailedError):  # [issue 7]
+class ForeignKernelNotReplayableError(ValidationFailedError):
     code = "foreign_kernel_not_replayable"
     default_remedy = (
         "A numpy or DLPack round trip ran outside torch and cannot be replayed. Wrap it in a "

@@ -44,12 +44,12 @@ INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", 
                             "index", "index_put", "scatter", "scatter_add"})
 
 
-# [issue 7] Kernels that leave memory uninitialised, and in-place writes that may fill such
+# Kernels that leave memory uninitialised, and in-place writes that may fill such
 # memory: the write's target argument carries no data when it came from one of these.
 UNINITIALISED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
 OVERWRITE_KINDS = frozenset({"setitem", "copy_", "index_put_", "index_copy_", "scatter_", "fill_", "zero_",
                              "masked_fill_", "masked_scatter_"})
-# [issue 7] Foreign kernels (autograd Functions, custom ops): Op.func -> {output index: the argument
+# Foreign kernels (autograd Functions, custom ops): Op.func -> {output index: the argument
 # positions that output reads}. Outputs not listed are expected to read every argument.
 FOREIGN_DEPENDENCE: dict[str, dict[int, frozenset[str]]] = {}
 
@@ -99,12 +99,12 @@ def dependence_declared_absent(op: Op, position: str) -> bool:
         return True
     if op.kind in ITEMWISE_KINDS and op.num_outputs > 1:
         return position != f"0.{op.output_index}"
-    foreign = FOREIGN_DEPENDENCE.get(op.func)  # [issue 7]
+    foreign = FOREIGN_DEPENDENCE.get(op.func)
     if foreign is not None and op.output_index in foreign:
         reads = foreign[op.output_index]
         return position not in reads and position.split(".", 1)[0] not in reads
     if op.kind in OVERWRITE_KINDS and position == "0" and _parent_kind(op, position) in UNINITIALISED_KINDS:
-        return True  # [issue 7] writing into uninitialised memory: the write, not the garbage, is the data
+        return True  # writing into uninitialised memory: the write, not the garbage, is the data
     return False
 
 

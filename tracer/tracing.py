@@ -36,11 +36,11 @@ def trace(
     kwargs = dict(input_kwargs or {})
     from .bridges.distributed import refuse_distributed
 
-    refuse_distributed(model, args_t, kwargs)  # [issue 7] DTensor / tensor-parallel: refused before anything is installed
+    refuse_distributed(model, args_t, kwargs)  # DTensor / tensor-parallel: refused before anything is installed
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
     if not capture.structure_only and _any_meta(model, args_t, kwargs) and _offloaded(model):
-        admission = {"mode": "eager", "offload": "accelerate"}  # [issue 6] meta params with offload-hook evidence
+        admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence
     elif capture.structure_only or _any_meta(model, args_t, kwargs):
         from .weights_free.admission import admit_structure_only
 
@@ -52,7 +52,7 @@ def trace(
     session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard)
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    from .witness import capture_scope  # [issue 6] deployment bridges + completeness witness
+    from .witness import capture_scope  # deployment bridges + completeness witness
 
     with capture_scope(model, session, witness=capture.witness) as scope:
         output = session.run(args_t, kwargs, grad_context)
@@ -60,17 +60,17 @@ def trace(
     provenance = _provenance(model, capture, admission, elapsed)
     provenance["twin"] = twin
     result = build_trace(session, save=capture.save, provenance=provenance, output=output)
-    scope.seal(result)  # [issue 6]
+    scope.seal(result)
     from .capture.boundaries import seal as seal_boundaries
 
-    seal_boundaries(result, session)  # [issue 7] foreign-kernel boundary ops named in provenance
+    seal_boundaries(result, session)  # foreign-kernel boundary ops named in provenance
     if guard is not None:
         guard.seal(result, model, args_t, kwargs)
     return result
 
 
 def _offloaded(model: nn.Module) -> bool:
-    """[issue 6] True when accelerate hooks load every meta tensor (raises typed when one has none)."""
+    """True when accelerate hooks load every meta tensor (raises typed when one has none)."""
     from .bridges.accelerate import offload_evidence
 
     return offload_evidence(model) is not None

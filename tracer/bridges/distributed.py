@@ -1,4 +1,4 @@
-"""[issue 7] Distributed state: DTensor detection shared by capture admission and the doctor.
+"""Distributed state: DTensor detection shared by capture admission and the doctor.
 
 A model whose parameters are DTensors (sharded by `parallelize_module`, or loaded by
 transformers with a `tp_plan`) computes each rank's part of the forward plus collectives;

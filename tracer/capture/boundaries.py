@@ -1,4 +1,4 @@
-"""[issue 7] Foreign-kernel boundaries: computation the function mode cannot see inside.
+"""Foreign-kernel boundaries: computation the function mode cannot see inside.
 
 Three kinds, each recorded as one boundary op and disclosed once per class per capture
 with a `ForeignKernelWarning`:

@@ -58,7 +58,7 @@ def func_info(func: Any) -> FuncInfo:
 
 
 def _describe(func: Any) -> FuncInfo:
-    from .boundaries import describe_op_overload  # [issue 7] dispatcher / torch.library custom ops
+    from .boundaries import describe_op_overload  # dispatcher / torch.library custom ops
 
     op_info = describe_op_overload(func)
     if op_info is not None:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from . import boundaries as _boundaries  # [issue 7] foreign-kernel boundary ops
+from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from .functions import FuncInfo, func_info
 from .walk import iter_tensors, shallow_tensors
 
@@ -71,11 +71,11 @@ class CaptureSession:
         self.save_values = save_values
         self.record_source = record_source
         self.guard = guard
-        self.suspended = 0  # [issue 6] >0 while a bridged hook (accelerate offload) runs: nothing is recorded
-        self.witness: Any = None  # [issue 6] a tracer.witness.DispatchCensus when CaptureOptions(witness=True)
-        self.exits: list[tuple[torch.Tensor, str]] = []  # [issue 7] tensors that left via .numpy()/__dlpack__
-        self.boundaries: list[tuple[int, str, str]] = []  # [issue 7] (op index, boundary kind, name)
-        self.disclosed: set[tuple[str, str]] = set()  # [issue 7] foreign kernels already warned about
+        self.suspended = 0  # >0 while a bridged hook (accelerate offload) runs: nothing is recorded
+        self.witness: Any = None  # a tracer.witness.DispatchCensus when CaptureOptions(witness=True)
+        self.exits: list[tuple[torch.Tensor, str]] = []  # tensors that left via .numpy()/__dlpack__
+        self.boundaries: list[tuple[int, str, str]] = []  # (op index, boundary kind, name)
+        self.disclosed: set[tuple[str, str]] = set()  # foreign kernels already warned about
         self.records: list[list] = []
         self.tmap: dict[int, tuple[int, torch.Tensor]] = {}  # id(tensor) -> (op index, tensor)
         self.values: dict[int, torch.Tensor] = {}
@@ -123,10 +123,10 @@ class CaptureSession:
                     continue
                 handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-            witness = self.witness  # [issue 6] the census wraps on_call only when it is on
+            witness = self.witness  # the census wraps on_call only when it is on
             recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
             with grad_context, recorder, (witness if witness is not None else contextlib.nullcontext()), \
-                    _boundaries.function_boundaries(self):  # [issue 7] Function.apply, restored on exit
+                    _boundaries.function_boundaries(self):  # Function.apply, restored on exit
                 output = self.model(*args, **kwargs)
         finally:
             for h in handles:
@@ -209,11 +209,11 @@ class CaptureSession:
             addr = self._find_swapped_parameter(t)
             if addr is not None:
                 return addr
-        if self.exits:  # [issue 7] a tensor re-entering after a numpy/DLPack exit
+        if self.exits:  # a tensor re-entering after a numpy/DLPack exit
             return self._reenter(t)
         return self._new_synthetic(_CONSTANT, t, (), (), "")
 
-    # -- [issue 7] numpy / DLPack round trips -------------------------------------------------
+    # -- numpy / DLPack round trips -------------------------------------------------
     def _reenter_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         out = func(*args, **kwargs)
         if isinstance(out, _Tensor):
@@ -252,13 +252,13 @@ class CaptureSession:
 
     # -- the hot path ------------------------------------------------------------------------
     def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if self.suspended:  # [issue 6] inside a bridged hook: run, do not record
+        if self.suspended:  # inside a bridged hook: run, do not record
             return func(*args, **kwargs)
         info = func_info(func)
         if info.metadata_only:
             return func(*args, **kwargs)
         if self.exits and info.kind in _boundaries.REENTRY_KINDS and args and _boundaries.is_foreign_array(args[0]):
-            return self._reenter_call(func, args, kwargs)  # [issue 7] torch.tensor(ndarray) after .numpy()
+            return self._reenter_call(func, args, kwargs)  # torch.tensor(ndarray) after .numpy()
         guard = self.guard
         if guard is not None:
             guard.before_call(info, func, args, kwargs, self)
@@ -303,7 +303,7 @@ class CaptureSession:
             outs = (target,)  # __setitem__ and friends return None
         else:
             if info.kind in _boundaries.ROUNDTRIP_KINDS and args and isinstance(args[0], _Tensor):
-                self.exits.append((args[0], info.kind))  # [issue 7] a tensor left torch
+                self.exits.append((args[0], info.kind))  # a tensor left torch
             return out
         writes = ()
         if watched:
@@ -444,5 +444,5 @@ def _meta(t: torch.Tensor) -> tuple:
 _IO_INPUT = FuncInfo("input", "input", False, False, False)
 _IO_OUTPUT = FuncInfo("output", "output", False, False, False)
 _CONSTANT = FuncInfo("constant", "constant", False, False, False)
-_ROUNDTRIP_INFO = {k: FuncInfo(k, k.replace("_", "."), False, False, False)  # [issue 7]
+_ROUNDTRIP_INFO = {k: FuncInfo(k, k.replace("_", "."), False, False, False)
                    for k in ("numpy_roundtrip", "dlpack_roundtrip")}

@@ -107,7 +107,7 @@ def _check_tensor_state(name: str, t: torch.Tensor) -> None:
 
 def _unsupported_kind(t: torch.Tensor) -> str | None:
     cls = type(t)
-    if is_dtensor(t):  # [issue 7] shared with trace()'s entry refusal (tracer.bridges.distributed)
+    if is_dtensor(t):  # shared with trace()'s entry refusal (tracer.bridges.distributed)
         return "DTensor"
     if cls.__name__ == "FakeTensor" or cls.__module__.startswith("torch._subclasses.fake"):
         return "fake"
