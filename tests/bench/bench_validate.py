@@ -2,18 +2,20 @@
 
 Plain script (no assertions): `python tests/bench/bench_validate.py [--repeats N]`. Times are
 medians measured side by side in one process; peak RSS is measured per case in a fresh
-subprocess (ru_maxrss). Public TorchLens is measured too when it is installed.
+subprocess (VmHWM, reset after the model is built). Public TorchLens is measured too when it is installed.
 Targets: validation <= 10x the bare forward; validation peak RSS <= 1.5x the capture's.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def _model():
@@ -47,9 +49,7 @@ def _cases(model, ids):
     def torchlens():
         import torchlens as tl
 
-        tl.log_forward_pass(model, ids, layers_to_save="all", vis_opt="none")
-        # public TorchLens' own validation
-        tl.validate_saved_activations(model, ids)
+        tl.validate(model, [ids], scope="forward")  # public TorchLens' own forward validation (2.x API)
 
     return {"bare": bare, "capture": capture, "validate": validation, "torchlens_validate": torchlens}, holder
 
@@ -63,16 +63,19 @@ def _has_torchlens() -> bool:
 
 
 def _rss_child(case: str) -> None:
+    from tests.bench._memory import reset_peak, status_kb
+
     model, ids = _model()
     cases, holder = _cases(model, ids)
+    reset_peak()  # the model's construction is not part of any case
+    before = status_kb("VmRSS")
     if case == "validate":
         import tracer
 
-        holder["t"] = tracer.trace(model, (ids,))
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        holder["t"] = tracer.trace(model, (ids,))  # validation needs its capture: both count
     cases[case]()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"case": case, "peak_mb": after / 1024, "before_mb": before / 1024}))
+    peak = status_kb("VmHWM")
+    print(json.dumps({"case": case, "peak_mb": peak / 1024, "before_mb": before / 1024}))
 
 
 def main() -> None:

@@ -19,24 +19,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from tests.bench._memory import reset_peak as _reset_peak, status_kb as _status_kb  # noqa: E402
+
 CASES = {"llama-3.1-8b": (1.0, 100), "llama-3.1-405b": (10.0, 1000)}
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return -1
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def worker(case: str, tool: str, repeats: int) -> dict:
@@ -55,7 +40,7 @@ def worker(case: str, tool: str, repeats: int) -> dict:
         from tests.bench._timing import torchlens_or_none
 
         tl = torchlens_or_none()
-        run = lambda: tl.trace(model, [ids])  # noqa: E731  (torchlens 2.x capture verb)
+        run = lambda: tl.summary(model, [ids])  # noqa: E731  (its structure-only path on meta; tl.trace refuses meta)
     rss_before = _status_kb("VmRSS")
     reset = _reset_peak()
     t0 = time.perf_counter()
