@@ -11,7 +11,7 @@ from typing import Any
 from tracer.ir import Trace
 
 from .layout import Layout, LayoutNode, group_tree
-from .layout_style import FONT_SIZE, fill_color, ladder_caption, op_family, shape_text
+from .layout_style import EDGE, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
 
 NODE_COLUMNS = ("id", "kind", "label", "module", "shape", "dtype", "params", "n_params", "op_kind", "repeat", "fill")
 HOVER_FIELDS = (("label", "@label"), ("module", "@module"), ("shape", "@shape"), ("dtype", "@dtype"),
@@ -115,14 +115,14 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     edges = list(layout.edges)
     fig.multi_line(
         xs=[[p[0] for p in e.points] for e in edges], ys=[[p[1] for p in e.points] for e in edges],
-        line_color=["#b0413e" if e.back_edge else "#6b6b6b" for e in edges], line_width=1, name="edges",
+        line_color=edge_colors(edges), line_width=1, name="edges",
     )
     heads = ColumnDataSource({
         "x_start": [e.points[-2][0] for e in edges], "y_start": [e.points[-2][1] for e in edges],
         "x_end": [e.points[-1][0] for e in edges], "y_end": [e.points[-1][1] for e in edges],
         "source": [e.source for e in edges], "target": [e.target for e in edges],
     })
-    arrows = Arrow(end=VeeHead(size=7, fill_color="#6b6b6b", line_color="#6b6b6b"), source=heads,
+    arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE), source=heads,
                    x_start="x_start", y_start="y_start", x_end="x_end", y_end="y_end", line_alpha=0.0,
                    name="arrows")
     fig.add_layout(arrows)

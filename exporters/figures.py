@@ -16,15 +16,13 @@ from tracer.errors import FigureOptionsError, FigureWriteError
 from tracer.ir import Trace
 
 from .layout import Layout, compute_layout, default_expansion
-from .layout_style import FONT_SIZE, FRAME_HEADER, fill_color, ladder_caption, op_family
+from .layout_style import BACK_EDGE, EDGE, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, ladder_caption, op_family
 
 COLUMN_IN = 3.4
 CAPTION_GAP = 10.0
 ARROW = 5.0
 FRAME_FILLS = ("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")
 STROKE = "#555555"
-EDGE = "#6b6b6b"
-BACK_EDGE = "#b0413e"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +92,9 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN) -> str:
             f'stroke="#9aa7b8" stroke-width="0.8"/><text x="{f.x0 + 6:.1f}" y="{f.y0 + FRAME_HEADER - 5:.1f}" '
             f'font-weight="bold" fill="#334">{escape(f.label)}</text></g>'
         )
-    for e in lay.edges:
+    for e, color in zip(lay.edges, edge_colors(lay.edges)):
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
-        color, marker = (BACK_EDGE, "arrow-back") if e.back_edge else (EDGE, "arrow")
+        marker = "arrow-back" if e.back_edge else "arrow"
         dash = ' stroke-dasharray="3,2"' if e.back_edge else ""
         out.append(f'<polyline class="edge" points="{pts}" fill="none" stroke="{color}" stroke-width="0.8"'
                    f'{dash} marker-end="url(#{marker})"/>')
@@ -153,8 +151,7 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
         d.rounded_rectangle([p(f.x0, f.y0), p(f.x1, f.y1)], radius=6 * k, fill=FRAME_FILLS[f.depth % 4],
                             outline="#9aa7b8", width=line)
         d.text(p(f.x0 + 6, f.y0 + FRAME_HEADER - 5), f.label, fill="#334", font=bold, anchor="ls")
-    for e in lay.edges:
-        color = BACK_EDGE if e.back_edge else EDGE
+    for e, color in zip(lay.edges, edge_colors(lay.edges)):
         pts = [p(x, y) for x, y in e.points]
         d.line(pts, fill=color, width=line, joint="curve")
         _arrowhead(d, pts, ARROW * k, color)

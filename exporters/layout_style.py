@@ -1,6 +1,9 @@
 """Box sizes, text and colours shared by the layout, the Bokeh figure and the paper figures."""
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any, Sequence
+
 from tracer.ir import Op
 
 CHAR_W = 6.6  # abstract units per character at FONT_SIZE (DejaVu Sans, ~11 px)
@@ -74,3 +77,21 @@ def ladder_caption(state: str, model_class: str = "") -> str:
     """The caption sentence for a ladder state (unknown states are named as they are)."""
     text = LADDER_CAPTIONS.get(state, f"{state}: unrecognised ladder state")
     return f"{model_class} | {text}" if model_class else text
+
+
+# Edges: ordinary, declared back-edges, and "broadcast" edges of a box that feeds or gathers many
+# others (rotary position embeddings into every decoder layer, every layer into the KV-cache
+# outputs), drawn light so they do not hide the rest.
+EDGE = "#6b6b6b"
+BACK_EDGE = "#b0413e"
+BROADCAST_EDGE = "#c9ced6"
+BROADCAST_FAN_OUT = 8
+
+
+def edge_colors(edges: "Sequence[Any]") -> list[str]:
+    """One colour per layout edge, in order (see the constants above)."""
+    fan_out = Counter(e.source for e in edges)
+    fan_in = Counter(e.target for e in edges)
+    return [BACK_EDGE if e.back_edge
+            else BROADCAST_EDGE if max(fan_out[e.source], fan_in[e.target]) >= BROADCAST_FAN_OUT
+            else EDGE for e in edges]

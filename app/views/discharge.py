@@ -9,7 +9,6 @@ from typing import Any, Callable
 import pandas as pd
 import panel as pn
 import param
-from panel.io.state import set_curdoc
 
 from tracer.errors import TracerError
 
@@ -17,6 +16,7 @@ from .. import twin
 from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
+from .docsync import call_on_document
 
 
 def refusal_text(exc: BaseException) -> str:
@@ -35,14 +35,7 @@ def run_in_background(doc: Any, work: Callable[[], Any], done: Callable[[Any], N
                       failed: Callable[[BaseException], None]) -> threading.Thread:
     """Run `work` on a daemon thread; deliver its result or error on the document's next tick."""
     def deliver(fn: Callable[[], None]) -> None:
-        if doc is None:
-            fn()
-            return
-
-        def tick() -> None:
-            with set_curdoc(doc):
-                fn()
-        doc.add_next_tick_callback(tick)
+        call_on_document(doc, fn)
 
     def body() -> None:
         try:
@@ -134,10 +127,7 @@ class DischargePanel(pn.viewable.Viewer):
             def apply() -> None:
                 self.progress.value = int(frac * 100)
                 self.status.object = f"{text} ({int(frac * 100)}%)"
-            if doc is None:
-                apply()
-            else:
-                doc.add_next_tick_callback(lambda: _with_doc(doc, apply))
+            call_on_document(doc, apply)
 
         def work() -> Any:
             structure = self.state.trace
@@ -178,8 +168,3 @@ class DischargePanel(pn.viewable.Viewer):
             pn.Row(self.estimate_button, self.go), self.progress, self.status, self.rows,
             sizing_mode="stretch_width",
         )
-
-
-def _with_doc(doc: Any, fn: Callable[[], None]) -> None:
-    with set_curdoc(doc):
-        fn()

@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import panel as pn
 import param
-from panel.io.state import set_curdoc
 
 from ..ladder import caption
 from ..state import ExplorerState, layout_api
+from .docsync import call_on_document
 
 NODE_SOURCE = "tlx-nodes"  # the name given to the node glyphs' data source (tests read it in the browser)
 
@@ -115,16 +115,8 @@ def hit_test(fig: Any, x: float, y: float) -> tuple[str, dict] | None:
 
 
 def on_document(fn: Callable[[], Any]) -> None:
-    """Run a change to live Bokeh models under the document lock (next tick) when served."""
-    doc = pn.state.curdoc
-    if doc is None or getattr(doc, "session_context", None) is None:
-        fn()
-        return
-
-    def tick() -> None:
-        with set_curdoc(doc):
-            fn()
-    doc.add_next_tick_callback(tick)
+    """Run a change to live Bokeh models under the current document's lock (next tick) when served."""
+    call_on_document(pn.state.curdoc, fn)
 
 
 class GraphView(pn.viewable.Viewer):
