@@ -120,8 +120,8 @@ class OffloadBridge:
         self.saved: list[tuple[Any, str, Any]] = []
         self.evidence = offload_evidence(model)
         # The session knows tensors by id: the meta tensors a hook swaps out must stay alive (they
-        # cost nothing) so their ids are not reused, and a materialized weight's id is forgotten
-        # when the hook puts it back (it is kept only in `materialized`, for `seal`).
+        # cost nothing) so their ids are not reused; the session remembers a materialized weight
+        # weakly, and forgets it here when the hook puts it back (kept only in `materialized`, for `seal`).
         self.originals = [*model.parameters(), *model.buffers()]
         self.original_ids = {id(t) for t in self.originals}
         self.materialized: dict[int, str] = {}
@@ -160,12 +160,12 @@ class OffloadBridge:
         return run
 
     def _forget(self, module: nn.Module) -> None:
-        param_ids = self.session.param_ids
-        for t in module.parameters():
+        swapped = self.session.swapped
+        for t in [*module.parameters(), *module.buffers()]:
             if id(t) not in self.original_ids:
-                address = param_ids.pop(id(t), None)
-                if address is not None:
-                    self.materialized[id(t)] = address
+                hit = swapped.pop(id(t), None)
+                if hit is not None:
+                    self.materialized[id(t)] = hit[0]
 
     def seal(self, trace: Trace) -> None:
         """Swap materialized weights in the live calls for references; disclose what is shape-only."""
@@ -187,11 +187,6 @@ class OffloadBridge:
             "device outside a forward; their parameter records are shape-only (values exist only while their "
             "module runs, and replay reloads them from the offload store)"
         ]
-        if evidence.get("offloaded_buffers"):
-            notes.append(
-                f"accelerate offloads buffers too ({len(evidence['offloaded_buffers'])}, offload_buffers=True): "
-                "a buffer loaded by a hook is a new tensor the capture records as a constant, not attributed "
-                "to its address")
         trace.warnings = tuple(trace.warnings) + tuple(notes)
 
     def _defer(self, a: Any, param_ids: dict[int, str]) -> Any:

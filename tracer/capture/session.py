@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -76,6 +77,7 @@ class CaptureSession:
         self.exits: list[tuple[torch.Tensor, str]] = []  # tensors that left via .numpy()/__dlpack__
         self.boundaries: list[tuple[int, str, str]] = []  # (op index, boundary kind, name)
         self.disclosed: set[tuple[str, str]] = set()  # foreign kernels already warned about
+        self.swapped: dict[int, tuple[str, Any]] = {}  # id -> (address, weakref) of hook-swapped state
         self.records: list[list] = []
         self.tmap: dict[int, tuple[int, torch.Tensor]] = {}  # id(tensor) -> (op index, tensor)
         self.values: dict[int, torch.Tensor] = {}
@@ -205,10 +207,9 @@ class CaptureSession:
 
     def _adopt(self, t: torch.Tensor) -> int | str:
         """A tensor never seen before: a parameter swapped in by a hook (its address), or a constant (its op index)."""
-        if isinstance(t, _Parameter):
-            addr = self._find_swapped_parameter(t)
-            if addr is not None:
-                return addr
+        addr = self._find_swapped_state(t)
+        if addr is not None:
+            return addr
         if self.exits:  # a tensor re-entering after a numpy/DLPack exit
             return self._reenter(t)
         return self._new_synthetic(_CONSTANT, t, (), (), "")
@@ -238,16 +239,25 @@ class CaptureSession:
         _boundaries.disclose(self, kind, info.qualname)
         return idx
 
-    def _find_swapped_parameter(self, t: torch.Tensor) -> str | None:
-        # accelerate's offload hooks replace module._parameters[name] during the call.
+    def _find_swapped_state(self, t: torch.Tensor) -> str | None:
+        """The address of a parameter or buffer a hook swapped in during the call (accelerate's
+        offload hooks replace module._parameters / _buffers entries), else None.
+
+        Swapped tensors are remembered by id with a weak reference, so a later tensor that reuses
+        a freed id is never mistaken for one, and no materialized weight is kept alive.
+        """
+        hit = self.swapped.get(id(t))
+        if hit is not None and hit[1]() is t:
+            return hit[0]
         for addr, _call in reversed(self.stack):
             module = self.model.get_submodule(addr) if addr else self.model
-            for name, p in module._parameters.items():
-                if p is t:
-                    full = f"{addr}.{name}" if addr else name
-                    canonical = next((k for k, v in self.tied.items() if k == full or full in v), full)
-                    self.param_ids[id(t)] = canonical
-                    return canonical
+            for table in (module._parameters, module._buffers):
+                for name, p in table.items():
+                    if p is t:
+                        full = f"{addr}.{name}" if addr else name
+                        canonical = next((k for k, v in self.tied.items() if k == full or full in v), full)
+                        self.swapped[id(t)] = (canonical, weakref.ref(t))
+                        return canonical
         return None
 
     # -- the hot path ------------------------------------------------------------------------
