@@ -158,6 +158,28 @@ def test_real_tensor_created_mid_forward_points_at_the_users_line():
     assert err.findings["device"] == "cpu" and err.findings["call"] == "torch.ones"
 
 
+class StrayAttribute(nn.Module):
+    """A plain (unregistered) tensor attribute: it stays real when the model is built on meta."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * self.table  # STRAY_LINE
+
+
+def test_real_tensor_entering_as_a_plain_attribute_refuses_at_its_line():
+    with torch.device("meta"):
+        model = StrayAttribute()
+    model.table = torch.ones(4)
+    err = refuse(model, (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.code == "real_tensor_mid_forward"
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# STRAY_LINE" in text)
+    assert err.site.startswith(f"{__file__}:{line} in forward")
+    assert err.findings["device"] == "cpu" and "register_buffer" in err.remedy
+
+
 @pytest.mark.parametrize("what,call", [("item", "torch.Tensor.item"), ("bool", "torch.Tensor.__bool__"),
                                        ("nonzero", "torch.Tensor.nonzero")])
 def test_value_dependent_branches_refuse(what, call):

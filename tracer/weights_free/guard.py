@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
 from ..capture.session import CallGuard, CaptureSession, _internal_prefixes
@@ -33,6 +33,17 @@ class StructureOnlyGuard(CallGuard):
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> None:
+        real = _first_real_tensor(args, kwargs)
+        if real is not None:
+            raise RealTensorInStructureCaptureError(
+                f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
+                f"structure-only capture: a real tensor reached the forward without being an input, "
+                f"parameter or buffer (a plain module attribute or a global?)",
+                site=user_site(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
+                module=_module_of(session),
+                remedy="Register the tensor as a buffer (module.register_buffer) so it is built on meta "
+                       "with the model, or create it from an input's device inside forward.",
+            )
         if info.value_read:
             site = user_site()
             remedy = TRANSFORMERS_VALUE_REMEDY if self.transformers else None
@@ -58,6 +69,19 @@ class StructureOnlyGuard(CallGuard):
         from ..claims import seal_new_envelope
 
         trace.envelope = seal_new_envelope(trace)
+
+
+def _first_real_tensor(args: tuple, kwargs: dict) -> Tensor | None:
+    """The first argument tensor (top level, or inside a list/tuple) that is not on meta."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor):
+            if a.device.type != "meta":
+                return a
+        elif type(a) in (list, tuple):
+            for b in a:
+                if isinstance(b, Tensor) and b.device.type != "meta":
+                    return b
+    return None
 
 
 def user_site() -> str | None:
