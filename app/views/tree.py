@@ -5,17 +5,33 @@ import pandas as pd
 import panel as pn
 import param
 
+from tracer.summary import fold_runs
+
 from ..state import ExplorerState
 
 
 def module_table(state: ExplorerState) -> pd.DataFrame:
-    """One row per module in definition order: indented name, class, parameters, address."""
-    rows = []
-    for address, mod in state.trace.modules.items():
-        depth = address.count(".") + 1 if address else 0
-        name = mod.name or "(root)"
-        rows.append({"module": "\u2003" * depth + f"{name}: {mod.class_name}",
-                     "params": f"{state.params_under(address):,}", "address": address})
+    """One row per module in definition order (indented name, class, parameters, address), with runs
+    of identical numbered siblings folded into one row ("0-31: LlamaDecoderLayer x32") whose
+    children are those of the run's first block."""
+    trace = state.trace
+    rows: list[dict] = []
+    memo: dict = {}
+
+    def visit(address: str, depth: int, label: str, count: int) -> None:
+        mod = trace.modules[address]
+        params = f"{state.params_under(address):,}" + (f" \u00d7{count}" if count > 1 else "")
+        rows.append({"module": "\u2003" * depth + label, "params": params, "address": address})
+        for run in fold_runs(trace, mod.children, memo):
+            first = trace.modules[run[0]]
+            if len(run) > 1:
+                name = f"{first.name}-{trace.modules[run[-1]].name}: {first.class_name} x{len(run)}"
+            else:
+                name = f"{first.name}: {first.class_name}"
+            visit(run[0], depth + 1, name, len(run))
+
+    if "" in trace.modules:
+        visit("", 0, f"(root): {trace.modules[''].class_name}", 1)
     return pd.DataFrame(rows, columns=["module", "params", "address"])
 
 
@@ -28,7 +44,7 @@ class ModuleTree(pn.viewable.Viewer):
         super().__init__(**params)
         self._df = module_table(self.state)
         self._table = pn.widgets.Tabulator(
-            self._df, show_index=False, disabled=True, selectable=False, pagination="local", page_size=14,
+            self._df, show_index=False, disabled=True, selectable=False, pagination="local", page_size=20,
             sizing_mode="stretch_width", hidden_columns=["address"], layout="fit_columns",
             widths={"module": 210, "params": 130}, text_align={"params": "right"},
             css_classes=["tlx-tree"], configuration={"columnDefaults": {"headerSort": False}},

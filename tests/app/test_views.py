@@ -56,3 +56,15 @@ def test_a_click_on_a_box_expands_it_and_on_its_frame_collapses_it(tiny_loaded):
     assert "model.layers.1" not in s.expanded
     op = next(n for n in s.layout.nodes if n.kind == "op")
     assert graph.click(op.x, op.y) == f"selected {op.id}" and s.selected == op.id
+
+
+def test_module_tree_folds_repeated_blocks(default_loaded):
+    from app.views.tree import module_table
+
+    df = module_table(ExplorerState(default_loaded))
+    run = df[df["module"].str.contains("LlamaDecoderLayer")]
+    assert len(run) == 1 and run.iloc[0]["module"].strip() == "0-31: LlamaDecoderLayer x32"
+    assert run.iloc[0]["params"] == "218,112,000 \u00d732" and run.iloc[0]["address"] == "model.layers.0"
+    assert "model.layers.0.self_attn.q_proj" in set(df["address"])
+    assert "model.layers.1" not in set(df["address"])
+    assert df.iloc[0]["params"] == "8,030,261,248" and len(df) == 20
