@@ -192,3 +192,28 @@ def test_bad_inputs_are_typed():
     assert err.value.code == "invalid_input" and err.value.remedy
     with pytest.raises(tracer.errors.InvalidInputError):
         tracer.trace(MLP(), 3)
+
+
+def test_mutation_through_a_view_is_disclosed_not_silently_saved():
+    class ViewMut(nn.Module):
+        def forward(self, x):
+            y = x * 1
+            v = y[0]
+            y.add_(1)  # changes v's storage behind its back
+            return v + 0
+
+    t = tracer.trace(ViewMut(), (torch.randn(3, 4),))
+    assert "getitem_1" not in t.values  # its saved value would be the mutated one
+    assert any("op #2 (torch.Tensor.__getitem__)" in w and "not saved" in w for w in t.warnings)
+    assert torch.equal(t.values["add_1"], t.output)
+
+
+def test_iterating_a_tensor_records_each_row():
+    class Rows(nn.Module):
+        def forward(self, x):
+            return torch.stack([r * 2 for r in x])
+
+    t = tracer.trace(Rows(), (torch.randn(3, 4),))
+    assert [e.source for e in t["stack_1"].parents] == ["mul_1", "mul_2", "mul_3"]
+    assert [e.source for e in t["mul_2"].parents] == ["unbind_2"]
+    assert {e.source for op in t if op.kind == "unbind" for e in op.parents} == {"input_1"}

@@ -392,8 +392,9 @@ class CaptureSession:
         for idx, t in self.values.items():
             if t is self.records[idx][R_TENSOR] and _version(t) != self.value_versions[idx]:
                 self.warnings.append(
-                    f"the value of op #{idx} was changed in place through an alias after it was "
-                    "produced; it is not saved"
+                    f"the value of op #{idx} ({self.records[idx][R_INFO].qualname}) was changed in place "
+                    "through a view or alias after it was produced; it is not saved, and ops that read it "
+                    "afterwards may depend on that in-place op without an edge saying so"
                 )
                 continue
             out[idx] = t.detach()
