@@ -73,3 +73,28 @@ def test_console_script_serves_a_factory_model_on_loopback_and_prints_the_url():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_console_script_opens_the_browser_where_there_is_one(tmp_path):
+    """With a desktop session (DISPLAY) and a browser ($BROWSER), the URL it prints is the one it opens."""
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "DISPLAY": ":99",
+           "BROWSER": str(browser)}
+    proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", proc.stdout.readline())
+            url = m.group(1) if m else None
+        assert url, "the URL was never printed"
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert opened.read_text().strip() == url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
