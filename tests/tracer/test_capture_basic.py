@@ -217,3 +217,23 @@ def test_iterating_a_tensor_records_each_row():
     assert [e.source for e in t["stack_1"].parents] == ["mul_1", "mul_2", "mul_3"]
     assert [e.source for e in t["mul_2"].parents] == ["unbind_2"]
     assert {e.source for op in t if op.kind == "unbind" for e in op.parents} == {"input_1"}
+
+
+def test_save_none_keeps_no_activation_alive_during_the_forward():
+    import weakref
+
+    class Drops(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            self.ref = weakref.ref(y)
+            z = y + 1
+            del y
+            self.alive_mid_forward = self.ref() is not None
+            return z
+
+    m = Drops()
+    t = tracer.trace(m, (torch.randn(3),), capture=CaptureOptions(save="none"))
+    assert m.alive_mid_forward is False  # freed at its last use, as in a plain forward
+    assert [e.source for e in t["add_1"].parents] == ["mul_1"]  # the edge is still recorded
+    tracer.trace(m, (torch.randn(3),))
+    assert m.alive_mid_forward is True  # save="all" keeps it, as asked

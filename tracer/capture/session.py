@@ -79,7 +79,10 @@ class CaptureSession:
         self.disclosed: set[tuple[str, str]] = set()  # foreign kernels already warned about
         self.swapped: dict[int, tuple[str, Any]] = {}  # id -> (address, weakref) of hook-swapped state
         self.records: list[list] = []
-        self.tmap: dict[int, tuple[int, torch.Tensor]] = {}  # id(tensor) -> (op index, tensor)
+        # id(tensor) -> (op index, tensor). With values saved the tensor is held (the values hold it
+        # anyway); without, a weak reference, so no activation outlives its use in the forward.
+        self.tmap: dict[int, tuple[int, Any]] = {}
+        self._ref: Callable[[torch.Tensor], Any] = (lambda t: t) if save_values else weakref.ref
         self.values: dict[int, torch.Tensor] = {}
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
@@ -162,7 +165,7 @@ class CaptureSession:
         out = []
         for t in tensors:
             hit = self.tmap.get(id(t))
-            if hit is not None and hit[1] is t:
+            if hit is not None and _held(hit[1], t):
                 out.append(hit[0])
         return tuple(out)
 
@@ -187,7 +190,7 @@ class CaptureSession:
                 params = (addr,)
             else:
                 hit = self.tmap.get(id(t))
-                found = hit[0] if hit is not None and hit[1] is t else self._adopt(t)
+                found = hit[0] if hit is not None and _held(hit[1], t) else self._adopt(t)
                 if isinstance(found, str):
                     params = (found,)
                 else:
@@ -197,10 +200,11 @@ class CaptureSession:
     def _new_synthetic(self, info: FuncInfo, t: torch.Tensor, parents: tuple, params: tuple, io: str, keep_value: bool = True) -> int:
         self.call_counter += 1
         idx = len(self.records)
-        rec = [info, parents, t, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None]
+        held = t if self.save_values else None
+        rec = [info, parents, held, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None]
         self.records.append(rec)
         if keep_value:
-            self.tmap[id(t)] = (idx, t)
+            self.tmap[id(t)] = (idx, self._ref(t))
             if self.save_values:
                 self._save(idx, t)
         return idx
@@ -326,22 +330,25 @@ class CaptureSession:
         call_id = self.call_counter
         n = len(outs)
         stack = self.stack
-        spec = (func, args, kwargs) if self.save_values else None
+        save = self.save_values
+        ref = self._ref
+        spec = (func, args, kwargs) if save else None
         ptuple = tuple(parents)
         pa = tuple(params)
         records = self.records
         for k, t in enumerate(outs):
             idx = len(records)
-            records.append([info, ptuple, t, _meta(t), call_id, k, n, stack, pa, writes, inplace, site, "", spec])
+            records.append([info, ptuple, t if save else None, _meta(t), call_id, k, n, stack, pa, writes, inplace,
+                            site, "", spec])
             tid = id(t)
             if tid in param_ids:
                 continue  # an in-place write to a buffer keeps its parameter identity
-            tmap[tid] = (idx, t)
+            tmap[tid] = (idx, t if save else ref(t))
             if inplace:
                 base = t._base
                 if base is not None and id(base) in tmap:
-                    tmap[id(base)] = (idx, base)
-            if self.save_values:
+                    tmap[id(base)] = (idx, base if save else ref(base))
+            if save:
                 self._save(idx, t)
         if guard is not None:
             guard.after_call(info, list(outs), self)
@@ -358,7 +365,7 @@ class CaptureSession:
                 watched.append((addr, t, _version(t)))
             return watched
         hit = tmap.get(tid)
-        if hit is not None and hit[1] is t:
+        if hit is not None and (hit[1] is t or (type(hit[1]) is _WeakRef and hit[1]() is t)):
             parents.append((hit[0], pos))
             return watched
         found = self._adopt(t)
@@ -439,6 +446,14 @@ def _updates_running_stats(kind: str, args: tuple, kwargs: dict) -> bool:
     pos, name = _RUNNING_STAT_KINDS[kind]
     flag = args[pos] if len(args) > pos else kwargs.get(name, False)
     return bool(flag)
+
+
+def _held(ref: Any, t: torch.Tensor) -> bool:
+    """Whether a tmap reference (the tensor itself, or a weak reference to it) is `t`."""
+    return ref is t or (type(ref) is _WeakRef and ref() is t)
+
+
+_WeakRef = weakref.ReferenceType
 
 
 def _version(t: torch.Tensor) -> int:
