@@ -11,8 +11,10 @@ SavePolicy = Union[Literal["all", "none"], Callable[[Any], bool]]
 class CaptureOptions:
     """How `tracer.trace` captures a forward.
 
-    save: "all" keeps every op's output value, "none" keeps structure only, or a
-        callable `op -> bool` choosing per op (it sees the finished `Op` record).
+    save: "all" keeps every op's output value, "none" keeps structure only (no activation
+        is held past its use in the forward, so peak memory is the plain forward's), or a
+        callable `op -> bool` choosing per op (it sees the finished `Op` record; values are
+        held until the capture ends, then the unchosen ones are dropped).
     inference_only: run under `torch.inference_mode`; no autograd graph is kept.
     structure_only: capture a weights-free model on the meta device (no values exist).
     record_source: record the model-code line of each call.
