@@ -42,3 +42,4 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
     assert namespace["t"].param_count() == 124_439_808
     assert namespace["s"].ladder_state == "HYPOTHESIS" and len(namespace["s"]) > 1900
+    assert namespace["small"].ladder_state == "CORROBORATED"
