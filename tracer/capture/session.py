@@ -423,13 +423,18 @@ class CaptureSession:
             f = f.f_back
         return None
 
+    def site_text(self) -> str | None:
+        """`file:line in function` of the innermost frame outside torch and tracer: the user's code."""
+        site = self._site()
+        return f"{site[0].co_filename}:{site[1]} in {site[0].co_name}" if site else None
+
     def _annotate(self, exc: BaseException, info: FuncInfo) -> None:
         if getattr(exc, "_tlx_annotated", False):
             return
         module = self.stack[-1] if self.stack else ("", 0)
         where = f"module '{module[0] or type(self.model).__name__}'" + (f" (call {module[1]})" if module[1] else "")
-        site = self._site()
-        at = f" at {site[0].co_filename}:{site[1]}" if site else ""
+        site = self.site_text()
+        at = f" at {site}" if site else ""
         try:
             exc.add_note(f"torchlens-explore: raised by {info.qualname} (op #{len(self.records)}) in {where}{at}")
             exc._tlx_annotated = True  # type: ignore[attr-defined]

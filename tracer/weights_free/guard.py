@@ -5,13 +5,12 @@ recorded). Refusals carry the first source line outside torch and tracer: the us
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
-from ..capture.session import CallGuard, CaptureSession, _internal_prefixes
+from ..capture.session import CallGuard, CaptureSession
 from ..errors import RealTensorInStructureCaptureError, ValueDependentBranchError
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
@@ -39,13 +38,13 @@ class StructureOnlyGuard(CallGuard):
                 f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
                 f"structure-only capture: a real tensor reached the forward without being an input, "
                 f"parameter or buffer (a plain module attribute or a global?)",
-                site=user_site(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
+                site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
                 module=_module_of(session),
                 remedy="Register the tensor as a buffer (module.register_buffer) so it is built on meta "
                        "with the model, or create it from an input's device inside forward.",
             )
         if info.value_read:
-            site = user_site()
+            site = session.site_text()
             remedy = TRANSFORMERS_VALUE_REMEDY if self.transformers else None
             raise ValueDependentBranchError(
                 f"{info.qualname} reads a tensor's value (or a data-dependent shape) during a structure-only "
@@ -60,7 +59,7 @@ class StructureOnlyGuard(CallGuard):
                 raise RealTensorInStructureCaptureError(
                     f"{info.qualname} created a tensor on {t.device} (shape {tuple(t.shape)}) during a "
                     f"structure-only capture",
-                    site=user_site(), call=info.qualname, device=str(t.device), shape=tuple(t.shape),
+                    site=session.site_text(), call=info.qualname, device=str(t.device), shape=tuple(t.shape),
                     module=_module_of(session),
                 )
 
@@ -81,18 +80,6 @@ def _first_real_tensor(args: tuple, kwargs: dict) -> Tensor | None:
             for b in a:
                 if isinstance(b, Tensor) and b.device.type != "meta":
                     return b
-    return None
-
-
-def user_site() -> str | None:
-    """`file:line in function` of the innermost frame outside torch and tracer."""
-    prefixes = _internal_prefixes()
-    f = sys._getframe(1)
-    while f is not None:
-        code = f.f_code
-        if not code.co_filename.startswith(prefixes):
-            return f"{code.co_filename}:{f.f_lineno} in {code.co_name}"
-        f = f.f_back
     return None
 
 
