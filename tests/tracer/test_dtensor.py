@@ -21,6 +21,8 @@ import pytest
 import torch
 from torch import nn
 
+from tests.state import snapshot
+
 WORLD = 2
 DEADLINE_S = 240
 IDS = [[5, 17, 3, 99, 42, 7, 0, 61]]
@@ -37,25 +39,12 @@ class MLP(nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
-def _state(model: nn.Module) -> dict:
-    """What a refusal must leave unchanged: hooks, torch's mode stack, Function.apply, parameters."""
-    return {
-        "hooks": sorted((name, len(m._forward_hooks), len(m._forward_pre_hooks)) for name, m in model.named_modules()),
-        "global_hooks": len(nn.modules.module._global_forward_hooks),
-        "function_modes": torch._C._len_torch_function_stack(),
-        "apply_restored": torch.autograd.Function.__dict__["apply"] is _ORIGINAL_APPLY,
-        "params": [(n, type(p).__name__, id(p), p._version) for n, p in model.named_parameters()],
-    }
-
-
-_ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
-
 
 def _refusal(model: nn.Module, args: tuple) -> dict:
     import tracer
     from tracer.errors import DistributedCaptureUnsupportedError
 
-    before = _state(model)
+    before = snapshot(model)
     out_before = _local(model(*args))
     try:
         tracer.trace(model, args)
@@ -64,7 +53,7 @@ def _refusal(model: nn.Module, args: tuple) -> dict:
         got = {"refused": True, "code": err.code, "site": err.site, "remedy": bool(err.remedy),
                "kinds": err.findings["kinds"], "num_dtensors": err.findings["num_dtensors"],
                "placements": err.findings["placements"], "mesh": err.findings["mesh"]}
-    after = _state(model)
+    after = snapshot(model)
     got["state_restored"] = before == after
     got["forward_unchanged"] = torch.equal(_local(model(*args)), out_before)
     from tracer.doctor import doctor

@@ -4,39 +4,21 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torch.nn.modules import module as nn_module
 
 import tracer
+from tests import state
 from tests.models import tiny_gpt2
 
 
 def snapshot(model: nn.Module) -> dict:
-    """Everything a capture could conceivably leave behind."""
-    return {
-        "hooks": [(name, dict(m._forward_hooks), dict(m._forward_pre_hooks), dict(m._forward_hooks_with_kwargs),
-                   set(m._forward_hooks_always_called), dict(m._forward_pre_hooks_with_kwargs),
-                   dict(m._backward_hooks)) for name, m in model.named_modules()],
-        "training": [(name, m.training) for name, m in model.named_modules()],
-        "params": [(name, id(p), p.detach().clone(), p.requires_grad) for name, p in model.named_parameters()],
-        "buffers": [(name, id(b), b.detach().clone()) for name, b in model.named_buffers()],
-        "forward": [(name, m.forward) for name, m in model.named_modules()],
-        "global_hooks": (dict(nn_module._global_forward_hooks), dict(nn_module._global_forward_pre_hooks)),
-        "grad": torch.is_grad_enabled(),
-        "inference": torch.is_inference_mode_enabled(),
-        "dtype": torch.get_default_dtype(),
-        "fn_modes": torch._C._len_torch_function_stack(),
-        "attrs": [(name, sorted(vars(m))) for name, m in model.named_modules()],
-    }
+    """The shared state snapshot plus copies of every value (nothing may be written)."""
+    return {**state.snapshot(model), "values": state.values(model)}
 
 
 def assert_same(before: dict, after: dict) -> None:
-    for key in before:
-        a, b = before[key], after[key]
-        if key in ("params", "buffers"):
-            assert [x[:2] for x in a] == [x[:2] for x in b], key
-            assert all(torch.equal(x[2], y[2]) for x, y in zip(a, b)), key
-        else:
-            assert a == b, key
+    a, b = before.pop("values"), after.pop("values")
+    assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b)), "values"
+    state.assert_unchanged(before, after)
 
 
 class Boom(nn.Module):

@@ -7,6 +7,7 @@ from torch import nn
 
 import tracer
 from tests.models import tiny_gpt2, tiny_llama
+from tests.state import assert_unchanged, snapshot
 from tracer import errors
 from tracer.errors import TracerError
 
@@ -23,25 +24,11 @@ def meta_ids(shape=(1, 8)) -> torch.Tensor:
     return torch.zeros(shape, dtype=torch.long, device="meta")
 
 
-def snapshot(model: nn.Module) -> dict:
-    """Everything a refusal must leave as it was: hooks, state identity/devices, modes, torch globals."""
-    return {
-        "hooks": [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._forward_hooks_with_kwargs),
-                   len(m._forward_hooks_always_called)) for m in model.modules()],
-        "params": [(n, id(p), str(p.device), p.dtype, p.requires_grad) for n, p in model.named_parameters()],
-        "buffers": [(n, id(b), str(b.device)) for n, b in model.named_buffers()],
-        "training": [m.training for m in model.modules()],
-        "grad": torch.is_grad_enabled(),
-        "mode_stack": torch._C._len_torch_function_stack(),
-        "default_device": torch.get_default_device(),
-    }
-
-
 def refuse(model, args, kwargs=None, capture=SO) -> TracerError:
     before = snapshot(model)
     with pytest.raises(TracerError) as info:
         tracer.trace(model, args, kwargs, capture=capture)
-    assert snapshot(model) == before, "a refusal changed model or torch state"
+    assert_unchanged(before, snapshot(model))  # a refusal changes no model or torch state
     err = info.value
     assert err.code and err.remedy, "every refusal has a stable code and a remedy"
     return err
