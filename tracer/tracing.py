@@ -10,11 +10,17 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from .bridges.distributed import refuse_distributed
+from .capture.boundaries import seal as seal_boundaries
 from .capture.build import build_trace
 from .capture.session import CallGuard, CaptureSession
+from .capture.walk import iter_tensors
+from .claims_twin import describe_twin
 from .errors import InvalidInputError
 from .ir import Trace
 from .options import CaptureOptions
+from .weights_free.admission import admit_structure_only
+from .witness import capture_scope
 
 
 def trace(
@@ -34,35 +40,26 @@ def trace(
         raise InvalidInputError(f"capture must be a CaptureOptions, got {type(capture).__name__}", site="trace(capture=...)")
     args_t = _as_args(args)
     kwargs = dict(input_kwargs or {})
-    from .bridges.distributed import refuse_distributed
-
     refuse_distributed(model, args_t, kwargs)  # DTensor / tensor-parallel: refused before anything is installed
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
-    if not capture.structure_only and _any_meta(model, args_t, kwargs) and _offloaded(model):
+    any_meta = _any_meta(model, args_t, kwargs)
+    if not capture.structure_only and any_meta and _offloaded(model):
         admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence
-    elif capture.structure_only or _any_meta(model, args_t, kwargs):
-        from .weights_free.admission import admit_structure_only
-
+    elif capture.structure_only or any_meta:
         guard, admission = admit_structure_only(model, args_t, kwargs, capture)
-    from .claims_twin import describe_twin
-
     twin = describe_twin(model, args_t, kwargs)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
     session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard)
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    from .witness import capture_scope  # deployment bridges + completeness witness
-
-    with capture_scope(model, session, witness=capture.witness) as scope:
+    with capture_scope(model, session, witness=capture.witness) as scope:  # deployment bridges + witness
         output = session.run(args_t, kwargs, grad_context)
     elapsed = time.perf_counter() - started
     provenance = _provenance(model, capture, admission, elapsed)
     provenance["twin"] = twin
     result = build_trace(session, save=capture.save, provenance=provenance, output=output)
     scope.seal(result)
-    from .capture.boundaries import seal as seal_boundaries
-
     seal_boundaries(result, session)  # foreign-kernel boundary ops named in provenance
     if guard is not None:
         guard.seal(result, model, args_t, kwargs)
@@ -89,8 +86,6 @@ def _as_args(args: Any) -> tuple:
 
 
 def _any_meta(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    from .capture.walk import iter_tensors
-
     if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
         return True
     return any(t.is_meta for _, t in iter_tensors([list(args), dict(kwargs)]))
