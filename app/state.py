@@ -11,6 +11,8 @@ from typing import Any
 
 import param
 
+from tracer.summary import module_param_counts
+
 from .ladder import LadderView, ladder_view
 from .sources import Loaded
 
@@ -48,7 +50,7 @@ class ExplorerState(param.Parameterized):
         # Each session discharges its own copy: the envelope changes, the shared ops do not.
         self.loaded = loaded
         self.trace = copy.copy(loaded.trace)
-        self._param_totals = _param_totals(self.trace)
+        self._param_totals = module_param_counts(self.trace)
         api = layout_api()
         if api is not None and "expanded" not in params:
             self.expanded = frozenset(api.default_expansion(self.trace))
@@ -151,16 +153,3 @@ class ExplorerState(param.Parameterized):
     def params_under(self, address: str) -> int:
         """Parameters (tied counted once, buffers excluded) of a module and its submodules."""
         return self._param_totals.get(address, 0)
-
-
-def _param_totals(trace: Any) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for rec in trace.params.values():
-        if rec.is_buffer:
-            continue
-        parts = rec.address.split(".")[:-1]
-        totals[""] = totals.get("", 0) + rec.numel
-        for i in range(1, len(parts) + 1):
-            key = ".".join(parts[:i])
-            totals[key] = totals.get(key, 0) + rec.numel
-    return totals

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
+from tracer.summary import module_param_counts
 
 GroupKey = tuple[str, int]  # (module address, call index)
 CANVAS: GroupKey = ("", -1)
@@ -50,6 +51,7 @@ class GroupTree:
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
+        self._param_counts: dict[str, int] | None = None
         self.parent_of: dict[str, str] = {}
         for scope in trace.modules.values():
             for child in scope.children:
@@ -148,8 +150,6 @@ class GroupTree:
 
     def param_count(self, address: str) -> int:
         """Parameters registered under `address` (tied ones once; buffers excluded)."""
-        prefix = address + "." if address else ""
-        return sum(
-            rec.numel for a, rec in self.trace.params.items()
-            if not rec.is_buffer and (not prefix or a.startswith(prefix))
-        )
+        if self._param_counts is None:
+            self._param_counts = module_param_counts(self.trace)
+        return self._param_counts.get(address, 0)

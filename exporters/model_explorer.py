@@ -19,6 +19,7 @@ from typing import Any
 
 from tracer.estimates import op_flops, op_output_bytes, trace_totals
 from tracer.ir import Op, Trace
+from tracer.summary import module_param_counts
 
 from .model_explorer_check import PayloadReport, rebuild_with_graph_builder, validate_payload
 from .model_explorer_server import ModelExplorerServer, open_url, serve
@@ -187,7 +188,7 @@ class _Layers:
         return "/".join(names)
 
     def attributes(self) -> dict[str, dict[str, str]]:
-        counts = _subtree_param_counts(self.trace)
+        counts = module_param_counts(self.trace, at_every_alias=True)
         out = {}
         for namespace, (address, call) in sorted(self.layer.items()):
             scope = self.trace.modules.get(address)
@@ -198,21 +199,6 @@ class _Layers:
                 "calls": str(len(scope.calls)) if scope else "0",
             }
         return out
-
-
-def _subtree_param_counts(trace: Trace) -> dict[str, int]:
-    """Parameter count under every module prefix; a tied parameter counts once per module."""
-    counts: dict[str, int] = {}
-    for rec in trace.params.values():
-        if rec.is_buffer:
-            continue
-        prefixes: set[str] = set()
-        for address in (rec.address, *rec.tied):
-            parts = address.split(".")[:-1]
-            prefixes.update(".".join(parts[:d]) for d in range(1, len(parts) + 1))
-        for prefix in prefixes:
-            counts[prefix] = counts.get(prefix, 0) + rec.numel
-    return counts
 
 
 # -- the node-data overlay ------------------------------------------------------------------

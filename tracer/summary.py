@@ -11,16 +11,22 @@ _MAX_IO_LINES = 6
 _INDEXED = re.compile(r"^(.*?)(\d+)$")
 
 
-def module_param_counts(trace: Trace) -> dict[str, int]:
-    """Parameters under each module address, each tensor counted once (at its first address)."""
+def module_param_counts(trace: Trace, *, at_every_alias: bool = False) -> dict[str, int]:
+    """Parameters under each module address ("" is the whole model), buffers excluded.
+
+    Each tensor counts once: at its first address, or with `at_every_alias` once under every
+    module that holds one of its (tied) addresses, e.g. both an embedding and a tied LM head.
+    """
     counts: Counter = Counter()
     for rec in trace.params.values():
         if rec.is_buffer:
             continue
-        parts = rec.address.split(".")[:-1]
-        counts[""] += rec.numel
-        for i in range(1, len(parts) + 1):
-            counts[".".join(parts[:i])] += rec.numel
+        prefixes = {""}
+        for address in (rec.address, *rec.tied) if at_every_alias else (rec.address,):
+            parts = address.split(".")[:-1]
+            prefixes.update(".".join(parts[:d]) for d in range(1, len(parts) + 1))
+        for prefix in prefixes:
+            counts[prefix] += rec.numel
     return dict(counts)
 
 
