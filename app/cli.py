@@ -105,7 +105,7 @@ def browser_available() -> bool:
 
 
 def snapshot(ns: argparse.Namespace) -> int:
-    from .views.export import figure_api
+    from .views.export import FIGURE_WRITERS
 
     out = Path(ns.out)
     fmt = out.suffix.lower().lstrip(".")
@@ -115,17 +115,12 @@ def snapshot(ns: argparse.Namespace) -> int:
         raise InvalidInputError(f"--out {ns.out!r} must end in .svg or .png", site="snapshot --out",
                                 remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
     loaded = _load(ns.path, ns.model, ns.input_shape)
-    api = figure_api()
-    if api is None:
-        from tracer.errors import FeatureUnavailableError
-
-        raise FeatureUnavailableError("figure export is not available in this build", site="snapshot")
     expanded = None
     if ns.expand:
         from exporters.layout import default_expansion
 
         expanded = frozenset(default_expansion(loaded.trace)) | set(ns.expand)
-    written = getattr(api, f"export_{fmt}")(loaded.trace, out, expanded=expanded, fold_repeats=ns.fold)
+    written = FIGURE_WRITERS[fmt](loaded.trace, out, expanded=expanded, fold_repeats=ns.fold)
     from .ladder import caption
 
     print(f"torchlens-explore: wrote {written} ({caption(loaded.trace)})")

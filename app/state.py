@@ -11,20 +11,12 @@ from typing import Any
 
 import param
 
+from exporters.layout import compute_layout, default_expansion
+from exporters.layout import toggle as toggle_expansion
 from tracer.summary import module_param_counts
 
 from .ladder import LadderView, ladder_view
 from .sources import Loaded
-
-
-def layout_api() -> Any:
-    """`exporters.layout` when it is present in this build, else None."""
-    try:
-        from exporters import layout
-
-        return layout if hasattr(layout, "compute_layout") else None
-    except ImportError:
-        return None
 
 
 AUTO_FOLD_NODES = 80  # a default view with more boxes than this starts with repeated blocks folded
@@ -42,7 +34,6 @@ class ExplorerState(param.Parameterized):
     ladder = param.Parameter(default=None, doc="LadderView shown by the banner")
     report = param.Parameter(default=None, doc="the last discharge report")
     message = param.String(default="", doc="the last status or refusal, readable")
-    last_toggled = param.String(default="", doc="the module last expanded or collapsed (the view centres on it)")
     centre_on = param.String(default="", doc='what the view centres on after a change: "module:<address>" or "op:<label>"')
 
     def __init__(self, loaded: Loaded, **params: Any) -> None:
@@ -51,34 +42,24 @@ class ExplorerState(param.Parameterized):
         self.loaded = loaded
         self.trace = copy.copy(loaded.trace)
         self._param_totals = module_param_counts(self.trace)
-        api = layout_api()
-        if api is not None and "expanded" not in params:
-            self.expanded = frozenset(api.default_expansion(self.trace))
+        if "expanded" not in params:
+            self.expanded = frozenset(default_expansion(self.trace))
         self.ladder = ladder_view(self.trace)
         self.relayout()
-        if self.layout is not None and "fold_repeats" not in params and len(self.layout.nodes) > AUTO_FOLD_NODES:
+        if "fold_repeats" not in params and len(self.layout.nodes) > AUTO_FOLD_NODES:
             self.fold_repeats = True  # e.g. 126 decoder layers: one "x126" box until the user unfolds
 
     # -- layout ---------------------------------------------------------------------
     @param.depends("expanded", "fold_repeats", watch=True)
     def relayout(self) -> None:
-        api = layout_api()
-        if api is None:
-            self.layout = None
-            return
         started = time.perf_counter()
-        layout = api.compute_layout(self.trace, self.expanded, fold_repeats=self.fold_repeats)
+        computed = compute_layout(self.trace, self.expanded, fold_repeats=self.fold_repeats)
         self.layout_ms = (time.perf_counter() - started) * 1000
-        self.layout = layout
+        self.layout = computed
 
     def toggle(self, address: str) -> None:
         """Expand a collapsed module or collapse an expanded one (the root stays open)."""
-        api = layout_api()
-        if api is not None and hasattr(api, "toggle"):
-            new = frozenset(api.toggle(self.expanded, address))
-        else:
-            new = self.expanded - {address} if address in self.expanded else self.expanded | {address}
-        self.last_toggled = address
+        new = frozenset(toggle_expansion(self.expanded, address))
         self.centre_on = f"module:{address}"
         self.expanded = new | {""}
 

@@ -3,7 +3,6 @@ background with progress, and turn the banner CORROBORATED or REFUTED (refusals 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd

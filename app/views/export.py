@@ -11,32 +11,19 @@ from typing import Any, Callable
 import panel as pn
 import param
 
-from tracer.errors import FeatureUnavailableError
+from exporters.figures import export_png, export_svg
 
 from ..ladder import caption
 from ..state import ExplorerState
 from .discharge import refusal_text, run_in_background
 
 
-def figure_api() -> Any:
-    """The module holding `export_svg` / `export_png` in this build (bokeh_graph or figures)."""
-    for name in ("exporters.bokeh_graph", "exporters.figures"):
-        try:
-            mod = __import__(name, fromlist=["export_svg"])
-        except ImportError:
-            continue
-        if hasattr(mod, "export_svg"):
-            return mod
-    return None
+FIGURE_WRITERS = {"svg": export_svg, "png": export_png}
 
 
 def export_view(state: ExplorerState, path: str | Path, fmt: str) -> Path:
     """Write the current view (expansion and folding) as `fmt` ("svg" or "png") to `path`."""
-    api = figure_api()
-    if api is None or not hasattr(api, f"export_{fmt}"):
-        raise FeatureUnavailableError(f"{fmt.upper()} figure export is not available in this build", site="export")
-    fn = getattr(api, f"export_{fmt}")
-    return Path(fn(state.trace, path, expanded=state.expanded, fold_repeats=state.fold_repeats))
+    return Path(FIGURE_WRITERS[fmt](state.trace, path, expanded=state.expanded, fold_repeats=state.fold_repeats))
 
 
 def zip_trace(trace: Any, path: str | Path) -> Path:

@@ -10,7 +10,9 @@ import panel as pn
 import param
 
 from ..ladder import caption
-from ..state import ExplorerState, layout_api
+from exporters.layout import default_expansion
+
+from ..state import ExplorerState
 from .docsync import call_on_document
 
 NODE_SOURCE = "tlx-nodes"  # the name given to the node glyphs' data source (tests read it in the browser)
@@ -171,14 +173,14 @@ class GraphView(pn.viewable.Viewer):
         kind, _, ident = target.partition(":")
         frame = next((f for f in lay.frames if f.address == ident), None) if kind == "module" else None
         if frame is not None:
-            cx, cy = (frame.x0 + frame.x1) / 2, frame.y0
+            cy = frame.y0
         else:
             try:
                 node = lay.node_of_op(ident) if kind == "op" else next(
                     n for n in lay.nodes if n.module == ident and n.kind in ("module", "folded"))
             except (KeyError, StopIteration):
                 return
-            cx, cy = node.x, node.y - (3 * node.height if kind == "op" else node.height)
+            cy = node.y - (3 * node.height if kind == "op" else node.height)
         xr, yr = self.figure.x_range, self.figure.y_range
         span_x, span_y = fig.x_range.end - fig.x_range.start, fig.y_range.start - fig.y_range.end
         if span_y <= 0 or span_x <= 0:
@@ -281,9 +283,7 @@ class GraphView(pn.viewable.Viewer):
             self.state.go(event.new)
 
     def _on_reset(self, _event) -> None:
-        api = layout_api()
-        if api is not None:
-            self.state.expanded = frozenset(api.default_expansion(self.state.trace))
+        self.state.expanded = frozenset(default_expansion(self.state.trace))
 
     def __panel__(self):
         return pn.Column(pn.Row(self.search, self.fold, self.reset), self.summary, self.pane,
