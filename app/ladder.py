@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from exporters.bokeh_graph import caption_for
+
 HEADLINES = {
     "OBSERVED": "OBSERVED: eager capture, every shape and value was observed",
     "HYPOTHESIS": "HYPOTHESIS: shapes unproven, no values exist",
@@ -54,13 +56,8 @@ def ladder_view(trace: Any, report: Any = None) -> LadderView:
 
 
 def caption(trace: Any) -> str:
-    """The one-line figure caption for the trace's state (the exporters' wording when present)."""
-    try:
-        from exporters.bokeh_graph import caption_for
-
-        return caption_for(trace)
-    except ImportError:
-        return HEADLINES.get(str(trace.ladder_state), str(trace.ladder_state))
+    """The one-line figure caption for the trace's state (the exporters' wording)."""
+    return caption_for(trace)
 
 
 def report_rows(report: Any) -> list[dict[str, str]]:

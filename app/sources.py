@@ -5,13 +5,15 @@ Every route ends in a `Loaded` record; the tracing itself is done by `tracer` an
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.errors import (FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError,
-                           SourceNotFoundError, TracerError)
+                           SourceNotFoundError)
 
 DEFAULT_CONFIG = "llama-3.1-8b"
 DEFAULT_INPUT_SHAPE: tuple[int, ...] = (1, 8)
@@ -103,18 +105,11 @@ def open_default(input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
 def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
     """Build the config's model on the meta device and capture it structure-only."""
     path = resolve_config(name_or_path)
-    bridge = _transformers_bridge()
-    model = None
-    inputs: tuple = ()
-    if hasattr(bridge, "build_meta_model") and hasattr(bridge, "trace_ids"):
-        model = bridge.build_meta_model(bridge.load_config(str(path)))
-        trace = bridge.trace_ids(model, input_shape)
-        inputs = (bridge.meta_input_ids(input_shape),)
-        trace.provenance["config_source"] = str(path)
-    elif hasattr(bridge, "trace_config"):
-        trace = bridge.trace_config(str(path), input_shape=input_shape)
-    else:
-        raise _missing("tracer.bridges.transformers.trace_config", "weights-free capture of a config")
+    _require_transformers()
+    model = build_meta_model(load_config(str(path)))
+    trace = trace_ids(model, input_shape)
+    inputs = (meta_input_ids(input_shape),)
+    trace.provenance["config_source"] = str(path)
     title = f"{trace.model_class} from {path.name} (weights-free)"
     return Loaded(trace, title, "config", str(path), model=model, inputs=inputs, config_path=path,
                   input_shape=tuple(input_shape))
@@ -199,12 +194,8 @@ def open_source(path: str | None = None, model: str | None = None,
     return open_default(input_shape)
 
 
-def _transformers_bridge():
-    try:
-        return importlib.import_module("tracer.bridges.transformers")
-    except ImportError:
-        raise _missing("tracer.bridges.transformers", "weights-free capture of a config") from None
-
-
-def _missing(name: str, what: str) -> TracerError:
-    return FeatureUnavailableError(f"{what} is not available in this build ({name} is missing)", site=name)
+def _require_transformers() -> None:
+    if importlib.util.find_spec("transformers") is None:
+        raise FeatureUnavailableError(
+            "weights-free capture of a config needs the transformers package, which is not installed",
+            site="transformers", remedy="pip install 'torchlens-explore[hf]'")

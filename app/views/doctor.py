@@ -2,43 +2,25 @@
 from __future__ import annotations
 
 import html
-import importlib
-from typing import Any, Callable
 
 import panel as pn
 import param
 
+from tracer.doctor import DoctorReport, doctor
 from tracer.errors import TracerError
 
 from ..state import ExplorerState
 
-UNAVAILABLE = "The doctor is not available in this build (tracer.doctor is missing), so no compatibility rows can be shown."
 NO_MODEL = "The doctor inspects a live model; this trace was loaded from a file, so there is no model to examine."
-
-
-def doctor_function() -> Callable[..., Any] | None:
-    """`tracer.doctor(model, inputs)` when this build has it, else None."""
-    try:
-        mod = importlib.import_module("tracer.doctor")
-    except ImportError:
-        return None
-    fn = getattr(mod, "doctor", None)
-    return fn if callable(fn) else None
 
 
 STATUS_COLOURS = {"pass": "#1d6b33", "not_tested": "#8a6100", "known_broken": "#b3261e", "scope": "#1f5f99"}
 
 
-def doctor_rows(report: Any) -> list[dict[str, str]]:
-    """The report's rows: check, status, severity, detail, evidence (reads objects or dicts)."""
-    rows = getattr(report, "rows", report)
-    out = []
-    for row in rows or ():
-        get = (lambda k, row=row: row.get(k) if isinstance(row, dict) else getattr(row, k, None))
-        out.append({"check": str(get("key") or get("name") or ""), "status": str(get("status") or ""),
-                    "severity": str(get("severity") or ""), "detail": str(get("detail") or ""),
-                    "evidence": str(get("evidence") or "")})
-    return out
+def doctor_rows(report: DoctorReport) -> list[dict[str, str]]:
+    """The report's rows as display text: check, status, severity, detail, evidence."""
+    return [{"check": row.key, "status": row.status, "severity": row.severity, "detail": row.detail or "",
+             "evidence": row.evidence} for row in report.rows]
 
 
 def rows_html(rows: list[dict[str, str]]) -> str:
@@ -63,15 +45,11 @@ class DoctorPanel(pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
-        self._fn = doctor_function()
         self._note = pn.pane.Markdown("", css_classes=["tlx-doctor-note"], sizing_mode="stretch_width")
         self._table = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["tlx-doctor-rows"])
         self._run = pn.widgets.Button(label="Run the doctor", color="primary", css_classes=["tlx-doctor-run"])
         self._run.on_click(lambda _e: self.run())
-        if self._fn is None:
-            self._note.object = UNAVAILABLE
-            self._run.disabled = True
-        elif self.state.loaded.model is None:
+        if self.state.loaded.model is None:
             self._note.object = NO_MODEL
             self._run.disabled = True
         else:
@@ -81,7 +59,7 @@ class DoctorPanel(pn.viewable.Viewer):
         """Run the doctor now; a refusal becomes a readable line, never a traceback."""
         loaded = self.state.loaded
         try:
-            report = self._fn(loaded.model, loaded.inputs)
+            report = doctor(loaded.model, loaded.inputs)
         except TracerError as exc:
             self._note.object = f"**The doctor refused** [{exc.code}]: {exc.message}. {exc.remedy or ''}"
             return

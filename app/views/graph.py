@@ -10,6 +10,7 @@ import panel as pn
 import param
 
 from ..ladder import caption
+from exporters.bokeh_graph import graph_figure
 from exporters.layout import default_expansion
 
 from ..state import ExplorerState
@@ -18,21 +19,9 @@ from .docsync import call_on_document
 NODE_SOURCE = "tlx-nodes"  # the name given to the node glyphs' data source (tests read it in the browser)
 
 
-def bokeh_api() -> Any:
-    """`exporters.bokeh_graph` when present in this build, else None."""
-    try:
-        from exporters import bokeh_graph
-
-        return bokeh_graph if hasattr(bokeh_graph, "graph_figure") else None
-    except ImportError:
-        return None
-
-
 def view_summary(state: ExplorerState) -> str:
     """One line saying what the view shows: boxes by module class, frames, ops, layout time."""
     lay = state.layout
-    if lay is None:
-        return "No layout available in this build (exporters.layout is missing)."
     classes: Counter = Counter()
     ops = 0
     for n in lay.nodes:
@@ -148,13 +137,7 @@ class GraphView(pn.viewable.Viewer):
     def redraw(self) -> None:
         """Draw the current layout; reuse the live figure's sources when the shape allows."""
         self.summary.object = self._summary_html()
-        api = bokeh_api()
-        if api is None or self.state.layout is None:
-            missing = "exporters.bokeh_graph" if api is None else "exporters.layout"
-            self.pane.object = None
-            self.summary.object = self._summary_html() + f"<div>Graph drawing is not available in this build ({missing} is missing).</div>"
-            return
-        fig = api.graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
+        fig = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
                                width=self.width, height=self.height)
         self._name_sources(fig)
         if self.figure is not None and self._same_shape(fig):

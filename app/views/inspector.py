@@ -7,16 +7,13 @@ from typing import Any
 
 import panel as pn
 import param
+import torch
 
 from ..state import ExplorerState
 
 
 def value_stats(value: Any) -> dict[str, str]:
     """Summary statistics of a saved tensor value (empty when it is not a float/int tensor)."""
-    try:
-        import torch
-    except ImportError:
-        return {}
     if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() == 0:
         return {}
     v = value.detach().to("cpu", torch.float64)

@@ -82,21 +82,17 @@ def test_fold_repeated_blocks_draws_one_x32_box(default_url, page):
     assert len(folded) == 1 and "x32" in folded[0]["label"]
 
 
-def test_doctor_panel_lists_rows_or_says_it_is_unavailable(default_url, default_loaded, page, artifacts_dir):
-    from app.views.doctor import UNAVAILABLE, doctor_function
+def test_doctor_panel_lists_rows(default_url, default_loaded, page, artifacts_dir):
+    from app.views.doctor import doctor_rows
+    from tracer import doctor
 
     open_page(page, default_url)
     page.locator(".bk-tab", has_text="Doctor").click()
-    if doctor_function() is None:
-        expect(page.locator(".tlx-doctor-note")).to_contain_text(UNAVAILABLE)
-    else:
-        from app.views.doctor import doctor_rows
-
-        expected = doctor_rows(doctor_function()(default_loaded.model, default_loaded.inputs))
-        page.locator(".tlx-doctor-run button").click()
-        expect(page.locator(".tlx-doctor-row")).to_have_count(len(expected), timeout=60_000)
-        for row in expected:
-            expect(page.locator(".tlx-doctor-rows")).to_contain_text(row["check"])
+    expected = doctor_rows(doctor(default_loaded.model, default_loaded.inputs))
+    page.locator(".tlx-doctor-run button").click()
+    expect(page.locator(".tlx-doctor-row")).to_have_count(len(expected), timeout=60_000)
+    for row in expected:
+        expect(page.locator(".tlx-doctor-rows")).to_contain_text(row["check"])
     pagekit.shot(page, artifacts_dir, "explorer-doctor")
 
 
