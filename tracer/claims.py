@@ -6,8 +6,6 @@ or records REFUTED with the first structural contradiction. A loaded envelope is
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -15,6 +13,7 @@ from typing import Any, Mapping
 
 from .claims_join import claim_table, join, table_digests
 from .claims_twin import twin_mismatches
+from .digest import canonical_digest
 from .errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      StructureOnlyMeasurementsError, ValuesMissingError)
 from .ir import Trace
@@ -241,8 +240,7 @@ def _seal(body: dict[str, Any]) -> EvidenceEnvelope:
 
 
 def _digest(body: Mapping[str, Any]) -> str:
-    text = json.dumps(_thaw(body), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_digest(_thaw(body))
 
 
 def _freeze(value: Any) -> Any:

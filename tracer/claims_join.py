@@ -6,10 +6,10 @@ field), and only then the tables' digests.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Sequence
 
+from .digest import canonical_digest
 from .ir import Trace
 
 OP_FIELDS = ("label", "kind", "func", "module", "parents", "shape", "dtype", "params", "output_index", "num_outputs")
@@ -88,4 +88,4 @@ def _norm(row: Any) -> Any:
 
 
 def _sha(rows: Any) -> str:
-    return hashlib.sha256(json.dumps(rows, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
+    return canonical_digest(rows)

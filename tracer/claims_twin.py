@@ -5,8 +5,6 @@ preflight compares the structure-only side's descriptor with the real side's, fi
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from typing import Any, Mapping
 
@@ -14,6 +12,7 @@ import torch
 from torch import nn
 
 from .capture.walk import iter_tensors
+from .digest import canonical_digest
 
 # Config keys that say nothing about the graph (or are compared separately, like dtype).
 _VOLATILE_CONFIG_KEYS = frozenset({
@@ -46,8 +45,7 @@ def config_fingerprint(config: Any) -> str | None:
     if config is None or not hasattr(config, "to_dict"):
         return None
     data = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
-    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_digest(data)
 
 
 def _use_cache(config: Any, kwargs: Mapping[str, Any]) -> Any:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .digest import canonical_digest
 from .errors import (StoreError, TraceFileCorruptError, TraceFileNotFoundError, TraceFileTamperedError,
                      TraceSchemaError)
 from .ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
@@ -101,8 +102,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _digest(body: dict) -> str:
-    canonical = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return canonical_digest(body)
 
 
 def _sha256_file(path: Path) -> str:
