@@ -3,7 +3,7 @@ background with progress, and turn the banner CORROBORATED or REFUTED (refusals 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import panel as pn
@@ -15,39 +15,7 @@ from .. import twin
 from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
-from .docsync import call_on_document
-
-
-def refusal_text(exc: BaseException) -> str:
-    """A refusal as a person reads it: what, where, what to do (never a traceback)."""
-    if isinstance(exc, TracerError):
-        text = f"**Refused** `{exc.code}`: {exc.message}."
-        if exc.site:
-            text += f" (at {exc.site})"
-        if exc.remedy:
-            text += f"\n\n**What to do:** {exc.remedy}"
-        return text
-    return f"**Failed**: {type(exc).__name__}: {exc}"
-
-
-def run_in_background(doc: Any, work: Callable[[], Any], done: Callable[[Any], None],
-                      failed: Callable[[BaseException], None]) -> threading.Thread:
-    """Run `work` on a daemon thread; deliver its result or error on the document's next tick."""
-    def deliver(fn: Callable[[], None]) -> None:
-        call_on_document(doc, fn)
-
-    def body() -> None:
-        try:
-            result = work()
-        except BaseException as exc:  # delivered as a readable refusal
-            error = exc
-            deliver(lambda: failed(error))
-            return
-        deliver(lambda: done(result))
-
-    thread = threading.Thread(target=body, name="tlx-discharge", daemon=True)
-    thread.start()
-    return thread
+from .docsync import call_on_document, refusal_text, run_in_background
 
 
 class DischargePanel(pn.viewable.Viewer):

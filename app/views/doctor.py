@@ -7,9 +7,9 @@ import panel as pn
 import param
 
 from tracer.doctor import DoctorReport, doctor
-from tracer.errors import TracerError
 
 from ..state import ExplorerState
+from .docsync import refusal_text
 
 NO_MODEL = "The doctor inspects a live model; this trace was loaded from a file, so there is no model to examine."
 
@@ -60,11 +60,8 @@ class DoctorPanel(pn.viewable.Viewer):
         loaded = self.state.loaded
         try:
             report = doctor(loaded.model, loaded.inputs)
-        except TracerError as exc:
-            self._note.object = f"**The doctor refused** [{exc.code}]: {exc.message}. {exc.remedy or ''}"
-            return
-        except Exception as exc:  # a foreign failure is still shown as text
-            self._note.object = f"**The doctor failed**: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # a refusal (or a foreign failure) is shown as text
+            self._note.object = refusal_text(exc)
             return
         rows = doctor_rows(report)
         self._table.object = rows_html(rows)

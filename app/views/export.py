@@ -15,7 +15,7 @@ from exporters.figures import export_png, export_svg
 
 from ..ladder import caption
 from ..state import ExplorerState
-from .discharge import refusal_text, run_in_background
+from .docsync import refusal_text, run_in_background
 
 
 FIGURE_WRITERS = {"svg": export_svg, "png": export_png}
