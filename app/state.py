@@ -13,7 +13,7 @@ import param
 
 from exporters.layout import compute_layout, default_expansion
 from exporters.layout import toggle as toggle_expansion
-from tracer.summary import module_param_counts
+from tracer.module_tree import module_param_counts
 
 from .ladder import LadderView, ladder_view
 from .sources import Loaded

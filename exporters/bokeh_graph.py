@@ -11,7 +11,7 @@ from typing import Any
 from tracer.ir import Trace
 
 from .layout import Layout, LayoutNode, group_tree
-from .layout_style import EDGE, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
+from .layout.style import EDGE, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
 
 NODE_COLUMNS = ("id", "kind", "label", "module", "shape", "dtype", "params", "n_params", "op_kind", "repeat", "fill")
 HOVER_FIELDS = (("label", "@label"), ("module", "@module"), ("shape", "@shape"), ("dtype", "@dtype"),

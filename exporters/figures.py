@@ -16,7 +16,7 @@ from tracer.errors import FigureOptionsError, FigureWriteError
 from tracer.ir import Trace
 
 from .layout import Layout, compute_layout, default_expansion
-from .layout_style import BACK_EDGE, EDGE, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, ladder_caption, op_family
+from .layout.style import BACK_EDGE, EDGE, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, ladder_caption, op_family
 
 COLUMN_IN = 3.4
 CAPTION_GAP = 10.0

@@ -7,9 +7,9 @@ from __future__ import annotations
 from .errors import TracerError
 from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from .options import CaptureOptions
-from .doctor import doctor
+from .compat import doctor
 from .tracing import trace
-from .validate import validate
+from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
 
 __version__ = "0.1.0"

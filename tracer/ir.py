@@ -256,7 +256,7 @@ class Trace:
         return g
 
     def summary(self, **kwargs: Any) -> str:
-        from .summary import render_summary
+        from .module_tree import render_summary
 
         return render_summary(self, **kwargs)
 

@@ -15,7 +15,7 @@ from .capture.boundaries import seal as seal_boundaries
 from .capture.build import build_trace
 from .capture.session import CallGuard, CaptureSession
 from .capture.walk import iter_tensors
-from .claims_twin import describe_twin
+from .claims.twin import describe_twin
 from .errors import InvalidInputError
 from .ir import Trace
 from .options import CaptureOptions

@@ -6,7 +6,7 @@ import html
 import panel as pn
 import param
 
-from tracer.doctor import DoctorReport, doctor
+from tracer.compat.doctor import DoctorReport, doctor
 
 from ..state import ExplorerState
 from .docsync import refusal_text

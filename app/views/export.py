@@ -99,7 +99,7 @@ class ExportPanel(pn.viewable.Viewer):
         self.me_button.disabled = True
 
         def work() -> Any:
-            from exporters.model_explorer_server import serve
+            from exporters.model_explorer.server import serve
 
             path = model_explorer_json(self.state.trace, self.workdir / "graph.model-explorer.json")
             return serve(path)

@@ -5,7 +5,7 @@ import pandas as pd
 import panel as pn
 import param
 
-from tracer.summary import fold_runs
+from tracer.module_tree import fold_runs
 
 from ..state import ExplorerState
 

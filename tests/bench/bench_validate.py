@@ -32,7 +32,7 @@ def _cases(model, ids):
     import torch
 
     import tracer
-    from tracer.validate import validate
+    from tracer.replay.validate import validate
 
     def bare():
         with torch.no_grad():

@@ -6,7 +6,7 @@ import torch
 import tracer
 from exporters.bokeh_graph import graph_figure
 from exporters.layout import compute_layout, default_expansion
-from exporters.layout_style import BACK_EDGE, BROADCAST_EDGE, EDGE, edge_colors
+from exporters.layout.style import BACK_EDGE, BROADCAST_EDGE, EDGE, edge_colors
 from tests.models import tiny_llama
 
 

@@ -13,8 +13,8 @@ import torch
 
 import tracer
 from tests.models import tiny_llama
-from tracer.doctor import doctor
-from tracer.doctor_rows import flash_packages
+from tracer.compat.doctor import doctor
+from tracer.compat.rows import flash_packages
 
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 0, 61]])
 HAS_FLASH = importlib.util.find_spec("flash_attn") is not None

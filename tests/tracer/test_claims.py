@@ -221,7 +221,7 @@ def test_require_corroborated_refuses_hypothesis_and_refuted():
 
 # -- intervention sites and plans ---------------------------------------------------------------
 def test_every_op_output_is_an_addressable_site():
-    from tracer.claims_plan import intervention_sites, resolve_site
+    from tracer.claims.plan import intervention_sites, resolve_site
 
     st, _ = pair(tiny_llama, IDS)
     sites = intervention_sites(st)

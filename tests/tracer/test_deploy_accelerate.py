@@ -10,7 +10,7 @@ import torch
 import tracer
 from tests.models import tiny_gpt2
 from tracer.errors import OffloadEvidenceMissingError
-from tracer.validate import validate, validation_report
+from tracer.replay.validate import validate, validation_report
 
 accelerate = pytest.importorskip("accelerate")
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 0, 61]])

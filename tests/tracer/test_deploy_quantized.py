@@ -11,7 +11,7 @@ import tracer
 from tests.models import tiny_gpt2
 from tracer.bridges.bitsandbytes import QuantizedStateWarning
 from tracer.errors import TraceInvariantError
-from tracer.validate import validate, validation_report
+from tracer.replay.validate import validate, validation_report
 
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 0, 61]])
 

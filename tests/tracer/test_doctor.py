@@ -11,8 +11,8 @@ from torch import nn
 
 import tracer
 from tests.models import tiny_gpt2
-from tracer.doctor import Row, doctor, register, registered_keys
-from tracer.doctor import _REGISTRY
+from tracer.compat.doctor import Row, doctor, register, registered_keys
+from tracer.compat.doctor import _REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 0, 61]])
@@ -69,7 +69,7 @@ def test_rows_and_ledger_agree():
     for key in registered_keys():
         assert f"`{key}`" in ledger, f"docs/deployment.md lacks a row for {key}"
     # every test a doctor row or the ledger names exists
-    import tracer.doctor_rows as rows
+    import tracer.compat.rows as rows
 
     named = set(re.findall(r"tests/tracer/(test_\w+\.py)::(test_\w+)", Path(rows.__file__).read_text() + ledger))
     assert named

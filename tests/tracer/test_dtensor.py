@@ -56,7 +56,7 @@ def _refusal(model: nn.Module, args: tuple) -> dict:
     after = snapshot(model)
     got["state_restored"] = before == after
     got["forward_unchanged"] = torch.equal(_local(model(*args)), out_before)
-    from tracer.doctor import doctor
+    from tracer.compat.doctor import doctor
 
     row = doctor(model).row("distributed.tensor_parallel")
     got["doctor"] = {"status": row.status, "severity": row.severity, "evidence": row.evidence}

@@ -287,7 +287,7 @@ def test_value_reads_without_reentry_record_no_boundary():
 
 def test_doctor_foreign_kernels_row():
     from tests.models import tiny_gpt2
-    from tracer.doctor import doctor
+    from tracer.compat.doctor import doctor
 
     row = doctor(FunctionNet()).row("foreign.kernels")
     assert row.status == "pass" and "test_foreign_kernels.py" in row.evidence

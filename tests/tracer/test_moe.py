@@ -87,7 +87,7 @@ def _ancestors(t, label: str) -> set[str]:
 
 
 def test_doctor_moe_row_names_the_tested_families():
-    from tracer.doctor import doctor
+    from tracer.compat.doctor import doctor
 
     for family in FAMILIES:
         row = doctor(tiny_moe(family, "sdpa")).row("moe.router_logits")

@@ -12,7 +12,7 @@ from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_resnet
 from tracer.errors import (ReplayMismatchError, ReplayUnavailableError, StructureOnlyValidationError,
                            TraceInvariantError, ValidationScopeError, ValuesMissingError)
 from tracer.ir import Edge, Trace
-from tracer.validate import validate, validation_report
+from tracer.replay.validate import validate, validation_report
 
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 0, 61]])
 

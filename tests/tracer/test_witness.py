@@ -9,7 +9,7 @@ from torch import nn
 
 import tracer
 from tests.models import tiny_gpt2
-from tracer.validate import validate, validation_report
+from tracer.replay.validate import validate, validation_report
 from tracer.witness import CaptureGapWarning
 
 IDS = torch.tensor([[5, 17, 3, 99, 42, 7, 0, 61]])

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import OffloadEvidenceMissingError
 from ..ir import Trace
-from ..replay import Deferred
+from ..replay.interpreter import Deferred
 
 
 def hooks_of(module: nn.Module) -> list[Any]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from .digest import canonical_digest
-from .ir import Trace
+from ..digest import canonical_digest
+from ..ir import Trace
 
 OP_FIELDS = ("label", "kind", "func", "module", "parents", "shape", "dtype", "params", "output_index", "num_outputs")
 PARAM_FIELDS = ("address", "shape", "dtype", "is_buffer", "tied")

@@ -11,12 +11,12 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .claims_join import claim_table, join, table_digests
-from .claims_twin import twin_mismatches
-from .digest import canonical_digest
-from .errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
+from .join import claim_table, join, table_digests
+from .twin import twin_mismatches
+from ..digest import canonical_digest
+from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      StructureOnlyMeasurementsError, ValuesMissingError)
-from .ir import Trace
+from ..ir import Trace
 
 HYPOTHESIS = "HYPOTHESIS"
 CORROBORATED = "CORROBORATED"
@@ -214,7 +214,7 @@ def memory_peak(trace: Trace) -> int:
 # -- plans --------------------------------------------------------------------------------
 def check_plan(trace: Trace, plan: list) -> Any:
     """Audit `[(site, tensor), ...]` against the trace's intervention sites; saved with the trace."""
-    from .claims_plan import audit_plan
+    from .plan import audit_plan
 
     report = audit_plan(trace, plan)
     if trace.envelope is not None:

@@ -15,9 +15,9 @@ from typing import Iterable, Mapping
 from tracer.errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
-from .layout_dag import V_GAP, place_dag
-from .layout_groups import CANVAS, ROOT, GroupKey, GroupTree, group_id
-from .layout_style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, shape_text, text_width
+from .dag import V_GAP, place_dag
+from .groups import CANVAS, ROOT, GroupKey, GroupTree, group_id
+from .style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, shape_text, text_width
 
 MARGIN = 10.0
 IO_FOLD_MIN = 3  # this many consecutive outputs under one name (e.g. a KV cache) draw as one box

@@ -25,13 +25,13 @@ T_DETECT = "tests/tracer/test_doctor.py::test_detectors_fire_on_the_paths_they_n
 
 
 def _hooks(model: nn.Module) -> list[Any]:
-    from .bridges.accelerate import hooks_of
+    from ..bridges.accelerate import hooks_of
 
     return [h for m in model.modules() for h in hooks_of(m)]
 
 
 def _offload_storage(model: nn.Module) -> set[str]:
-    from .bridges.accelerate import _storage
+    from ..bridges.accelerate import _storage
 
     return {_storage(h.weights_map) for h in _hooks(model)
             if getattr(h, "offload", False) and getattr(h, "weights_map", None) is not None}
@@ -121,7 +121,7 @@ def bnb_4bit(model: nn.Module, inputs: Any) -> Row | None:
 
 @register("peft.lora")
 def peft_lora(model: nn.Module, inputs: Any) -> Row | None:
-    from .bridges.peft import adapter_info
+    from ..bridges.peft import adapter_info
 
     info = adapter_info(model)
     if info is None:
@@ -135,7 +135,7 @@ def peft_lora(model: nn.Module, inputs: Any) -> Row | None:
 
 @register("quant.gptq_awq")
 def gptq_awq(model: nn.Module, inputs: Any) -> Row | None:
-    from .bridges.bitsandbytes import quantization_method
+    from ..bridges.bitsandbytes import quantization_method
 
     method = quantization_method(model)
     if method not in ("gptq", "awq"):
@@ -164,7 +164,7 @@ def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
 
 @register("distributed.tensor_parallel")
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
-    from .bridges.distributed import distributed_findings  # the detection capture refuses with
+    from ..bridges.distributed import distributed_findings  # the detection capture refuses with
 
     found = distributed_findings(model, inputs if isinstance(inputs, tuple) else ())
     if found is None:
@@ -205,7 +205,7 @@ def moe_router_logits(model: nn.Module, inputs: Any) -> Row | None:
 
 @register("foreign.kernels")
 def foreign_kernels(model: nn.Module, inputs: Any) -> Row | None:
-    from .replay import FOREIGN_DEPENDENCE
+    from ..replay.interpreter import FOREIGN_DEPENDENCE
 
     kernels = _foreign_kernels_in(model)
     if not kernels:
@@ -261,7 +261,7 @@ def _foreign_kernels_in(model: nn.Module) -> list[str]:
     """autograd Functions and torch.library custom ops defined in the modules the model's classes come from."""
     import sys
 
-    from .capture.boundaries import TRANSPARENT_PACKAGES
+    from ..capture.boundaries import TRANSPARENT_PACKAGES
 
     names = set()
     for module_name in {type(m).__module__ for m in model.modules()}:

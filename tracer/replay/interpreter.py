@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from .ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 
 # -- the kernel table ------------------------------------------------------------------
 # Kernels whose output is random or uninitialised: compared by metadata only.
@@ -61,7 +61,7 @@ def declare_dependence(kernel: Any, reads: Mapping[int, Iterable[int | str]]) ->
     name; `reads` maps an output index to argument positions (ints or keyword names). The
     perturbation check then excuses exactly the undeclared edges of the listed outputs.
     """
-    from .capture.boundaries import kernel_name
+    from ..capture.boundaries import kernel_name
 
     key = kernel_name(kernel)
     FOREIGN_DEPENDENCE[key] = {int(k): frozenset(str(p) for p in v) for k, v in reads.items()}
@@ -70,7 +70,7 @@ def declare_dependence(kernel: Any, reads: Mapping[int, Iterable[int | str]]) ->
 
 def forget_dependence(kernel: Any) -> None:
     """Remove a declaration made with `declare_dependence`."""
-    from .capture.boundaries import kernel_name
+    from ..capture.boundaries import kernel_name
 
     FOREIGN_DEPENDENCE.pop(kernel_name(kernel), None)
 
@@ -161,7 +161,7 @@ def inplace_target_position(op: Op, kwargs: Mapping[str, Any]) -> str | None:
 
 def select_output(out: Any, op: Op, target: torch.Tensor | None) -> torch.Tensor | None:
     """The tensor an op recorded, picked out of its call's return value."""
-    from .capture.walk import shallow_tensors
+    from ..capture.walk import shallow_tensors
 
     if isinstance(out, torch.Tensor):
         return out if op.output_index == 0 else None

@@ -20,10 +20,10 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from .errors import (ReplayMismatchError, ReplayUnavailableError, StructureOnlyValidationError,
+from ..errors import (ReplayMismatchError, ReplayUnavailableError, StructureOnlyValidationError,
                      TraceInvariantError, ValidationScopeError, ValuesMissingError)
-from .ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
-from .replay import (INDEXING_KINDS, ReplayError, Replayer, context, dependence_declared_absent,
+from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+from .interpreter import (INDEXING_KINDS, ReplayError, Replayer, context, dependence_declared_absent,
                      is_nondeterministic)
 
 _SEED = 20240606

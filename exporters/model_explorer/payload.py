@@ -9,7 +9,7 @@ path is in `inputsMetadata`). The trace's ladder state is in the graph id, the c
 label, the graph-level attributes and every node's `claim_state` attribute.
 
 Nothing here imports `model_explorer`: writing JSON needs the IR only. The rebuild check
-and the server live in `model_explorer_check` and `model_explorer_server`.
+and the server live in `check` and `server` beside this module.
 """
 from __future__ import annotations
 
@@ -19,16 +19,9 @@ from typing import Any
 
 from tracer.estimates import op_flops, op_output_bytes, trace_totals
 from tracer.ir import Op, Trace
-from tracer.summary import module_param_counts
+from tracer.module_tree import module_param_counts
 
-from .model_explorer_check import PayloadReport, rebuild_with_graph_builder, validate_payload
-from .model_explorer_server import ModelExplorerServer, open_url, serve
-
-__all__ = [
-    "CLAIM_COLORS", "NODE_DATA_METRICS", "ModelExplorerServer", "PayloadReport", "export",
-    "export_node_data", "graph_id", "node_data", "open_url", "rebuild_with_graph_builder", "serve",
-    "to_graph_collection", "validate_payload",
-]
+from .check import validate_payload
 
 NODE_DATA_METRICS = ("parameters", "output_bytes", "flops", "claim_state")
 

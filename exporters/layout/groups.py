@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
-from tracer.summary import module_param_counts
+from tracer.module_tree import module_param_counts
 
 GroupKey = tuple[str, int]  # (module address, call index)
 CANVAS: GroupKey = ("", -1)

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from .errors import InvalidInputError
-from .ir import INPUT_KIND, OUTPUT_KIND, Op, TensorMeta, Trace
+from ..errors import InvalidInputError
+from ..ir import INPUT_KIND, OUTPUT_KIND, Op, TensorMeta, Trace
 
 FITS, BROADCASTS = "fits", "broadcasts"
 MISSING, SHAPE_MISMATCH, DTYPE_MISMATCH = "missing_site", "shape_mismatch", "dtype_mismatch"

@@ -1,7 +1,7 @@
 """`doctor(model, inputs)`: the compatibility report, one row per deployment path.
 
 Rows come from a registry of small detectors `(model, inputs) -> Row | None` in
-`tracer.doctor_rows`; adding a path is one function plus `@register`.
+`tracer.compat.rows`; adding a path is one function plus `@register`.
 """
 from __future__ import annotations
 
@@ -75,14 +75,14 @@ def register(key: str) -> Callable[[Detector], Detector]:
 
 
 def registered_keys() -> list[str]:
-    from . import doctor_rows  # noqa: F401  (registers the built-in rows)
+    from . import rows  # noqa: F401  (registers the built-in rows)
 
     return [k for k, _ in _REGISTRY]
 
 
 def doctor(model: nn.Module, inputs: Any = ()) -> DoctorReport:
     """Run every registered detector on `model` (and its `inputs`); rows that apply, in order."""
-    from . import doctor_rows  # noqa: F401
+    from . import rows  # noqa: F401
 
     report = DoctorReport(model_class=type(model).__name__)
     for key, detect in _REGISTRY:

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from .capture.walk import iter_tensors
-from .digest import canonical_digest
+from ..capture.walk import iter_tensors
+from ..digest import canonical_digest
 
 # Config keys that say nothing about the graph (or are compared separately, like dtype).
 _VOLATILE_CONFIG_KEYS = frozenset({
