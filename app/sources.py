@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
+from tracer.configs import shipped_configs
 from tracer.errors import (FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError,
                            SourceNotFoundError)
 
@@ -32,19 +33,6 @@ class Loaded:
     config_path: Path | None = None  # the config a weights-free trace was built from
     input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE
     notes: list[str] = field(default_factory=list)
-
-
-def static_dir() -> Path:
-    """The project's `static/` folder (shipped configs and app assets)."""
-    import app
-
-    return Path(app.__file__).resolve().parent.parent / "static"
-
-
-def shipped_configs() -> dict[str, Path]:
-    """Shipped config names (file stem) to their paths, sorted by name."""
-    folder = static_dir() / "configs"
-    return {p.stem: p for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
 def resolve_config(name_or_path: str | Path) -> Path:

@@ -14,15 +14,10 @@ from torch import nn
 
 from ..errors import InvalidInputError, PaddedPromptError
 from ..ir import Trace
+from ..configs import shipped_configs
 from ..options import CaptureOptions
 
 DEFAULT_INPUT_SHAPE = (1, 8)
-
-
-def shipped_configs() -> dict[str, Path]:
-    """The configs shipped in `static/configs/`, by name (file stem)."""
-    folder = Path(__file__).resolve().parents[2] / "static" / "configs"
-    return {p.stem: p for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
 def load_config(name_or_path: str | Path) -> Any:
