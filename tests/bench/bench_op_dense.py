@@ -1,0 +1,271 @@
+"""Op-dense forwards: per-op capture cost against a bare recorder floor, and every later step.
+
+Run: `python tests/bench/bench_op_dense.py [--sizes 10000,100000,1000000] [--device cpu|cuda]`.
+Prints markdown tables for docs/benchmarks.md. The floor is a bare `TorchFunctionMode` that only
+appends each call to a list, measured in the same run; ratios are the figures to read. The
+1,000,000-op row captures with `save="none"` only (and reports the peak RSS it reached).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import tracer  # noqa: E402
+from tests.bench._memory import reset_peak, status_kb  # noqa: E402
+
+
+class Loop(nn.Module):
+    """`steps` iterations of `tanh(x * 0.5 + 0.1)` on a 2x4 tensor, then a Linear: 3 ops a step."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.steps):
+            x = torch.tanh(x * 0.5 + 0.1)
+        return self.head(x)
+
+
+class Nest(nn.Module):
+    """A chain of `depth` modules, each calling the next: module nesting as deep as it gets."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.inner = Nest(depth - 1) if depth > 1 else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + 1
+        return self.inner(x) if self.inner is not None else x
+
+
+def nest(depth: int) -> nn.Module:
+    """`Nest(depth)` built iteratively (recursive construction would hit the recursion limit)."""
+    leaf = Nest(1)
+    for _ in range(depth - 1):
+        outer = Nest.__new__(Nest)
+        nn.Module.__init__(outer)
+        outer.inner = leaf
+        leaf = outer
+    return leaf
+
+
+class BareRecorder(TorchFunctionMode):
+    """The floor: a function mode that records each call in a list and nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append((func, args, kwargs))
+        return func(*args, **(kwargs or {}))
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], object], device: str, repeats: int) -> list[float]:
+    """Wall times of `repeats` runs of `fn` (after one warm-up), synchronising the device."""
+    fn()
+    out = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def fmt(times: list[float]) -> str:
+    """Median with the spread (min-max) in seconds."""
+    return f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f})"
+
+
+def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, list[float], int]]:
+    """(step, times, ops) for one loop size."""
+    from exporters.model_explorer import export
+
+    steps = max(1, (n_ops - 3) // 3)
+    torch.manual_seed(0)
+    model = Loop(steps).to(device).eval()
+    x = torch.randn(2, 4, device=device)
+    rows: list[tuple[str, list[float], int]] = []
+
+    def recorder() -> None:
+        with BareRecorder():
+            model(x)
+
+    with torch.no_grad():
+        rows.append(("bare forward", timed(lambda: model(x), device, repeats), n_ops))
+        rows.append(("bare recorder (floor)", timed(recorder, device, repeats), n_ops))
+    none = tracer.CaptureOptions(save="none")
+    rows.append(("capture, save=none", timed(lambda: tracer.trace(model, (x,), capture=none), device, repeats), n_ops))
+    if n_ops > 200_000:
+        return rows
+    rows.append(("capture, save=all", timed(lambda: tracer.trace(model, (x,)), device, repeats), n_ops))
+    t = tracer.trace(model, (x,))
+    work = tempfile.mkdtemp(prefix="bench-op-dense-")
+    try:
+        folder = os.path.join(work, "t")
+
+        def save() -> None:
+            shutil.rmtree(folder, ignore_errors=True)
+            t.save(folder)
+
+        rows.append(("t.save", timed(save, device, repeats), n_ops))
+        rows.append(("tracer.load", timed(lambda: tracer.load(folder), device, repeats), n_ops))
+        me = os.path.join(work, "me.json")
+        rows.append(("Model Explorer export", timed(lambda: export(t, me), device, repeats), n_ops))
+        rows.append(("tracer.validate", timed(lambda: tracer.validate(t), device, max(1, repeats // 2)), n_ops))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def million_rss(device: str) -> tuple[float, int]:
+    """Seconds and peak RSS added (MB) of one 1,000,000-op capture with save="none"."""
+    model = Loop(333_333).to(device).eval()
+    x = torch.randn(2, 4, device=device)
+    reset_peak()
+    base = status_kb("VmRSS")
+    start = time.perf_counter()
+    tracer.trace(model, (x,), capture=tracer.CaptureOptions(save="none"))
+    _sync(device)
+    took = time.perf_counter() - start
+    return took, (status_kb("VmHWM") - base) // 1024
+
+
+def gpt2_ratio(device: str, repeats: int) -> tuple[list[float], list[float], list[float]]:
+    """Bare forward, bare recorder and capture (save=none) of GPT-2 small on 8 ids."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config()).to(device).eval()
+    ids = torch.randint(0, 50257, (1, 8), device=device)
+
+    def recorder() -> None:
+        with BareRecorder():
+            model(ids)
+
+    bare = timed(lambda: model(ids), device, repeats)
+    rec = timed(recorder, device, repeats)
+    cap = timed(lambda: tracer.trace(model, (ids,), capture=tracer.CaptureOptions(save="none")), device, repeats)
+    return bare, rec, cap
+
+
+def weights_free_ratio(repeats: int) -> tuple[list[float], list[float]]:
+    """Bare meta forward of the shipped Llama-3.1-8B config against its weights-free capture."""
+    from tracer.bridges.transformers import build_meta_model, trace_config
+
+    model = build_meta_model("llama-3.1-8b")
+    ids = torch.zeros((1, 8), dtype=torch.long, device="meta")
+    with torch.no_grad():
+        bare = timed(lambda: model(ids), "cpu", repeats)
+    cap = timed(lambda: trace_config("llama-3.1-8b", input_shape=(1, 8)), "cpu", repeats)
+    return bare, cap
+
+
+def nest_rows(depths: tuple[int, ...]) -> list[tuple[int, float, float]]:
+    """(depth, capture seconds, summary seconds) for chains of nested modules.
+
+    The plain forward of such a chain needs a higher recursion limit and, past a few thousand
+    levels, a bigger C stack than the main thread's (CPython crashes at 10,000 levels here): each
+    depth runs in a thread with a 512 MiB stack.
+    """
+    out: list[tuple[int, float, float]] = []
+
+    def one(depth: int) -> None:
+        model = nest(depth)
+        x = torch.zeros(2)
+        start = time.perf_counter()
+        t = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save="none"))
+        cap = time.perf_counter() - start
+        start = time.perf_counter()
+        t.summary()
+        out.append((depth, cap, time.perf_counter() - start))
+
+    for depth in depths:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 8 * depth + 1000))  # the plain forward needs it
+        threading.stack_size(512 * 1024 * 1024)
+        worker = threading.Thread(target=one, args=(depth,))
+        worker.start()
+        worker.join()
+        threading.stack_size(0)
+    return out
+
+
+def per_op_us(times: list[float], floor: list[float], bare: list[float], n: int) -> str:
+    """Microseconds per op beyond the bare forward, for a capture and for the floor."""
+    return f"{(statistics.median(times) - statistics.median(bare)) / n * 1e6:.1f} us"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeats", type=int, default=int(os.environ.get("BENCH_REPEATS", "5")))
+    ap.add_argument("--skip", default="", help="comma list of: nest,gpt2,weights-free")
+    ns = ap.parse_args()
+    skip = set(filter(None, ns.skip.split(",")))
+    sizes = [int(s) for s in ns.sizes.split(",") if s]
+    dev = ns.device
+    name = torch.cuda.get_device_name() if dev.startswith("cuda") else f"{os.cpu_count()} CPU cores"
+    print(f"torch {torch.__version__}, python {platform.python_version()}, {name}, medians of "
+          f"{ns.repeats} warm runs with (min-max)")
+    print()
+    print("| ops | step | time | per op beyond bare | vs floor |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        if n > 200_000:
+            took, mb = million_rss(dev)
+            print(f"| {n:,} | capture, save=none (one run) | {took:.2f} s | - | peak RSS +{mb:,} MB |")
+            continue
+        rows = op_dense_rows(n, dev, ns.repeats)
+        bare = rows[0][1]
+        floor = rows[1][1]
+        floor_cost = statistics.median(floor) - statistics.median(bare)
+        for step, times, ops in rows:
+            extra = statistics.median(times) - statistics.median(bare)
+            vs = f"{extra / floor_cost:.1f}x" if step.startswith("capture") and floor_cost > 0 else "-"
+            per = per_op_us(times, floor, bare, ops) if step != "bare forward" else "-"
+            print(f"| {n:,} | {step} | {fmt(times)} | {per} | {vs} |")
+    if "nest" not in skip:
+        print()
+        print("| nested modules | capture (save=none) | summary() |")
+        print("|---|---|---|")
+        for depth, cap, summ in nest_rows((3_000, 10_000)):
+            print(f"| {depth:,} | {cap:.2f} s | {summ:.2f} s |")
+    if "gpt2" not in skip:
+        bare, rec, cap = gpt2_ratio(dev, ns.repeats)
+        print()
+        print(f"GPT-2 small, 8 ids, {dev}: bare {fmt(bare)}, bare recorder {fmt(rec)} "
+              f"({statistics.median(rec) / statistics.median(bare):.2f}x), capture save=none {fmt(cap)} "
+              f"(**{statistics.median(cap) / statistics.median(bare):.2f}x** the bare forward)")
+    if "weights-free" not in skip and not dev.startswith("cuda"):
+        bare, cap = weights_free_ratio(ns.repeats)
+        print()
+        print(f"Llama-3.1-8B weights-free: bare meta forward {fmt(bare)}, trace_config {fmt(cap)} "
+              f"(**{statistics.median(cap) / statistics.median(bare):.2f}x**)")
+
+
+if __name__ == "__main__":
+    main()
