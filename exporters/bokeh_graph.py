@@ -11,6 +11,7 @@ from typing import Any
 from tracer.ir import Trace
 
 from .layout import Layout, LayoutNode, group_tree
+from .layout.groups import GroupTree
 from .layout.style import EDGE, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
 
 NODE_COLUMNS = ("id", "kind", "label", "module", "shape", "dtype", "params", "n_params", "op_kind", "repeat", "fill")
@@ -26,8 +27,9 @@ def caption_for(trace: Trace) -> str:
 def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
     """Column data for the node glyphs (one row per layout node, in layout order)."""
     cols: dict[str, list[Any]] = {c: [] for c in (*NODE_COLUMNS, "x", "y", "w", "h")}
+    tree = layout.groups if layout.groups is not None else group_tree(trace)
     for n in layout.nodes:
-        row = _node_row(n, trace)
+        row = _node_row(n, trace, tree)
         for c in NODE_COLUMNS:
             cols[c].append(row[c])
         cols["x"].append(n.x)
@@ -37,7 +39,7 @@ def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
     return cols
 
 
-def _node_row(n: LayoutNode, trace: Trace) -> dict[str, Any]:
+def _node_row(n: LayoutNode, trace: Trace, tree: GroupTree) -> dict[str, Any]:
     row = {"id": n.id, "kind": n.kind, "label": n.label, "module": n.module or "(root)", "repeat": n.repeat,
            "op_kind": "", "shape": "", "dtype": "", "params": "", "n_params": 0}
     if n.kind in ("op", "io") and n.op_label:
@@ -51,7 +53,6 @@ def _node_row(n: LayoutNode, trace: Trace) -> dict[str, Any]:
             row["shape"] = f"{n.repeat} tensors, first {row['shape']}"
         row["fill"] = fill_color(n.kind, op_family(op) if n.kind == "op" else None)
         return row
-    tree = group_tree(trace)
     addresses = n.members or (n.module or "",)
     total = sum(tree.param_count(a) for a in addresses)
     row["n_params"] = total
@@ -136,17 +137,3 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
     return fig
-
-
-def export_svg(trace: Trace, path, **kwargs):
-    """See exporters.figures.export_svg (re-exported here for the shared contract)."""
-    from .figures import export_svg as _svg
-
-    return _svg(trace, path, **kwargs)
-
-
-def export_png(trace: Trace, path, **kwargs):
-    """See exporters.figures.export_png (re-exported here for the shared contract)."""
-    from .figures import export_png as _png
-
-    return _png(trace, path, **kwargs)

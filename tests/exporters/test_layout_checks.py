@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from exporters.layout import Layout
+from exporters.layout.checks import edge_crossings, label_overflows
 
 EPS = 1e-6
 
@@ -64,3 +65,9 @@ def check_layout(layout: Layout, trace) -> None:
             assert t[1] > s[3], f"forward edge {e.source}->{e.target} does not run downward"
             ys = [p[1] for p in e.points]
             assert ys == sorted(ys), f"edge {e.source}->{e.target} turns upward"
+    # edges run around boxes, never through a box they do not connect nor over a frame's header,
+    # and every label fits its box
+    crossings = edge_crossings(layout)
+    assert not crossings, f"{len(crossings)} edge-box crossings, first: {crossings[:3]}"
+    overflows = label_overflows(layout)
+    assert not overflows, f"labels wider than their boxes: {overflows[:5]}"
