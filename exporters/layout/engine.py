@@ -58,9 +58,10 @@ class LayoutEngine:
 
     MAX_CACHED = 20_000  # sub-layouts kept before the cache starts over
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, hidden: Iterable[str] = ()) -> None:
         self.trace = trace
-        self.tree = GroupTree(trace)
+        self.hidden = frozenset(hidden)  # op labels left out; an edge through one joins its neighbours
+        self.tree = GroupTree(trace, self.hidden)
         self.cache: dict[tuple, _Sub] = {}
         self.lca_edges: dict[GroupKey, list[tuple[object, object]]] = {k: [] for k in self.tree.groups}
         self.edges: list[tuple[str, str, GroupKey, tuple, tuple, int]] = []
@@ -69,22 +70,44 @@ class LayoutEngine:
         self.in_ports: dict[GroupKey, dict[object, list[object]]] = {}
         self.out_ports: dict[GroupKey, dict[object, list[object]]] = {}
         seen: set[tuple[str, str]] = set()
-        for op in trace.ops:
+        for source, target in self._data_edges():
+            if (source, target) in seen:
+                continue
+            seen.add((source, target))
+            cs, ct = self.tree.chain(source), self.tree.chain(target)
+            i = 0
+            while cs[i] == ct[i]:
+                i += 1
+            lca = cs[i - 1] if i else CANVAS
+            self.lca_edges[lca].append((cs[i], ct[i]))
+            self.edges.append((source, target, lca, cs, ct, i))
+            for j in range(i, len(cs) - 1):  # frames the edge leaves, innermost last
+                _add_port(self.out_ports, cs[j], self.port_key(ct[i]), cs[j + 1])
+            for j in range(i, len(ct) - 1):  # frames it enters
+                _add_port(self.in_ports, ct[j], self.port_key(cs[i]), ct[j + 1])
+
+    def _data_edges(self):
+        """(source, target) op pairs to draw; an edge from a hidden op comes from its nearest shown ancestors."""
+        shown: dict[str, tuple[str, ...]] = {}
+
+        def sources(label: str) -> tuple[str, ...]:
+            if label not in self.hidden:
+                return (label,) if label in self.tree.path_of else ()
+            hit = shown.get(label)
+            if hit is None:
+                shown[label] = ()  # a cycle guard; the IR is acyclic
+                found: dict[str, None] = {}
+                for e in self.trace[label].parents:
+                    found.update(dict.fromkeys(sources(e.source)))
+                hit = shown[label] = tuple(found)
+            return hit
+
+        for op in self.trace.ops:
+            if op.label in self.hidden:
+                continue
             for e in op.parents:
-                if (e.source, op.label) in seen or e.source not in self.tree.path_of:
-                    continue
-                seen.add((e.source, op.label))
-                cs, ct = self.tree.chain(e.source), self.tree.chain(op.label)
-                i = 0
-                while cs[i] == ct[i]:
-                    i += 1
-                lca = cs[i - 1] if i else CANVAS
-                self.lca_edges[lca].append((cs[i], ct[i]))
-                self.edges.append((e.source, op.label, lca, cs, ct, i))
-                for j in range(i, len(cs) - 1):  # frames the edge leaves, innermost last
-                    _add_port(self.out_ports, cs[j], self.port_key(ct[i]), cs[j + 1])
-                for j in range(i, len(ct) - 1):  # frames it enters
-                    _add_port(self.in_ports, ct[j], self.port_key(cs[i]), ct[j + 1])
+                for source in sources(e.source):
+                    yield source, op.label
 
     def layout(self, expanded: Iterable[str] | None = None, *, fold_repeats: bool = False, fold_min: int = 2) -> Layout:
         """The layout with the modules in `expanded` drawn as frames (None: `default_expansion`)."""
@@ -104,6 +127,7 @@ class LayoutEngine:
         return Layout(
             tuple(asm.nodes), tuple(asm.frames), edges,
             canvas.width + 2 * MARGIN, canvas.height + 2 * MARGIN, exp, asm.visible, groups=self.tree,
+            hidden=self.hidden,
         )
 
     def default_expansion(self) -> frozenset[str]:

@@ -64,6 +64,7 @@ class Layout:
     height: float
     expanded: frozenset[str]
     visible: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    hidden: frozenset[str] = field(default=frozenset(), repr=False, compare=False)  # op labels left out
     groups: "GroupTree | None" = field(default=None, repr=False, compare=False)  # the module-call hierarchy drawn
     _index: dict[str, LayoutNode] = field(default_factory=dict, repr=False, compare=False)
 

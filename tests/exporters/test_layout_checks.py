@@ -48,12 +48,14 @@ def check_layout(layout: Layout, trace) -> None:
             own = n.kind in ("module", "folded") and n.module == f.address
             if _under(n.module, f.address) and not own and f.call == 0:
                 assert _inside(node_boxes[n.id], box), f"{n.id} ({n.module}) lies outside frame {f.address!r}"
-    # every op is drawn somewhere, and every data edge between two boxes is drawn
-    assert set(layout.visible) == {op.label for op in trace.ops}
+    # every op not hidden is drawn somewhere, and every data edge between two boxes is drawn
+    assert set(layout.visible) == {op.label for op in trace.ops} - layout.hidden
     assert set(layout.visible.values()) <= set(node_boxes)
     drawn = {(e.source, e.target) for e in layout.edges}
     for op in trace.ops:
         for e in op.parents:
+            if e.source in layout.hidden or op.label in layout.hidden:
+                continue
             s, t = layout.visible[e.source], layout.visible[op.label]
             if s != t:
                 assert (s, t) in drawn, f"edge {e.source}->{op.label} ({s}->{t}) missing"
