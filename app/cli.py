@@ -127,13 +127,14 @@ def snapshot(ns: argparse.Namespace) -> int:
                                 remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
     from exporters import figures
     from exporters.layout import LayoutEngine
+    from exporters.layout.dag import COMPACT
     from exporters.layout.hiding import PLUMBING, hidden_ops
 
     hide = PLUMBING if ns.hide is None else tuple(f for f in ns.hide if f != "none")
     figures.paper_width(ns.width)  # refuse a bad width before the capture
     loaded = _load(ns.path, ns.model, ns.input_shape)
     captured = time.perf_counter()
-    engine = LayoutEngine(loaded.trace, hidden_ops(loaded.trace, hide))
+    engine = LayoutEngine(loaded.trace, hidden_ops(loaded.trace, hide), COMPACT)
     expanded = engine.default_expansion() | set(ns.expand or ())
     caption = False if ns.no_caption else ns.caption
     scene = figures.build_scene(loaded.trace, expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide,

@@ -18,6 +18,7 @@ from tracer.errors import FigureOptionsError, FigureWriteError
 from tracer.ir import Trace
 
 from .layout import Layout, LayoutEngine
+from .layout.dag import COMPACT
 from .layout.hiding import PLUMBING, hidden_ops
 from .layout.style import (BACK_EDGE, EDGE, FONT_FAMILY, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, fit_text,
                            ladder_caption, op_family, text_width)
@@ -107,7 +108,7 @@ def build_scene(
     weights-free traces only, True = always, False = never, a string = that text."""
     hidden = hidden_ops(trace, hide)
     if engine is None or engine.trace is not trace or engine.hidden != hidden:
-        engine = LayoutEngine(trace, hidden)
+        engine = LayoutEngine(trace, hidden, COMPACT)
     layout = engine.layout(expanded, fold_repeats=fold_repeats)
     fills = {}
     for n in layout.nodes:

@@ -15,10 +15,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-H_GAP = 16.0
-V_GAP = 26.0
-PORT_GAP = 14.0  # the gap under a row of entry ports and above a row of exit ports
-DUMMY_W = 6.0
+@dataclass(frozen=True, slots=True)
+class Spacing:
+    """Gaps between boxes of a row, between rows, and beside a row of ports; a dummy's width."""
+
+    h_gap: float = 16.0
+    v_gap: float = 26.0
+    port_gap: float = 14.0  # the gap under a row of entry ports and above a row of exit ports
+    dummy_w: float = 6.0
+
+
+SPACING = Spacing()  # on screen
+COMPACT = Spacing(h_gap=12.0, v_gap=16.0, port_gap=9.0, dummy_w=4.0)  # in print
+DUMMY_W = SPACING.dummy_w
 SWEEPS = 4
 BOX_WEIGHT = 50.0  # how much more a box's wish counts than a dummy's when a row is packed
 
@@ -43,7 +52,8 @@ class DagPlacement:
 
 
 def place_dag(sizes: list[tuple[float, float]], edges: list[tuple[int, int]],
-              top: frozenset[int] = frozenset(), bottom: frozenset[int] = frozenset()) -> DagPlacement:
+              top: frozenset[int] = frozenset(), bottom: frozenset[int] = frozenset(),
+              spacing: Spacing = SPACING) -> DagPlacement:
     """Place boxes `sizes[i] = (w, h)` for forward edges `(u, v)`; `top`/`bottom` are entry and exit
     ports pinned to the first and last row (edges port -> box and box -> port); coordinates start at 0."""
     n = len(sizes)
@@ -66,22 +76,22 @@ def place_dag(sizes: list[tuple[float, float]], edges: list[tuple[int, int]],
     for u, v in edges:
         all_preds[v].append(u)
         all_succs[u].append(v)
-    rows, nodes_w, chains = _rows_with_dummies(n, sizes, layer, edges)
+    rows, nodes_w, chains = _rows_with_dummies(n, sizes, layer, edges, spacing.dummy_w)
     node_up, node_down = _node_links(len(nodes_w), n, all_preds, chains)
     _order(rows, node_up, node_down)
     boxes = [i < n and i not in top and i not in bottom for i in range(len(nodes_w))]
-    xs = _x_place(rows, nodes_w, node_up, boxes)
+    xs = _x_place(rows, nodes_w, node_up, boxes, spacing.h_gap)
     if top:  # entry ports sit over the boxes they feed
         row = rows[0]
         want = [sum(xs[w] for w in node_down[v]) / len(node_down[v]) if node_down[v] else xs[v] for v in row]
-        for v, x in zip(row, _resolve(want, [nodes_w[v] for v in row])):
+        for v, x in zip(row, _resolve(want, [nodes_w[v] for v in row], spacing.h_gap)):
             xs[v] = x
     heights = [max((sizes[i][1] for i in row if i < n), default=0.0) for row in rows]
     last_row = len(rows) - 1
     tops = [0.0]
     for r in range(last_row):
         port_gap = (r == 0 and top) or (r + 1 == last_row and bottom)
-        tops.append(tops[r] + heights[r] + (PORT_GAP if port_gap else V_GAP))
+        tops.append(tops[r] + heights[r] + (spacing.port_gap if port_gap else spacing.v_gap))
     x0 = [xs[i] - sizes[i][0] / 2 for i in range(n)]
     y0 = [tops[layer[i]] for i in range(n)]
     left = min(xs[i] - nodes_w[i] / 2 for i in range(len(xs)))
@@ -103,7 +113,7 @@ def _layers(n: int, preds: list[list[int]], succs: list[list[int]], ports: froze
     return layer
 
 
-def _rows_with_dummies(n, sizes, layer, edges):
+def _rows_with_dummies(n, sizes, layer, edges, dummy_w):
     """Rows of box indices plus dummies; a fan's skipping edges share one dummy per row (a trunk)."""
     rows: list[list[int]] = [[] for _ in range(max(layer) + 1)]
     for v in range(n):
@@ -125,7 +135,7 @@ def _rows_with_dummies(n, sizes, layer, edges):
             d = trunk.get(lay)
             if d is None:
                 d = trunk[lay] = len(widths)
-                widths.append(DUMMY_W)
+                widths.append(dummy_w)
                 rows[lay].append(d)
             chain.append(d)
         chains[(u, v)] = chain
@@ -167,7 +177,7 @@ def _order(rows, up, down) -> None:
                 pos[v] = i
 
 
-def _x_place(rows, widths, up, boxes) -> list[float]:
+def _x_place(rows, widths, up, boxes, gap) -> list[float]:
     """Centre x of every box and dummy: under the mean of its parent boxes (of its dummies and
     ports when it has no parent box, so a fan's trunk never drags a chain sideways), rows in order."""
     xs = [0.0] * len(widths)
@@ -179,23 +189,23 @@ def _x_place(rows, widths, up, boxes) -> list[float]:
             ns = ns or up[v]
             want = sum(xs[u] for u in ns) / len(ns) if ns else cursor + widths[v] / 2
             desired.append(want)
-            cursor = want + widths[v] / 2 + H_GAP
+            cursor = want + widths[v] / 2 + gap
         weights = [BOX_WEIGHT if boxes[v] else 1.0 for v in row]
-        for v, x in zip(row, _resolve(desired, [widths[v] for v in row], weights)):
+        for v, x in zip(row, _resolve(desired, [widths[v] for v in row], gap, weights)):
             xs[v] = x
     return xs
 
 
-def _resolve(desired: list[float], widths: list[float], weights: list[float] | None = None) -> list[float]:
+def _resolve(desired: list[float], widths: list[float], gap: float, weights: list[float] | None = None) -> list[float]:
     """Closest order-preserving non-overlapping centres: overlapping runs merge into one block at the
     weighted mean of what its members want (a box outweighs a dummy, so trunks step aside)."""
     weights = weights or [1.0] * len(desired)
     blocks: list[list[float]] = []  # [start, width, weighted sum of (wanted start - offset), weight, first, count]
     for i, (want, w) in enumerate(zip(desired, widths)):
         block = [want - w / 2, w, (want - w / 2) * weights[i], weights[i], float(i), 1.0]
-        while blocks and blocks[-1][0] + blocks[-1][1] + H_GAP > block[0]:
+        while blocks and blocks[-1][0] + blocks[-1][1] + gap > block[0]:
             prev = blocks.pop()
-            offset = prev[1] + H_GAP
+            offset = prev[1] + gap
             total = prev[2] + block[2] - offset * block[3]
             weight = prev[3] + block[3]
             block = [total / weight, offset + block[1], total, weight, prev[4], prev[5] + block[5]]
@@ -206,5 +216,5 @@ def _resolve(desired: list[float], widths: list[float], weights: list[float] | N
         first = int(b[4])
         for i in range(first, first + int(b[5])):
             result[i] = x + widths[i] / 2
-            x += widths[i] + H_GAP
+            x += widths[i] + gap
     return result

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 from tracer.errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
-from .dag import DUMMY_W, DagPlacement, place_dag
+from .dag import SPACING, DagPlacement, Spacing, place_dag
 from .groups import CANVAS, ROOT, GroupKey, GroupTree, group_id
 from .result import Layout, LayoutEdge, LayoutFrame, LayoutNode
 from .routing import Route, assign_tracks
@@ -58,8 +58,9 @@ class LayoutEngine:
 
     MAX_CACHED = 20_000  # sub-layouts kept before the cache starts over
 
-    def __init__(self, trace: Trace, hidden: Iterable[str] = ()) -> None:
+    def __init__(self, trace: Trace, hidden: Iterable[str] = (), spacing: Spacing = SPACING) -> None:
         self.trace = trace
+        self.spacing = spacing  # gaps between boxes and rows (`dag.COMPACT` for print)
         self.hidden = frozenset(hidden)  # op labels left out; an edge through one joins its neighbours
         self.tree = GroupTree(trace, self.hidden)
         self.cache: dict[tuple, _Sub] = {}
@@ -204,17 +205,16 @@ class LayoutEngine:
         sizes = [(p.w, p.h) for p in placed]
         in_ports = self._ports(self.in_ports.get(key, {}), index, sizes, pairs, entering=True)
         out_ports = self._ports(self.out_ports.get(key, {}), index, sizes, pairs, entering=False)
-        dag = place_dag(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()))
+        dag = place_dag(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()), self.spacing)
         for p, x, y in zip(placed, dag.x0, dag.y0):
             p.x0, p.y0 = x, y
         return _Sub(dag.width, dag.height, placed, index, dag, in_ports, out_ports)
 
-    @staticmethod
-    def _ports(wanted: dict, index: dict, sizes: list, pairs: set, entering: bool) -> dict[object, int]:
+    def _ports(self, wanted: dict, index: dict, sizes: list, pairs: set, entering: bool) -> dict[object, int]:
         ports: dict[object, int] = {}
         for port_key, inner in wanted.items():
             node = ports[port_key] = len(sizes)
-            sizes.append((DUMMY_W, 0.0))
+            sizes.append((self.spacing.dummy_w, 0.0))
             for item in inner:
                 pairs.add((node, index[item]) if entering else (index[item], node))
         return ports
