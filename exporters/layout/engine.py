@@ -65,7 +65,7 @@ class LayoutEngine:
         self.tree = GroupTree(trace, self.hidden)
         self.cache: dict[tuple, _Sub] = {}
         self.lca_edges: dict[GroupKey, list[tuple[object, object]]] = {k: [] for k in self.tree.groups}
-        self.edges: list[tuple[str, str, GroupKey, tuple, tuple, int]] = []
+        self.edges: list[tuple[str, str, GroupKey, tuple, tuple, int, object, object]] = []
         self.io_head = self._io_heads()
         self._header_w: dict[GroupKey, float] = {}
         self.in_ports: dict[GroupKey, dict[object, list[object]]] = {}
@@ -81,11 +81,12 @@ class LayoutEngine:
                 i += 1
             lca = cs[i - 1] if i else CANVAS
             self.lca_edges[lca].append((cs[i], ct[i]))
-            self.edges.append((source, target, lca, cs, ct, i))
+            out_key, in_key = self.port_key(ct[i]), self.port_key(cs[i])
+            self.edges.append((source, target, lca, cs, ct, i, out_key, in_key))
             for j in range(i, len(cs) - 1):  # frames the edge leaves, innermost last
-                _add_port(self.out_ports, cs[j], self.port_key(ct[i]), cs[j + 1])
+                _add_port(self.out_ports, cs[j], out_key, cs[j + 1])
             for j in range(i, len(ct) - 1):  # frames it enters
-                _add_port(self.in_ports, ct[j], self.port_key(cs[i]), ct[j + 1])
+                _add_port(self.in_ports, ct[j], in_key, ct[j + 1])
 
     def _data_edges(self):
         """(source, target) op pairs to draw; an edge from a hidden op comes from its nearest shown ancestors."""
@@ -314,9 +315,12 @@ class _Assembly:
         self.visible: dict[str, str] = {}
         self.where: dict[GroupKey, tuple[_Sub, float, float]] = {}
         self.boxes: dict[str, tuple[float, float, float, float]] = {}
+        self.bands: list[tuple[float, float]] = []  # channel number -> (top, bottom) y of a gap
+        self.channel0: dict[GroupKey, int] = {}  # placed group -> number of its first gap
 
     def place(self, sub: _Sub, key: GroupKey, ox: float, oy: float, depth: int) -> None:
         self.where[key] = (sub, ox, oy)
+        self.channel0[key] = self._add_channels(sub, oy)
         eng = self.eng
         for p in sub.placed:
             x0, y0 = ox + p.x0, oy + p.y0
@@ -364,19 +368,18 @@ class _Assembly:
         dummy's column; into a frame through its entry port, out through its exit port."""
         routes: list[Route] = []
         seen: set[tuple[str, str]] = set()
-        for src, dst, lca, cs, ct, i in self.eng.edges:
+        for src, dst, lca, cs, ct, i, out_key, in_key in self.eng.edges:
             s, t = self.visible.get(src), self.visible.get(dst)
             if s is None or t is None or s == t or (s, t) in seen:
                 continue
             seen.add((s, t))
-            routes.append(self._route(s, t, lca, cs, ct, i))
-        return tuple(assign_tracks(routes, self._channel_band))
+            routes.append(self._route(s, t, lca, cs, ct, i, out_key, in_key))
+        return tuple(assign_tracks(routes, self.bands.__getitem__))
 
-    def _route(self, s: str, t: str, lca: GroupKey, cs: tuple, ct: tuple, i: int) -> Route:
-        eng = self.eng
+    def _route(self, s: str, t: str, lca: GroupKey, cs: tuple, ct: tuple, i: int, out_key: object,
+               in_key: object) -> Route:
         sb, tb = self.boxes[s], self.boxes[t]
         source_frames, target_frames = self._frames_down(lca, cs, i), self._frames_down(lca, ct, i)
-        out_key, in_key = eng.port_key(ct[i]), eng.port_key(cs[i])
         moves: list[tuple[object, float]] = []
         for k in range(len(source_frames) - 1, -1, -1):  # innermost frame first, out through each exit port
             g = source_frames[k]
@@ -420,26 +423,30 @@ class _Assembly:
         sub, ox, _ = self.where[g]
         dag = sub.dag
         la, lb = dag.layer[a], dag.layer[b]
-        chain = dag.chains.get((a, b), ())
-        return [((g, r), x_end if r == lb - 1 else ox + dag.xs[chain[r - la]]) for r in range(la, lb)]
+        if lb == la + 1:
+            return [(self.channel0[g] + la, x_end)]
+        chain = dag.chains[(a, b)]
+        base = self.channel0[g]
+        return [(base + r, x_end if r == lb - 1 else ox + dag.xs[chain[r - la]]) for r in range(la, lb)]
 
     def _back_hop(self, g: GroupKey, a: int, b: int, x_end: float) -> list[tuple[object, float]]:
         """A back edge: down to the gap under `a`, out past the group's right side, up to the gap over `b`."""
         sub, ox, _ = self.where[g]
         dag = sub.dag
-        below = (g, dag.layer[a]) if dag.layer[a] + 1 < len(dag.tops) else (g, "bottom")
-        above = (g, dag.layer[b] - 1) if dag.layer[b] > 0 else (g, "top")
+        base, rows = self.channel0[g], len(dag.tops)
+        below = base + dag.layer[a] if dag.layer[a] + 1 < rows else base + rows  # the "under the content" band
+        above = base + dag.layer[b] - 1 if dag.layer[b] > 0 else base + rows + 1  # the "over the content" band
         return [(below, ox + sub.width + BACK_EDGE_OFFSET), (above, x_end)]
 
-    def _channel_band(self, channel: tuple) -> tuple[float, float]:
-        g, row = channel
-        sub, _, oy = self.where[g]
-        if row == "bottom":
-            return oy + sub.height + 1.0, oy + sub.height + FRAME_PAD - 2.0
-        if row == "top":
-            return oy - 5.0, oy - 1.0
-        top, bottom = sub.dag.gap(row)
-        return oy + top, oy + bottom
+    def _add_channels(self, sub: _Sub, oy: float) -> int:
+        """Number the gaps of a placed group (then the bands under and over its content); returns the first."""
+        first = len(self.bands)
+        dag = sub.dag
+        self.bands += [(oy + t + h, oy + nxt) for t, h, nxt in zip(dag.tops, dag.heights, dag.tops[1:])]
+        self.bands.append((0.0, 0.0))  # the last row has no gap under it: its number is unused
+        self.bands.append((oy + sub.height + 1.0, oy + sub.height + FRAME_PAD - 2.0))
+        self.bands.append((oy - 5.0, oy - 1.0))
+        return first
 
 
 def default_expansion(trace: Trace, engine: LayoutEngine | None = None) -> frozenset[str]:

@@ -24,52 +24,69 @@ class Route:
     source: str
     target: str
     start: tuple[float, float]
-    moves: list[tuple[object, float]]
+    moves: list[tuple[int, float]]  # (channel number, x)
     end_y: float
     back_edge: bool = False
 
 
-def assign_tracks(routes: list[Route], band: Callable[[object], tuple[float, float]]) -> list[LayoutEdge]:
-    """Polylines for `routes`; `band(channel)` gives a channel's (top, bottom) y."""
-    parent: dict[tuple, tuple] = {}
+def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]]) -> list[LayoutEdge]:
+    """Polylines for `routes` (channels are numbers); `band(channel)` gives a channel's (top, bottom) y."""
+    parent: list[int] = []  # wire -> the wire it was merged into (union-find over wire numbers)
+    channel_of: list[int] = []
+    by_from: dict[tuple, int] = {}  # (channel, source, x) -> wire: the branches of one fan
+    by_to: dict[tuple, int] = {}  # (channel, target, x) -> wire: the feeders of one box at one x
+    pieces: list[tuple[int, float, float]] = []  # (wire, x from, x to) per horizontal piece
 
-    def find(k: tuple) -> tuple:
-        root = parent.get(k)
-        if root is None:
-            parent[k] = k
-            return k
-        while root != k:
-            k, root = root, parent[root]
-        return root
+    def root(w: int) -> int:
+        while parent[w] != w:
+            parent[w] = parent[parent[w]]
+            w = parent[w]
+        return w
 
-    pieces: list[tuple[tuple, float, float]] = []  # (from-key, x from, x to) per horizontal piece
     for r in routes:
         x = r.start[0]
         for channel, nx in r.moves:
             if nx - x > MIN_RUN or x - nx > MIN_RUN:
-                key = ("from", channel, r.source, x)
-                a, b = find(key), find(("to", channel, r.target, nx))
-                if a != b:
-                    parent[a] = b
-                pieces.append((key, x, nx))
+                kf, kt = (channel, r.source, x), (channel, r.target, nx)
+                wf, wt = by_from.get(kf), by_to.get(kt)
+                if wf is None and wt is None:
+                    w = len(parent)
+                    parent.append(w)
+                    channel_of.append(channel)
+                elif wt is None or wf is None:
+                    w = wf if wt is None else wt
+                else:
+                    w, other = root(wf), root(wt)
+                    if other != w:
+                        parent[other] = w
+                by_from.setdefault(kf, w)
+                by_to.setdefault(kt, w)
+                pieces.append((w, x, nx))
             x = nx
-    spans: dict[tuple, list[float]] = {}  # wire (its root key) -> [lo, hi], in first-seen order
-    wire_of: list[tuple] = []
-    for key, xa, xb in pieces:
-        wire = find(key)
-        wire_of.append(wire)
+    spans: dict[int, list[float]] = {}  # root wire -> [lo, hi], in first-seen order
+    wire_of: list[int] = []
+    for w, xa, xb in pieces:
+        w = root(w)
+        wire_of.append(w)
         lo, hi = (xa, xb) if xa < xb else (xb, xa)
-        span = spans.get(wire)
+        span = spans.get(w)
         if span is None:
-            spans[wire] = [lo, hi]
+            spans[w] = [lo, hi]
         else:
-            span[0], span[1] = min(span[0], lo), max(span[1], hi)
-    by_channel: dict[object, list[tuple]] = {}
-    for wire in spans:
-        by_channel.setdefault(wire[1], []).append(wire)
-    height: dict[tuple, float] = {}
+            if lo < span[0]:
+                span[0] = lo
+            if hi > span[1]:
+                span[1] = hi
+    by_channel: dict[int, list[int]] = {}
+    for w in spans:
+        by_channel.setdefault(channel_of[w], []).append(w)
+    height: dict[int, float] = {}
     for channel, wires in by_channel.items():
-        wires.sort(key=lambda w: spans[w])  # stable: ties keep first-seen order
+        top, bottom = band(channel)
+        if len(wires) == 1:
+            height[wires[0]] = (top + bottom) / 2
+            continue
+        wires.sort(key=spans.__getitem__)  # stable: ties keep first-seen order
         free: list[tuple[float, int]] = []  # (right end of its last piece, track), the earliest-free first
         track_of = []
         for w in wires:
@@ -80,7 +97,6 @@ def assign_tracks(routes: list[Route], band: Callable[[object], tuple[float, flo
                 t = len(free)
                 heapq.heappush(free, (hi, t))
             track_of.append(t)
-        top, bottom = band(channel)
         step = (bottom - top) / (len(free) + 1)
         for w, t in zip(wires, track_of):
             height[w] = top + step * (t + 1)
