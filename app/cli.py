@@ -140,12 +140,7 @@ def snapshot(ns: argparse.Namespace) -> int:
     scene = figures.build_scene(loaded.trace, expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide,
                                 engine=engine)
     size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
-    common = dict(expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide, width_in=ns.width,
-                  max_height_in=ns.max_height, font_pt=ns.font_pt, engine=engine)
-    if fmt == "svg":
-        written = figures.export_svg(loaded.trace, out, **common)
-    else:
-        written = figures.export_png(loaded.trace, out, dpi=ns.dpi, **common)
+    written = figures.write_scene(scene, out, size, fmt, ns.dpi)
     done = time.perf_counter()
     print(f"torchlens-explore: wrote {written}: {size.width_in:.2f} x {size.height_in:.2f} in, labels {size.font_pt:.1f} pt"
           f"{'' if size.legible else ' (small: try --width page, --hide, or fewer expanded modules)'}; "

@@ -206,8 +206,20 @@ def export_svg(
     """Write the figure of `trace` as an SVG at most `width_in` wide ("column", "page" or inches) with
     labels at `font_pt` (see `figure_size`); returns the path. Other options as in `build_scene`."""
     scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine)
-    size = figure_size(scene, width_in, max_height_in, font_pt)
-    return _write(Path(path), scene_svg(scene, size.width_in, size.height_in).encode("utf-8"))
+    return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "svg")
+
+
+def write_scene(scene: Scene, path, size: FigureSize, fmt: str, dpi: int = 300) -> Path:
+    """Write `scene` at `size` as `fmt` ("svg" or "png", the PNG at `dpi`); returns the path."""
+    path = Path(path)
+    if fmt == "png":
+        import io
+
+        _check_dpi(dpi)
+        buf = io.BytesIO()
+        scene_png(scene, size.width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
+        return _write(path, buf.getvalue())
+    return _write(path, scene_svg(scene, size.width_in, size.height_in).encode("utf-8"))
 
 
 # -- PNG -----------------------------------------------------------------------------
@@ -257,15 +269,9 @@ def export_png(
     max_height_in: float | None = None, font_pt: float | None = FONT_PT, engine: LayoutEngine | None = None,
 ) -> Path:
     """Write the figure of `trace` as a PNG at `dpi` (recorded in the file), sized as `export_svg`."""
-    import io
-
-    if not (isinstance(dpi, (int, float)) and 0 < dpi <= 2400):
-        raise FigureOptionsError(f"figure dpi out of range: dpi={dpi!r}", site="exporters.figures", dpi=dpi)
+    _check_dpi(dpi)
     scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine)
-    size = figure_size(scene, width_in, max_height_in, font_pt)
-    buf = io.BytesIO()
-    scene_png(scene, size.width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
-    return _write(Path(path), buf.getvalue())
+    return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "png", dpi)
 
 
 def font_points(scene: Scene, width_in: float = COLUMN_IN) -> float:
@@ -299,6 +305,11 @@ def _arrowhead(d, pts: list[tuple[float, float]], size: float, color: str) -> No
     left = (x1 - size * math.cos(ang - 0.45), y1 - size * math.sin(ang - 0.45))
     right = (x1 - size * math.cos(ang + 0.45), y1 - size * math.sin(ang + 0.45))
     d.polygon([(x1, y1), left, right], fill=color)
+
+
+def _check_dpi(dpi: float) -> None:
+    if not (isinstance(dpi, (int, float)) and 0 < dpi <= 2400):
+        raise FigureOptionsError(f"figure dpi out of range: dpi={dpi!r}", site="exporters.figures", dpi=dpi)
 
 
 def _write(path: Path, data: bytes) -> Path:
