@@ -4,7 +4,7 @@
     torchlens-explore PATH                    a saved trace (folder, trace.json or .zip) or a config JSON
     torchlens-explore --model pkg.mod:factory --input-shape 1,8
     torchlens-explore --summary [gpt2]        print the trace summary and exit
-    torchlens-explore snapshot PATH --out fig.svg
+    torchlens-explore snapshot PATH --out fig.svg [--width column|page|IN] [--hide FAMILY] [--no-caption]
 """
 from __future__ import annotations
 
@@ -41,7 +41,18 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", default="1,8")
     p.add_argument("--expand", action="append", default=None, metavar="ADDRESS",
                    help="module address to draw expanded (repeatable; default: down to the repeated blocks)")
-    p.add_argument("--fold", action="store_true", help="fold runs of repeated blocks")
+    p.add_argument("--fold", action=argparse.BooleanOptionalAction, default=True,
+                   help="fold runs of repeated blocks into one 'x N' box (default: on)")
+    p.add_argument("--hide", action="append", default=None, metavar="FAMILY",
+                   help="op family to leave out, repeatable: shape, mask, cast, dropout, cache, norm, or none "
+                        "(default: shape, mask, cast, dropout, cache)")
+    p.add_argument("--width", default="column", help="column (3.4 in), page (7 in) or inches (default: column)")
+    p.add_argument("--max-height", type=float, default=9.0, metavar="INCHES",
+                   help="shrink the figure to at most this height (default 9 in: a page)")
+    p.add_argument("--font-pt", type=float, default=8.0, help="label size in points, unless width or height forces less")
+    p.add_argument("--caption", default=None, metavar="TEXT", help="caption text (default: the ladder state, weights-free only)")
+    p.add_argument("--no-caption", action="store_true", help="no caption")
+    p.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
     return p
 
 
@@ -105,8 +116,8 @@ def browser_available() -> bool:
 
 
 def snapshot(ns: argparse.Namespace) -> int:
-    from .views.export import FIGURE_WRITERS
-
+    """Write one figure (SVG or PNG) of a trace, a config or a model; prints its size and timings."""
+    started = time.perf_counter()
     out = Path(ns.out)
     fmt = out.suffix.lower().lstrip(".")
     if fmt not in ("svg", "png"):
@@ -114,16 +125,26 @@ def snapshot(ns: argparse.Namespace) -> int:
 
         raise InvalidInputError(f"--out {ns.out!r} must end in .svg or .png", site="snapshot --out",
                                 remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
+    from exporters import figures
+    from exporters.layout import LayoutEngine
+    from exporters.layout.dag import COMPACT
+    from exporters.layout.hiding import PLUMBING, hidden_ops
+
+    hide = PLUMBING if ns.hide is None else tuple(f for f in ns.hide if f != "none")
+    figures.paper_width(ns.width)  # refuse a bad width before the capture
     loaded = _load(ns.path, ns.model, ns.input_shape)
-    expanded = None
-    if ns.expand:
-        from exporters.layout import default_expansion
-
-        expanded = frozenset(default_expansion(loaded.trace)) | set(ns.expand)
-    written = FIGURE_WRITERS[fmt](loaded.trace, out, expanded=expanded, fold_repeats=ns.fold)
-    from .ladder import caption
-
-    print(f"torchlens-explore: wrote {written} ({caption(loaded.trace)})")
+    captured = time.perf_counter()
+    engine = LayoutEngine(loaded.trace, hidden_ops(loaded.trace, hide), COMPACT)
+    expanded = engine.default_expansion() | set(ns.expand or ())
+    caption = False if ns.no_caption else ns.caption
+    scene = figures.build_scene(loaded.trace, expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide,
+                                engine=engine)
+    size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
+    written = figures.write_scene(scene, out, size, fmt, ns.dpi)
+    done = time.perf_counter()
+    print(f"torchlens-explore: wrote {written}: {size.width_in:.2f} x {size.height_in:.2f} in, labels {size.font_pt:.1f} pt"
+          f"{'' if size.legible else ' (small: try --width page, --hide, or fewer expanded modules)'}; "
+          f"{loaded.trace.ladder_state}; trace {captured - started:.1f} s, figure {done - captured:.2f} s")
     return 0
 
 

@@ -11,7 +11,8 @@ from typing import Any
 from tracer.ir import Trace
 
 from .layout import Layout, LayoutNode, group_tree
-from .layout.style import EDGE, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
+from .layout.groups import GroupTree
+from .layout.style import EDGE, FONT_FAMILY, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
 
 NODE_COLUMNS = ("id", "kind", "label", "module", "shape", "dtype", "params", "n_params", "op_kind", "repeat", "fill")
 HOVER_FIELDS = (("label", "@label"), ("module", "@module"), ("shape", "@shape"), ("dtype", "@dtype"),
@@ -26,8 +27,9 @@ def caption_for(trace: Trace) -> str:
 def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
     """Column data for the node glyphs (one row per layout node, in layout order)."""
     cols: dict[str, list[Any]] = {c: [] for c in (*NODE_COLUMNS, "x", "y", "w", "h")}
+    tree = layout.groups if layout.groups is not None else group_tree(trace)
     for n in layout.nodes:
-        row = _node_row(n, trace)
+        row = _node_row(n, trace, tree)
         for c in NODE_COLUMNS:
             cols[c].append(row[c])
         cols["x"].append(n.x)
@@ -37,7 +39,7 @@ def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
     return cols
 
 
-def _node_row(n: LayoutNode, trace: Trace) -> dict[str, Any]:
+def _node_row(n: LayoutNode, trace: Trace, tree: GroupTree) -> dict[str, Any]:
     row = {"id": n.id, "kind": n.kind, "label": n.label, "module": n.module or "(root)", "repeat": n.repeat,
            "op_kind": "", "shape": "", "dtype": "", "params": "", "n_params": 0}
     if n.kind in ("op", "io") and n.op_label:
@@ -51,7 +53,6 @@ def _node_row(n: LayoutNode, trace: Trace) -> dict[str, Any]:
             row["shape"] = f"{n.repeat} tensors, first {row['shape']}"
         row["fill"] = fill_color(n.kind, op_family(op) if n.kind == "op" else None)
         return row
-    tree = group_tree(trace)
     addresses = n.members or (n.module or "",)
     total = sum(tree.param_count(a) for a in addresses)
     row["n_params"] = total
@@ -85,6 +86,29 @@ def fit_ranges(layout: Layout, width_px: float, height_px: float, pad: float = 1
     return x0, x0 + width_px, -pad, -pad + height_px
 
 
+MIN_LABEL_PX = 6.0  # labels smaller than this on screen are hidden (an unreadable pile helps nobody)
+
+
+def scale_text_with_zoom(fig, renderers) -> None:
+    """Keep text the size of its box at every zoom: `FONT_SIZE` layout units in screen pixels, hidden
+    below MIN_LABEL_PX (boxes are sized for their text in layout units, so text never overflows)."""
+    from bokeh.models import CustomJS
+
+    code = f"""
+const span = Math.abs(xr.end - xr.start);
+const px = fig.inner_width > 0 ? fig.inner_width : fig.width;
+if (!(span > 0) || !(px > 0)) return;
+const size = {FONT_SIZE} * px / span;
+for (const r of renderers) {{
+  r.visible = size >= {MIN_LABEL_PX};
+  r.glyph.text_font_size = size.toFixed(2) + "px";
+}}"""
+    cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, renderers=list(renderers)), code=code)
+    fig.x_range.js_on_change("start", cb)
+    fig.x_range.js_on_change("end", cb)
+    fig.js_on_change("inner_width", cb)
+
+
 def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700):
     """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover); `caption` goes below the plot."""
     from bokeh.models import (Arrow, ColumnDataSource, HoverTool, Range1d, TapTool, Title, VeeHead)
@@ -109,8 +133,9 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     })
     fig.quad(left="left", right="right", top="top", bottom="bottom", source=frames, fill_color="fill",
              line_color="#9aa7b8", name="frames")
-    fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
-             text_font_style="bold", text_color="#334", text_baseline="alphabetic", name="frame_labels")
+    frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
+                            text_font=FONT_FAMILY, text_font_style="bold", text_color="#334",
+                            text_baseline="alphabetic", name="frame_labels")
 
     edges = list(layout.edges)
     fig.multi_line(
@@ -130,23 +155,10 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     nodes = ColumnDataSource(node_table(layout, trace))
     node_r = fig.rect(x="x", y="y", width="w", height="h", source=nodes, fill_color="fill", line_color="#555555",
                       name="nodes")
-    fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
-             text_font_size=f"{FONT_SIZE:g}px", name="labels")
+    labels = fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
+                      text_font_size=f"{FONT_SIZE:g}px", text_font=FONT_FAMILY, name="labels")
+    scale_text_with_zoom(fig, [labels, frame_labels])
     fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r]))
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
     return fig
-
-
-def export_svg(trace: Trace, path, **kwargs):
-    """See exporters.figures.export_svg (re-exported here for the shared contract)."""
-    from .figures import export_svg as _svg
-
-    return _svg(trace, path, **kwargs)
-
-
-def export_png(trace: Trace, path, **kwargs):
-    """See exporters.figures.export_png (re-exported here for the shared contract)."""
-    from .figures import export_png as _png
-
-    return _png(trace, path, **kwargs)

@@ -1,8 +1,10 @@
 """Paper figures of a trace's layout: SVG written by hand (vector, real <text>) and PNG drawn with Pillow.
 
-Both writers draw one `Scene` (frames, boxes, edges with arrowheads, an optional caption) built
-from `exporters.layout`, so the two files show the same picture. Sizes follow paper columns:
-3.4 in for one column, about 7 in for the full width.
+Both writers draw one `Scene` (frames, boxes, edges with arrowheads, a caption wrapped to the
+figure's width) built from `exporters.layout`, so the two files show the same picture. Sizes follow
+paper columns ("column" 3.4 in, "page" 7 in, or inches) and can be capped in height; plumbing ops
+(`exporters.layout.hiding.PLUMBING`) are left out unless `hide=()`; `figure_size` gives the
+printed size of the labels in points.
 """
 from __future__ import annotations
 
@@ -15,23 +17,31 @@ from xml.sax.saxutils import escape
 from tracer.errors import FigureOptionsError, FigureWriteError
 from tracer.ir import Trace
 
-from .layout import Layout, compute_layout, default_expansion
-from .layout.style import BACK_EDGE, EDGE, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, ladder_caption, op_family
+from .layout import Layout, LayoutEngine
+from .layout.dag import COMPACT
+from .layout.hiding import PLUMBING, hidden_ops
+from .layout.style import (BACK_EDGE, EDGE, FONT_FAMILY, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, fit_text,
+                           ladder_caption, op_family, text_width)
 
 COLUMN_IN = 3.4
+WIDTHS = {"column": COLUMN_IN, "page": 7.0}  # one paper column, the full text width of two columns
 CAPTION_GAP = 10.0
+LINE_H = FONT_SIZE * 1.35
 ARROW = 5.0
 FRAME_FILLS = ("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")
 STROKE = "#555555"
+FONT_PT = 8.0  # labels print at this size unless the width or the height cap forces them smaller
+MIN_FONT_PT = 5.0  # below this a printed label is hard to read (`FigureSize.legible`)
 
 
 @dataclass(frozen=True, slots=True)
 class Scene:
-    """One figure in layout units: the layout, each node's fill, and the caption (or None)."""
+    """One figure in layout units: the layout, each node's fill, and the caption wrapped to fit its width."""
 
     layout: Layout
     fills: dict[str, str]
     caption: str | None
+    caption_lines: tuple[str, ...] = ()
 
     @property
     def width(self) -> float:
@@ -39,17 +49,67 @@ class Scene:
 
     @property
     def height(self) -> float:
-        return self.layout.height + (FONT_SIZE * 1.6 + CAPTION_GAP if self.caption else 0.0)
+        return self.layout.height + (len(self.caption_lines) * LINE_H + CAPTION_GAP if self.caption_lines else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class FigureSize:
+    """The printed size of a scene: inches, and the labels' size in points."""
+
+    width_in: float
+    height_in: float
+    font_pt: float
+
+    @property
+    def legible(self) -> bool:
+        return self.font_pt >= MIN_FONT_PT
+
+
+def paper_width(width: str | float) -> float:
+    """Inches for "column", "page" or a number of inches."""
+    if isinstance(width, str) and width in WIDTHS:
+        return WIDTHS[width]
+    try:
+        inches = float(width)
+    except (TypeError, ValueError):
+        inches = -1.0
+    if not 0 < inches <= 100:
+        raise FigureOptionsError(f"figure width {width!r} is not 'column', 'page' or inches in (0, 100]",
+                                 site="exporters.figures width", width=str(width))
+    return inches
+
+
+def figure_size(scene: Scene, width: str | float = "column", max_height_in: float | None = None,
+                font_pt: float | None = FONT_PT) -> FigureSize:
+    """Print size: labels at `font_pt` points (None: fill the width) but never wider than `width`,
+    shrunk (aspect kept) when taller than `max_height_in`."""
+    w = paper_width(width)
+    if font_pt is not None:
+        if not 2 <= font_pt <= 72:
+            raise FigureOptionsError(f"font size {font_pt!r} pt is out of range [2, 72]", site="exporters.figures font_pt",
+                                     font_pt=font_pt)
+        w = min(w, scene.width * font_pt / FONT_SIZE / 72.0)
+    h = w * scene.height / scene.width
+    if max_height_in is not None:
+        if not 0 < max_height_in <= 100:
+            raise FigureOptionsError(f"max height {max_height_in!r} in is out of range (0, 100]",
+                                     site="exporters.figures max_height_in", max_height_in=max_height_in)
+        if h > max_height_in:
+            w, h = w * max_height_in / h, max_height_in
+    return FigureSize(w, h, FONT_SIZE * w * 72.0 / scene.width)
 
 
 def build_scene(
     trace: Trace, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
-    caption: str | bool | None = None,
+    caption: str | bool | None = None, hide: Iterable[str] = PLUMBING, engine: LayoutEngine | None = None,
 ) -> Scene:
-    """The figure of `trace`: `expanded` defaults to `default_expansion`; caption None = the ladder
-    state for weights-free traces only, True = always, False = never, a string = that text."""
-    exp = default_expansion(trace) if expanded is None else expanded
-    layout = compute_layout(trace, exp, fold_repeats=fold_repeats)
+    """The figure of `trace`: `expanded` defaults to `default_expansion`; `hide` names op families
+    left out (see `exporters.layout.hiding`; () keeps every op); caption None = the ladder state for
+    weights-free traces only, True = always, False = never, a string = that text."""
+    hidden = hidden_ops(trace, hide)
+    if engine is None or engine.trace is not trace or engine.hidden != hidden:
+        engine = LayoutEngine(trace, hidden, COMPACT)
+    layout = engine.layout(expanded, fold_repeats=fold_repeats)
     fills = {}
     for n in layout.nodes:
         family = op_family(trace[n.op_label]) if n.kind == "op" and n.op_label else None
@@ -62,19 +122,35 @@ def build_scene(
         text = None
     else:
         text = str(caption)
-    return Scene(layout, fills, text)
+    lines = wrap_text(text, layout.width - 2 * CAPTION_GAP) if text else ()
+    return Scene(layout, fills, text, lines)
+
+
+def wrap_text(text: str, width: float) -> tuple[str, ...]:
+    """`text` broken at spaces into lines at most `width` wide (a word wider than that is cut)."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        trial = f"{line} {word}" if line else word
+        if text_width(trial) <= width or not line:
+            line = trial
+        else:
+            lines.append(line)
+            line = word
+    if line:
+        lines.append(line)
+    return tuple(fit_text(li, width) for li in lines)
 
 
 # -- SVG -----------------------------------------------------------------------------
-def scene_svg(scene: Scene, width_in: float = COLUMN_IN) -> str:
-    """The scene as an SVG document `width_in` inches wide (viewBox in layout units)."""
+def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None = None) -> str:
+    """The scene as an SVG document `width_in` inches wide (viewBox in layout units, text kept as text)."""
     w, h = scene.width, scene.height
-    height_in = width_in * h / w
+    height_in = width_in * h / w if height_in is None else height_in
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_in:.3f}in" height="{height_in:.3f}in" '
-        f'viewBox="0 0 {w:.1f} {h:.1f}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
-        f'font-size="{FONT_SIZE:g}">',
+        f'viewBox="0 0 {w:.1f} {h:.1f}" font-family="{FONT_FAMILY}" font-size="{FONT_SIZE:g}">',
         "<defs>",
         f'<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="{ARROW}" markerHeight="{ARROW}" '
         f'markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{EDGE}"/></marker>',
@@ -111,21 +187,39 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN) -> str:
             f'stroke-width="0.7"/><text x="{n.x:.1f}" y="{n.y:.1f}" text-anchor="middle" '
             f'dominant-baseline="central">{escape(n.label)}</text></g>'
         )
-    if scene.caption:
-        out.append(f'<text class="caption" x="{w / 2:.1f}" y="{h - CAPTION_GAP / 2 - 2:.1f}" '
-                   f'text-anchor="middle" font-style="italic">{escape(scene.caption)}</text>')
+    for i, line in enumerate(scene.caption_lines):
+        out.append(f'<text class="caption" x="{w / 2:.1f}" y="{_caption_baseline(scene, i):.1f}" '
+                   f'text-anchor="middle" font-style="italic">{escape(line)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
+def _caption_baseline(scene: Scene, line: int) -> float:
+    return scene.layout.height + CAPTION_GAP / 2 + (line + 1) * LINE_H - LINE_H * 0.3
+
+
 def export_svg(
     trace: Trace, path, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
-    width_in: float = COLUMN_IN, caption: str | bool | None = None,
+    width_in: str | float = COLUMN_IN, caption: str | bool | None = None, hide: Iterable[str] = PLUMBING,
+    max_height_in: float | None = None, font_pt: float | None = FONT_PT, engine: LayoutEngine | None = None,
 ) -> Path:
-    """Write the figure of `trace` as an SVG `width_in` inches wide; returns the path."""
-    _check_size(width_in, 72)
-    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption)
-    return _write(Path(path), scene_svg(scene, width_in).encode("utf-8"))
+    """Write the figure of `trace` as an SVG at most `width_in` wide ("column", "page" or inches) with
+    labels at `font_pt` (see `figure_size`); returns the path. Other options as in `build_scene`."""
+    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine)
+    return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "svg")
+
+
+def write_scene(scene: Scene, path, size: FigureSize, fmt: str, dpi: int = 300) -> Path:
+    """Write `scene` at `size` as `fmt` ("svg" or "png", the PNG at `dpi`); returns the path."""
+    path = Path(path)
+    if fmt == "png":
+        import io
+
+        _check_dpi(dpi)
+        buf = io.BytesIO()
+        scene_png(scene, size.width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
+        return _write(path, buf.getvalue())
+    return _write(path, scene_svg(scene, size.width_in, size.height_in).encode("utf-8"))
 
 
 # -- PNG -----------------------------------------------------------------------------
@@ -163,24 +257,21 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
         d.rounded_rectangle(box, radius=(3 if n.kind in ("op", "io") else 5) * k, fill=scene.fills[n.id],
                             outline=STROKE, width=line)
         d.text(p(n.x, n.y), n.label, fill="black", font=font, anchor="mm")
-    if scene.caption:
-        d.text(p(scene.width / 2, scene.height - CAPTION_GAP / 2 - 2), scene.caption, fill="black",
-               font=_font(FONT_SIZE * k, italic=True), anchor="ms")
+    italic = _font(FONT_SIZE * k, italic=True)
+    for i, text in enumerate(scene.caption_lines):
+        d.text(p(scene.width / 2, _caption_baseline(scene, i)), text, fill="black", font=italic, anchor="ms")
     return img.resize((target_w, target_h), Image.LANCZOS)
 
 
 def export_png(
     trace: Trace, path, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False, dpi: int = 300,
-    width_in: float = COLUMN_IN, caption: str | bool | None = None,
+    width_in: str | float = COLUMN_IN, caption: str | bool | None = None, hide: Iterable[str] = PLUMBING,
+    max_height_in: float | None = None, font_pt: float | None = FONT_PT, engine: LayoutEngine | None = None,
 ) -> Path:
-    """Write the figure of `trace` as a PNG `width_in` inches wide at `dpi` (dpi recorded in the file)."""
-    import io
-
-    _check_size(width_in, dpi)
-    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption)
-    buf = io.BytesIO()
-    scene_png(scene, width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
-    return _write(Path(path), buf.getvalue())
+    """Write the figure of `trace` as a PNG at `dpi` (recorded in the file), sized as `export_svg`."""
+    _check_dpi(dpi)
+    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine)
+    return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "png", dpi)
 
 
 def font_points(scene: Scene, width_in: float = COLUMN_IN) -> float:
@@ -216,10 +307,9 @@ def _arrowhead(d, pts: list[tuple[float, float]], size: float, color: str) -> No
     d.polygon([(x1, y1), left, right], fill=color)
 
 
-def _check_size(width_in: float, dpi: float) -> None:
-    if not (isinstance(width_in, (int, float)) and 0 < width_in <= 100 and isinstance(dpi, (int, float)) and 0 < dpi <= 2400):
-        raise FigureOptionsError(f"figure size out of range: width_in={width_in!r}, dpi={dpi!r}",
-                                 site="exporters.figures", width_in=width_in, dpi=dpi)
+def _check_dpi(dpi: float) -> None:
+    if not (isinstance(dpi, (int, float)) and 0 < dpi <= 2400):
+        raise FigureOptionsError(f"figure dpi out of range: dpi={dpi!r}", site="exporters.figures", dpi=dpi)
 
 
 def _write(path: Path, data: bytes) -> Path:

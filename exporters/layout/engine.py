@@ -3,97 +3,28 @@
 Coordinates are abstract units (about 1 px at 100 % zoom) and y grows downward. A module in
 `expanded` is a frame around its children, every other module one box; with `fold_repeats`,
 runs of structurally identical sibling blocks become one "x N" box. Each expanded module's
-children are laid out as a small DAG (see layout_dag), recursively, and cached by the expansion
+children are laid out as a small DAG (see `dag`), recursively, and cached by the expansion
 state of its subtree, so a click re-lays out only the path from the root to the clicked module.
+`assembly` turns the sub-layouts into absolute boxes and edges routed around boxes and frames (see
+`routing`). The cache belongs to a `LayoutEngine`, one per owner (an app session, a notebook view):
+nothing is shared between owners.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Iterable
 
 from tracer.errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
-from .dag import V_GAP, place_dag
-from .groups import CANVAS, ROOT, GroupKey, GroupTree, group_id
-from .style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, shape_text, text_width
+from .assembly import Assembly
+from .dag import SPACING, DagPlacement, Spacing, place_dag
+from .groups import CANVAS, ROOT, GroupKey, GroupTree
+from .result import Layout
+from .style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, box_width, header_width, shape_text
 
 MARGIN = 10.0
 IO_FOLD_MIN = 3  # this many consecutive outputs under one name (e.g. a KV cache) draw as one box
-BACK_EDGE_OFFSET = 14.0
-
-
-@dataclass(frozen=True, slots=True)
-class LayoutNode:
-    """A drawn box: an op, a model input/output, a collapsed module or a folded run of blocks."""
-
-    id: str
-    kind: str  # "op" | "io" | "module" | "folded"
-    label: str
-    x: float
-    y: float
-    width: float
-    height: float
-    op_label: str | None
-    module: str | None
-    repeat: int = 1
-    members: tuple[str, ...] = ()
-
-    @property
-    def bounds(self) -> tuple[float, float, float, float]:
-        return (self.x - self.width / 2, self.y - self.height / 2, self.x + self.width / 2, self.y + self.height / 2)
-
-
-@dataclass(frozen=True, slots=True)
-class LayoutFrame:
-    """An expanded module drawn as a frame around its children (`call` > 0 for a repeat call)."""
-
-    address: str
-    label: str
-    depth: int
-    x0: float
-    y0: float
-    x1: float
-    y1: float
-    call: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class LayoutEdge:
-    """A polyline from the source's bottom centre to the target's top centre."""
-
-    source: str
-    target: str
-    points: tuple[tuple[float, float], ...]
-    back_edge: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Nodes, frames and edges of one expansion state; `visible` maps every op label to its node id."""
-
-    nodes: tuple[LayoutNode, ...]
-    frames: tuple[LayoutFrame, ...]
-    edges: tuple[LayoutEdge, ...]
-    width: float
-    height: float
-    expanded: frozenset[str]
-    visible: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    _index: dict[str, LayoutNode] = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {n.id: n for n in self.nodes})
-
-    def node(self, id: str) -> LayoutNode:
-        try:
-            return self._index[id]
-        except KeyError:
-            raise KeyError(f"no layout node {id!r}") from None
-
-    def node_of_op(self, op_label: str) -> LayoutNode:
-        """The box an op is drawn in: its own node, or the collapsed/folded module holding it."""
-        return self.node(self.visible[op_label])
 
 
 # -- internal: one expanded group's placed items -------------------------------------
@@ -110,35 +41,122 @@ class _Placed:
 
 @dataclass(slots=True)
 class _Sub:
+    """One expanded group laid out in its own coordinates: items, then entry ports, then exit ports."""
+
     width: float
     height: float
     placed: list[_Placed]
     index: dict[object, int]  # underlying item (op label / group key) -> position in `placed`
-    bends: dict[tuple[int, int], list[tuple[float, float]]]
+    dag: DagPlacement
+    in_ports: dict[object, int]  # port key -> DAG node of the entry port
+    out_ports: dict[object, int]  # port key -> DAG node of the exit port
 
 
-class _Engine:
-    """Per-trace state: the group tree, each edge's lowest common group, and the sub-layout cache."""
+class LayoutEngine:
+    """The layout of one trace for one owner (an app session, a notebook view): the group tree, each
+    edge's lowest common group, the frames' ports, and a cache of sub-layouts by expansion state."""
 
-    def __init__(self, trace: Trace) -> None:
+    MAX_CACHED = 20_000  # sub-layouts kept before the cache starts over
+
+    def __init__(self, trace: Trace, hidden: Iterable[str] = (), spacing: Spacing = SPACING) -> None:
         self.trace = trace
-        self.tree = GroupTree(trace)
+        self.spacing = spacing  # gaps between boxes and rows (`dag.COMPACT` for print)
+        self.hidden = frozenset(hidden)  # op labels left out; an edge through one joins its neighbours
+        self.tree = GroupTree(trace, self.hidden)
         self.cache: dict[tuple, _Sub] = {}
         self.lca_edges: dict[GroupKey, list[tuple[object, object]]] = {k: [] for k in self.tree.groups}
-        self.edges: list[tuple[str, str, GroupKey, object, object]] = []
+        self.edges: list[tuple[str, str, GroupKey, tuple, tuple, int, object, object]] = []
+        self.io_head = self._io_heads()
+        self._header_w: dict[GroupKey, float] = {}
+        self.in_ports: dict[GroupKey, dict[object, list[object]]] = {}
+        self.out_ports: dict[GroupKey, dict[object, list[object]]] = {}
         seen: set[tuple[str, str]] = set()
-        for op in trace.ops:
+        for source, target in self._data_edges():
+            if (source, target) in seen:
+                continue
+            seen.add((source, target))
+            cs, ct = self.tree.chain(source), self.tree.chain(target)
+            i = 0
+            while cs[i] == ct[i]:
+                i += 1
+            lca = cs[i - 1] if i else CANVAS
+            self.lca_edges[lca].append((cs[i], ct[i]))
+            out_key, in_key = self.port_key(ct[i]), self.port_key(cs[i])
+            self.edges.append((source, target, lca, cs, ct, i, out_key, in_key))
+            for j in range(i, len(cs) - 1):  # frames the edge leaves, innermost last
+                _add_port(self.out_ports, cs[j], out_key, cs[j + 1])
+            for j in range(i, len(ct) - 1):  # frames it enters
+                _add_port(self.in_ports, ct[j], in_key, ct[j + 1])
+
+    def _data_edges(self):
+        """(source, target) op pairs to draw; an edge from a hidden op comes from its nearest shown ancestors."""
+        shown: dict[str, tuple[str, ...]] = {}
+
+        def sources(label: str) -> tuple[str, ...]:
+            if label not in self.hidden:
+                return (label,) if label in self.tree.path_of else ()
+            hit = shown.get(label)
+            if hit is None:
+                shown[label] = ()  # a cycle guard; the IR is acyclic
+                found: dict[str, None] = {}
+                for e in self.trace[label].parents:
+                    found.update(dict.fromkeys(sources(e.source)))
+                hit = shown[label] = tuple(found)
+            return hit
+
+        for op in self.trace.ops:
+            if op.label in self.hidden:
+                continue
             for e in op.parents:
-                if (e.source, op.label) in seen or e.source not in self.tree.path_of:
-                    continue
-                seen.add((e.source, op.label))
-                cs, ct = self.tree.chain(e.source), self.tree.chain(op.label)
-                i = 0
-                while cs[i] == ct[i]:
-                    i += 1
-                lca = cs[i - 1] if i else CANVAS
-                self.lca_edges[lca].append((cs[i], ct[i]))
-                self.edges.append((e.source, op.label, lca, cs[i], ct[i]))
+                for source in sources(e.source):
+                    yield source, op.label
+
+    def layout(self, expanded: Iterable[str] | None = None, *, fold_repeats: bool = False, fold_min: int = 2) -> Layout:
+        """The layout with the modules in `expanded` drawn as frames (None: `default_expansion`)."""
+        exp = self.default_expansion() if expanded is None else frozenset(expanded)
+        unknown = sorted(a for a in exp if a and a not in self.trace.modules)
+        if unknown:
+            raise LayoutModuleUnknownError(
+                f"cannot expand {len(unknown)} address(es) that are not modules of this trace: {unknown[:5]}",
+                site="compute_layout(expanded=...)", unknown=unknown,
+            )
+        if len(self.cache) > self.MAX_CACHED:
+            self.cache.clear()
+        canvas = self.sub(CANVAS, exp, fold_repeats, fold_min)
+        asm = Assembly(self)
+        asm.place(canvas, CANVAS, MARGIN, MARGIN, 0)
+        edges = asm.route()
+        return Layout(
+            tuple(asm.nodes), tuple(asm.frames), edges,
+            canvas.width + 2 * MARGIN, canvas.height + 2 * MARGIN, exp, asm.visible, groups=self.tree,
+            hidden=self.hidden,
+        )
+
+    def default_expansion(self) -> frozenset[str]:
+        """Expand containers down to the outermost repeated blocks (see `default_expansion`)."""
+        return _default_expansion(self.trace, self.tree)
+
+    def header_width(self, key: GroupKey) -> float:
+        """Width of a frame's header label (cached: routing asks once per edge entering the frame)."""
+        w = self._header_w.get(key)
+        if w is None:
+            w = self._header_w[key] = header_width(self.module_label(key))
+        return w
+
+    def port_key(self, item: object) -> object:
+        """Edges to or from one outside item share a port (a run of model outputs counts as one item)."""
+        return self.io_head.get(item, item) if isinstance(item, str) else item
+
+    def _io_heads(self) -> dict[str, str]:
+        items = self.tree.items(CANVAS)
+        heads: dict[str, str] = {}
+        i = 0
+        while i < len(items):
+            run = self._io_run(items, i) if isinstance(items[i], str) else [items[i]]
+            if len(run) >= IO_FOLD_MIN:
+                heads.update((label, run[0]) for label in run)
+            i += len(run)
+        return heads
 
     # -- per-group layout --------------------------------------------------------
     def sub(self, key: GroupKey, expanded: frozenset[str], fold: bool, fold_min: int) -> _Sub:
@@ -162,7 +180,7 @@ class _Engine:
                     index[label] = len(placed)
                 if len(run) >= IO_FOLD_MIN:
                     text = self.io_group_label(run)
-                    placed.append(_Placed("iogroup", tuple(run), 0, 0, text_width(text) + 14, OP_H))
+                    placed.append(_Placed("iogroup", tuple(run), 0, 0, box_width(text), OP_H))
                 else:
                     placed.append(self._op_item(item))
                     run = [item]
@@ -173,23 +191,34 @@ class _Engine:
                 label = self.fold_label(run)
                 for member in run:
                     index[member] = len(placed)
-                placed.append(_Placed("folded", tuple(run), 0, 0, text_width(label) + 24, FOLDED_H))
+                placed.append(_Placed("folded", tuple(run), 0, 0, box_width(label, 24), FOLDED_H))
                 i += len(run)
                 continue
             index[item] = len(placed)
             if item[0] in expanded:
                 child = self.sub(item, expanded, fold, fold_min)
-                label = self.module_label(item)
-                w = max(child.width, text_width(label)) + 2 * FRAME_PAD
+                w = max(child.width, self.header_width(item)) + 2 * FRAME_PAD
                 placed.append(_Placed("frame", item, 0, 0, w, child.height + FRAME_HEADER + FRAME_PAD, child))
             else:
-                placed.append(_Placed("module", item, 0, 0, text_width(self.module_label(item)) + 20, MODULE_H))
+                placed.append(_Placed("module", item, 0, 0, box_width(self.module_label(item), 20), MODULE_H))
             i += 1
-        pairs = sorted({(index[a], index[b]) for a, b in self.lca_edges[key] if index[a] < index[b]})
-        dag = place_dag([(p.w, p.h) for p in placed], pairs)
+        pairs = {(index[a], index[b]) for a, b in self.lca_edges[key] if index[a] < index[b]}
+        sizes = [(p.w, p.h) for p in placed]
+        in_ports = self._ports(self.in_ports.get(key, {}), index, sizes, pairs, entering=True)
+        out_ports = self._ports(self.out_ports.get(key, {}), index, sizes, pairs, entering=False)
+        dag = place_dag(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()), self.spacing)
         for p, x, y in zip(placed, dag.x0, dag.y0):
             p.x0, p.y0 = x, y
-        return _Sub(dag.width, dag.height, placed, index, dag.bends)
+        return _Sub(dag.width, dag.height, placed, index, dag, in_ports, out_ports)
+
+    def _ports(self, wanted: dict, index: dict, sizes: list, pairs: set, entering: bool) -> dict[object, int]:
+        ports: dict[object, int] = {}
+        for port_key, inner in wanted.items():
+            node = ports[port_key] = len(sizes)
+            sizes.append((self.spacing.dummy_w, 0.0))
+            for item in inner:
+                pairs.add((node, index[item]) if entering else (index[item], node))
+        return ports
 
     def _fold_run(self, items: list, start: int, expanded: frozenset[str]) -> list[GroupKey]:
         first = items[start]
@@ -223,7 +252,7 @@ class _Engine:
     def _op_item(self, label: str) -> _Placed:
         op = self.trace[label]
         kind = "io" if op.kind in (INPUT_KIND, OUTPUT_KIND) else "op"
-        return _Placed(kind, label, 0, 0, text_width(self.op_text(label)) + 14, OP_H)
+        return _Placed(kind, label, 0, 0, box_width(self.op_text(label)), OP_H)
 
     # -- text ---------------------------------------------------------------
     def op_text(self, label: str) -> str:
@@ -253,125 +282,34 @@ def _io_head(io_path: str) -> str:
     return io_path.split(".", 1)[0] if "." in io_path else ""
 
 
-_ENGINES: "OrderedDict[int, _Engine]" = OrderedDict()
-_MAX_ENGINES = 4
-
-
-def _engine(trace: Trace) -> _Engine:
-    eng = _ENGINES.get(id(trace))
-    if eng is None or eng.trace is not trace:
-        eng = _ENGINES[id(trace)] = _Engine(trace)
-        while len(_ENGINES) > _MAX_ENGINES:
-            _ENGINES.popitem(last=False)
-    _ENGINES.move_to_end(id(trace))
-    return eng
+def _add_port(ports: dict, frame: GroupKey, key: object, inner: object) -> None:
+    inner_items = ports.setdefault(frame, {}).setdefault(key, [])
+    if inner not in inner_items:
+        inner_items.append(inner)
 
 
 def group_tree(trace: Trace) -> GroupTree:
-    """The module-call hierarchy the layout of `trace` is built on (cached with its sub-layouts)."""
-    return _engine(trace).tree
+    """The module-call hierarchy a layout of `trace` is built on (built afresh: an engine keeps its own)."""
+    return GroupTree(trace)
 
 
 def compute_layout(
-    trace: Trace, expanded: Iterable[str] = ("",), *, fold_repeats: bool = False, fold_min: int = 2
+    trace: Trace, expanded: Iterable[str] = ("",), *, fold_repeats: bool = False, fold_min: int = 2,
+    engine: LayoutEngine | None = None,
 ) -> Layout:
-    """Lay out `trace` with the modules in `expanded` drawn as frames and all others as boxes."""
-    exp = frozenset(expanded)
-    unknown = sorted(a for a in exp if a and a not in trace.modules)
-    if unknown:
-        raise LayoutModuleUnknownError(
-            f"cannot expand {len(unknown)} address(es) that are not modules of this trace: {unknown[:5]}",
-            site="compute_layout(expanded=...)", unknown=unknown,
-        )
-    eng = _engine(trace)
-    canvas = eng.sub(CANVAS, exp, fold_repeats, fold_min)
-    asm = _Assembly(eng)
-    asm.place(canvas, CANVAS, MARGIN, MARGIN, 0)
-    edges = asm.route()
-    return Layout(
-        tuple(asm.nodes), tuple(asm.frames), edges,
-        canvas.width + 2 * MARGIN, canvas.height + 2 * MARGIN, exp, asm.visible,
-    )
+    """Lay out `trace` with the modules in `expanded` drawn as frames and all others as boxes; pass
+    the caller's `engine` to reuse its cached sub-layouts (one made for another trace is not used)."""
+    if engine is None or engine.trace is not trace:
+        engine = LayoutEngine(trace)
+    return engine.layout(expanded, fold_repeats=fold_repeats, fold_min=fold_min)
 
 
-class _Assembly:
-    """Turns cached relative sub-layouts into absolute nodes, frames and routed edges."""
-
-    def __init__(self, eng: _Engine) -> None:
-        self.eng = eng
-        self.nodes: list[LayoutNode] = []
-        self.frames: list[LayoutFrame] = []
-        self.visible: dict[str, str] = {}
-        self.where: dict[GroupKey, tuple[_Sub, float, float]] = {}
-        self.boxes: dict[str, tuple[float, float, float, float]] = {}
-
-    def place(self, sub: _Sub, key: GroupKey, ox: float, oy: float, depth: int) -> None:
-        self.where[key] = (sub, ox, oy)
-        eng = self.eng
-        for p in sub.placed:
-            x0, y0 = ox + p.x0, oy + p.y0
-            if p.kind == "frame":
-                address, call = p.item
-                self.frames.append(LayoutFrame(address, eng.module_label(p.item), depth, x0, y0, x0 + p.w, y0 + p.h, call))
-                self.place(p.sub, p.item, x0 + (p.w - p.sub.width) / 2, y0 + FRAME_HEADER, depth + 1)
-                continue
-            cx, cy = x0 + p.w / 2, y0 + p.h / 2
-            if p.kind in ("op", "io"):
-                op = eng.trace[p.item]
-                node = LayoutNode(p.item, p.kind, eng.op_text(p.item), cx, cy, p.w, p.h, p.item, op.module)
-                self.visible[p.item] = node.id
-            elif p.kind == "iogroup":
-                labels = tuple(p.item)
-                node = LayoutNode(
-                    f"io:{labels[0]}", "io", eng.io_group_label(list(labels)), cx, cy, p.w, p.h, labels[0], "",
-                    repeat=len(labels), members=labels,
-                )
-                for label in labels:
-                    self.visible[label] = node.id
-            elif p.kind == "module":
-                node = LayoutNode(group_id(p.item), "module", eng.module_label(p.item), cx, cy, p.w, p.h, None, p.item[0])
-                self._cover(node.id, [p.item])
-            else:
-                run = list(p.item)
-                node = LayoutNode(
-                    f"fold:{run[0][0]}", "folded", eng.fold_label(run), cx, cy, p.w, p.h, None, run[0][0],
-                    repeat=len(run), members=tuple(k[0] for k in run),
-                )
-                self._cover(node.id, run)
-            self.nodes.append(node)
-            self.boxes[node.id] = (x0, y0, x0 + p.w, y0 + p.h)
-
-    def _cover(self, node_id: str, keys: list[GroupKey]) -> None:
-        for k in keys:
-            for op in self.eng.tree.groups[k].all_ops:
-                self.visible[op.label] = node_id
-
-    def route(self) -> tuple[LayoutEdge, ...]:
-        out: list[LayoutEdge] = []
-        seen: set[tuple[str, str]] = set()
-        for src, dst, lca, item_s, item_t in self.eng.edges:
-            s, t = self.visible.get(src), self.visible.get(dst)
-            if s is None or t is None or s == t or (s, t) in seen:
-                continue
-            seen.add((s, t))
-            sub, ox, oy = self.where[lca]
-            vs, vt = sub.index[item_s], sub.index[item_t]
-            sb, tb = self.boxes[s], self.boxes[t]
-            start = ((sb[0] + sb[2]) / 2, sb[3])
-            end = ((tb[0] + tb[2]) / 2, tb[1])
-            if vs < vt:
-                mid = [(x + ox, y + oy) for x, y in sub.bends.get((vs, vt), ())]
-                out.append(LayoutEdge(s, t, (start, *mid, end)))
-            else:
-                xr = max(sb[2], tb[2]) + BACK_EDGE_OFFSET
-                ya, yb = start[1] + V_GAP / 3, end[1] - V_GAP / 3
-                out.append(LayoutEdge(s, t, (start, (start[0], ya), (xr, ya), (xr, yb), (end[0], yb), end), True))
-        return tuple(out)
-
-
-def default_expansion(trace: Trace) -> frozenset[str]:
+def default_expansion(trace: Trace, engine: LayoutEngine | None = None) -> frozenset[str]:
     """Expand containers down to the outermost repeated blocks (root, `model`, `model.layers` for a Llama)."""
-    tree = _engine(trace).tree
+    return _default_expansion(trace, engine.tree if engine is not None and engine.trace is trace else GroupTree(trace))
+
+
+def _default_expansion(trace: Trace, tree: GroupTree) -> frozenset[str]:
     present = tree.addresses() | {""}
     scopes = trace.modules
     repeated: list[str] = []

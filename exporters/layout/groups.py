@@ -49,8 +49,9 @@ def group_id(key: GroupKey) -> str:
 class GroupTree:
     """Groups of one trace, each op's chain of groups, and every item's execution order."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, skip: frozenset[str] = frozenset()) -> None:
         self.trace = trace
+        self.skip = skip  # op labels left out (hidden plumbing): they join no group
         self._param_counts: dict[str, int] | None = None
         self.parent_of: dict[str, str] = {}
         for scope in trace.modules.values():
@@ -61,6 +62,8 @@ class GroupTree:
         self.order: dict[object, int] = {}  # item (op label or group key) -> execution order
         paths: dict[tuple, tuple[GroupKey, ...]] = {}
         for op in trace.ops:
+            if op.label in skip:
+                continue
             stack = () if op.kind in (INPUT_KIND, OUTPUT_KIND) else op.module_stack
             path = paths.get(stack)
             if path is None:

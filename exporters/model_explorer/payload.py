@@ -2,7 +2,9 @@
 
 One node per op (inputs, outputs and constants included). A node's `namespace` is its
 module's address with dots as slashes, so modules collapse into layers; a module that ran
-more than once gets `:call` on its layer name for calls after the first. Edges are the
+more than once gets `:call` on its layer name for calls after the first. Model outputs that
+share a top-level name (a KV cache's tensors) lie in one layer, `cache (64 outputs)`, so they
+open folded rather than as a row of root nodes. Edges are the
 target's `incomingEdges`: `sourceNodeOutputId` is the producer's output index within its
 call, `targetNodeInputId` the edge's ordinal among the target's inputs (its argument
 path is in `inputsMetadata`). The trace's ladder state is in the graph id, the collection
@@ -18,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tracer.estimates import op_flops, op_output_bytes, trace_totals
-from tracer.ir import Op, Trace
+from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
 from tracer.module_tree import module_param_counts
 
 from .check import validate_payload
 
 NODE_DATA_METRICS = ("parameters", "output_bytes", "flops", "claim_state")
+IO_GROUP_MIN = 3  # this many model outputs (or inputs) under one top-level name fold into one layer
 
 # Node colours for the claim-state overlay: only OBSERVED/CORROBORATED look settled.
 CLAIM_COLORS = {
@@ -48,12 +51,13 @@ def to_graph_collection(trace: Trace, *, keep_single_child_layers: bool = False)
     Explorer flattens such layers by default).
     """
     layers = _Layers(trace)
+    io_groups = io_namespaces(trace)
     ladder = trace.ladder_state
-    nodes = [_node(op, trace, layers.namespace(op), ladder) for op in trace.ops]
+    nodes = [_node(op, trace, io_groups.get(op.label) or layers.namespace(op), ladder) for op in trace.ops]
     graph = {
         "id": graph_id(trace),
         "nodes": nodes,
-        "groupNodeAttributes": {"": _graph_attributes(trace), **layers.attributes()},
+        "groupNodeAttributes": {"": _graph_attributes(trace), **layers.attributes(), **_io_attributes(trace, io_groups)},
         "layoutConfigs": {"keepLayersWithASingleChild": bool(keep_single_child_layers)},
     }
     return {
@@ -70,6 +74,32 @@ def export(trace: Trace, path: str | Path, *, keep_single_child_layers: bool = F
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=indent, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def io_namespaces(trace: Trace) -> dict[str, str]:
+    """Model inputs/outputs that share a top-level name with at least IO_GROUP_MIN others (a KV cache's
+    tensors): op label -> one namespace, e.g. `cache (64 outputs)`, so they open as one folded layer."""
+    runs: dict[tuple[str, str], list[str]] = {}
+    for op in trace.ops:
+        if op.kind in (INPUT_KIND, OUTPUT_KIND) and "." in op.io_path:
+            runs.setdefault((op.kind, op.io_path.split(".", 1)[0]), []).append(op.label)
+    out: dict[str, str] = {}
+    for (kind, head), labels in runs.items():
+        if len(labels) >= IO_GROUP_MIN:
+            noun = "outputs" if kind == OUTPUT_KIND else "inputs"
+            out.update(dict.fromkeys(labels, f"{head} ({len(labels)} {noun})"))
+    return out
+
+
+def _io_attributes(trace: Trace, io_groups: dict[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for label, ns in io_groups.items():
+        op = trace[label]
+        head = op.io_path.split(".", 1)[0]
+        entry = out.setdefault(ns, {"module": "", "class": "model outputs" if op.kind == OUTPUT_KIND else "model inputs",
+                                    "io_path": f"{head}.*", "tensors": "0"})
+        entry["tensors"] = str(int(entry["tensors"]) + 1)
     return out
 
 

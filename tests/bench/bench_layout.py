@@ -12,8 +12,8 @@ import time
 import torch
 
 import tracer
-from exporters import layout as layout_mod
-from exporters.layout import compute_layout, default_expansion, group_tree, toggle
+from exporters.layout import LayoutEngine, default_expansion, group_tree, toggle
+from exporters.layout.checks import edge_crossings
 
 
 def llama_graph():
@@ -36,15 +36,15 @@ def llama_graph():
         return tracer.trace(model, (ids,), capture=tracer.CaptureOptions(save="none")), "32 layers, tiny widths"
 
 
-def timed(fn, repeats: int, cold: bool, trace) -> float:
+def timed(fn, repeats: int, cold: bool, trace) -> tuple[float, float, float]:
+    """Median, min and max seconds of `fn(engine)`; cold: a fresh engine (group tree + empty cache) each time."""
     times = []
+    warm = LayoutEngine(trace)
     for _ in range(repeats):
-        if cold:
-            layout_mod._ENGINES.clear()  # drop every cached sub-layout and the group tree
         t0 = time.perf_counter()
-        fn()
+        fn(LayoutEngine(trace) if cold else warm)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), min(times), max(times)
 
 
 def main() -> None:
@@ -58,34 +58,35 @@ def main() -> None:
     full_minus = toggle(everything, "model.layers.7.self_attn")
 
     def click(base, after):
-        def run():
-            compute_layout(trace, base)  # warm: the state before the click
-            t0 = time.perf_counter()
-            compute_layout(trace, after)
-            return time.perf_counter() - t0
-        return run
-
-    rows = []
-    rows.append(("default expansion, cold (tree + layout)", timed(lambda: compute_layout(trace, default), n, True, trace), None))
-    rows.append(("default expansion, folded, cold", timed(lambda: compute_layout(trace, default, fold_repeats=True), n, True, trace), None))
-    rows.append(("fully expanded, cold", timed(lambda: compute_layout(trace, everything), n, True, trace), 1.0))
-    rows.append(("fully expanded, warm (cache hit)", timed(lambda: compute_layout(trace, everything), n, False, trace), None))
-    for name, base, after in (("click: expand model.layers.7 from default", default, one_more),
-                              ("click: collapse one attention in fully expanded", everything, full_minus)):
         samples = []
         for _ in range(n):
-            layout_mod._ENGINES.clear()
-            samples.append(click(base, after)())
-        rows.append((name, statistics.median(samples), 0.150))
-    full = compute_layout(trace, everything)
+            engine = LayoutEngine(trace)
+            engine.layout(base)  # the state before the click, cached in this session's engine
+            t0 = time.perf_counter()
+            engine.layout(after)
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples), min(samples), max(samples)
+
+    rows = []
+    rows.append(("default expansion, cold (tree + layout)", timed(lambda e: e.layout(default), n, True, trace), None))
+    rows.append(("default expansion, folded, cold", timed(lambda e: e.layout(default, fold_repeats=True), n, True, trace), None))
+    rows.append(("fully expanded, cold", timed(lambda e: e.layout(everything), n, True, trace), 1.0))
+    rows.append(("fully expanded, warm (cache hit)", timed(lambda e: e.layout(everything), n, False, trace), None))
+    rows.append(("click: expand model.layers.7 from default", click(default, one_more), 0.150))
+    rows.append(("click: collapse one attention in fully expanded", click(everything, full_minus), 0.150))
+    engine = LayoutEngine(trace)
+    full = engine.layout(everything)
+    crossings = {name: len(edge_crossings(engine.layout(exp))) for name, exp in
+                 (("default", default), ("layer 7 expanded", one_more), ("fully expanded", everything))}
     print(f"\nLayout bench: {trace.model_class} ({what}), {len(trace.ops)} ops, {trace.num_edges} edges, "
-          f"{len(full.nodes)} boxes / {len(full.frames)} frames fully expanded; median of {n}\n")
-    print("| case | median (ms) | target (ms) | ratio to target |")
-    print("|---|---:|---:|---:|")
-    for name, med, target in rows:
+          f"{len(full.nodes)} boxes / {len(full.frames)} frames fully expanded; median (min-max) of {n}\n")
+    print("| case | median (ms) | min-max (ms) | target (ms) | ratio to target |")
+    print("|---|---:|---:|---:|---:|")
+    for name, (med, lo, hi), target in rows:
         tgt = f"{target * 1000:.0f}" if target else "-"
         ratio = f"{med / target:.3f}" if target else "-"
-        print(f"| {name} | {med * 1000:.1f} | {tgt} | {ratio} |")
+        print(f"| {name} | {med * 1000:.1f} | {lo * 1000:.1f}-{hi * 1000:.1f} | {tgt} | {ratio} |")
+    print(f"\nEdge-box crossings (exporters.layout.checks.edge_crossings): {crossings}")
 
 
 if __name__ == "__main__":

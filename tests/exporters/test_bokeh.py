@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import tracer
-from exporters.bokeh_graph import HOVER_FIELDS, caption_for, graph_figure
+from exporters.bokeh_graph import HOVER_FIELDS, MIN_LABEL_PX, caption_for, graph_figure
+from exporters.layout.style import FONT_FAMILY
 from exporters.layout import compute_layout, default_expansion
 from tests.models import tiny_gpt2
 
@@ -90,3 +91,48 @@ def test_figure_renders_in_chromium(fig_and_layout, page, artifacts_dir):
     assert n_nodes == len(fig.select(name="nodes")[0].data_source.data["id"])
     page.screenshot(path=str(artifacts_dir / "bokeh_graph_gpt2.png"))
     assert not errors, errors
+
+
+def test_text_uses_the_layout_font_and_scales_with_zoom(fig_and_layout):
+    from bokeh.models import CustomJS
+
+    fig, _ = fig_and_layout
+    for name in ("labels", "frame_labels"):
+        (r,) = fig.select(name=name)
+        assert r.glyph.text_font == FONT_FAMILY
+    callbacks = fig.x_range.js_property_callbacks
+    assert {"change:start", "change:end"} <= set(callbacks)
+    assert all(isinstance(cb, CustomJS) for cbs in callbacks.values() for cb in cbs)
+
+
+@pytest.mark.browser
+def test_labels_fit_their_boxes_in_chromium_and_follow_zoom(fig_and_layout, page, artifacts_dir):
+    """At 1366 px, every label measured with the browser's own font fits its box; zooming out shrinks
+    the text and hides it below a legible size, zooming in grows it."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    fig, lay = fig_and_layout
+    html = artifacts_dir / "bokeh_graph_gpt2_zoom.html"
+    html.write_text(file_html(fig, INLINE, "gpt2 graph"), encoding="utf-8")
+    page.set_viewport_size({"width": 1366, "height": 768})
+    page.goto(html.as_uri())
+    page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents[0].roots().length > 0")
+    page.wait_for_timeout(300)
+    too_wide = page.evaluate("""([labels, widths, font]) => {
+        const ctx = document.createElement('canvas').getContext('2d');
+        ctx.font = `11px ${font}`;
+        return labels.filter((t, i) => ctx.measureText(t).width > widths[i] - 2);
+    }""", [[n.label for n in lay.nodes], [n.width for n in lay.nodes], FONT_FAMILY])
+    assert too_wide == []
+    size = """() => { const r = Bokeh.documents[0].get_model_by_name('labels');
+                      return [parseFloat(r.glyph.text_font_size.value ?? r.glyph.text_font_size), r.visible]; }"""
+    zoom = """k => { const xr = Bokeh.documents[0].roots()[0].x_range; const mid = (xr.start + xr.end) / 2;
+                     const half = (xr.end - xr.start) / 2 * k; xr.start = mid - half; xr.end = mid + half; }"""
+    base, _ = page.evaluate(size)
+    page.evaluate(zoom, 0.5)
+    bigger, shown = page.evaluate(size)
+    assert bigger == pytest.approx(2 * base, rel=0.01) and shown
+    page.evaluate(zoom, 8.0)
+    smaller, shown = page.evaluate(size)
+    assert smaller < MIN_LABEL_PX and not shown

@@ -7,7 +7,10 @@ import pytest
 import torch
 
 import tracer
-from exporters.figures import build_scene, export_png, export_svg, font_points
+from exporters.figures import (FigureSize, build_scene, export_png, export_svg, figure_size, font_points,
+                               paper_width, wrap_text)
+from exporters.layout.hiding import PLUMBING, hidden_ops
+from exporters.layout.style import text_width
 from exporters.layout import default_expansion
 from tests.models import tiny_gpt2
 from tracer.errors import FigureOptionsError, FigureWriteError
@@ -41,7 +44,9 @@ def test_weights_free_svg_is_valid_xml_with_text_and_ladder_caption(weights_free
     path = export_svg(weights_free, artifacts_dir / "figure_llama_weights_free.svg", fold_repeats=True)
     root = ET.parse(path).getroot()
     assert root.tag == f"{SVG}svg"
-    assert root.get("width") == "3.400in" and root.get("height").endswith("in")
+    scene = build_scene(weights_free, fold_repeats=True)
+    size = figure_size(scene)  # labels at 8 pt unless the column is too narrow for that
+    assert root.get("width") == f"{size.width_in:.3f}in" and size.width_in <= 3.4 and size.font_pt <= 8.0 + 1e-9
     texts = _texts(root)
     assert "layers.0-2: LlamaDecoderLayer x3" in texts and "LlamaForCausalLM" in texts
     captions = [t for t in root.iter(f"{SVG}text") if t.get("class") == "caption"]
@@ -49,13 +54,13 @@ def test_weights_free_svg_is_valid_xml_with_text_and_ladder_caption(weights_free
     assert len(list(root.iter(f"{SVG}polyline"))) > 0
     assert all(p.get("marker-end", "").startswith("url(#arrow") for p in root.iter(f"{SVG}polyline"))
     vb = [float(v) for v in root.get("viewBox").split()]
-    assert float(root.get("height")[:-2]) == pytest.approx(3.4 * vb[3] / vb[2], abs=1e-3)
+    assert float(root.get("height")[:-2]) == pytest.approx(size.width_in * vb[3] / vb[2], abs=1e-3)
 
 
 def test_eager_svg_has_no_caption_unless_asked(eager, tmp_path):
     plain = ET.parse(export_svg(eager, tmp_path / "a.svg")).getroot()
     assert not [t for t in plain.iter(f"{SVG}text") if t.get("class") == "caption"]
-    asked = ET.parse(export_svg(eager, tmp_path / "b.svg", caption=True, width_in=7)).getroot()
+    asked = ET.parse(export_svg(eager, tmp_path / "b.svg", caption=True, width_in=7, font_pt=None)).getroot()
     caption = [t.text for t in asked.iter(f"{SVG}text") if t.get("class") == "caption"]
     assert caption and caption[0].startswith("OBSERVED:") and asked.get("width") == "7.000in"
     custom = ET.parse(export_svg(eager, tmp_path / "c.svg", caption="Figure 2: GPT-2 <tiny> & co")).getroot()
@@ -69,8 +74,8 @@ def test_png_is_a_real_png_of_paper_column_size(weights_free, artifacts_dir):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(path) as img:
         img.load()
-        assert img.format == "PNG" and img.width == round(3.4 * 300)
         scene = build_scene(weights_free, fold_repeats=True)
+        assert img.format == "PNG" and img.width == round(figure_size(scene).width_in * 300)
         assert img.height == round(img.width * scene.height / scene.width)
         assert img.info["dpi"] == pytest.approx((300, 300), abs=0.01)
         colors = img.convert("RGB").getcolors(maxcolors=1 << 20)
@@ -84,7 +89,7 @@ def test_full_width_png_and_dpi(eager, tmp_path):
     from PIL import Image
 
     exp = default_expansion(eager) | {"transformer.h.0"}
-    with Image.open(export_png(eager, tmp_path / "w.png", expanded=exp, width_in=7, dpi=150)) as img:
+    with Image.open(export_png(eager, tmp_path / "w.png", expanded=exp, width_in=7, dpi=150, font_pt=None)) as img:
         assert img.width == 1050
 
 
@@ -103,3 +108,97 @@ def test_bad_size_and_unwritable_path_are_refused(eager, tmp_path):
     with pytest.raises(FigureWriteError) as info:
         export_svg(eager, blocker / "x.svg")
     assert info.value.code == "figure_write_failed" and info.value.site
+
+
+# -- camera-ready: caption inside the page, widths, height cap, hiding ---------------------------------
+def _caption_lines(root):
+    return [t for t in root.iter(f"{SVG}text") if t.get("class") == "caption"]
+
+
+def test_caption_always_fits_inside_the_figure(weights_free, tmp_path):
+    long = "Figure 3: " + "a caption far longer than the figure is wide, " * 3
+    root = ET.parse(export_svg(weights_free, tmp_path / "c.svg", caption=long)).getroot()
+    vb = [float(v) for v in root.get("viewBox").split()]
+    lines = _caption_lines(root)
+    assert len(lines) >= 2 and " ".join(t.text for t in lines) == " ".join(long.split())
+    for t in lines:  # centred, so it fits when half its width fits either side of the centre
+        half = text_width(t.text) / 2
+        assert float(t.get("x")) - half >= 0 and float(t.get("x")) + half <= vb[2]
+        assert float(t.get("y")) <= vb[3]
+    layout_bottom = max(float(r.get("y")) + float(r.get("height")) for r in root.iter(f"{SVG}rect")
+                        if r.get("class") is None and r.get("width") != f"{vb[2]:.1f}")
+    assert min(float(t.get("y")) for t in lines) > layout_bottom  # below the drawing, not over it
+    assert wrap_text("one two", text_width("one") + 1) == ("one", "two")
+    assert wrap_text("abcdefgh", text_width("abc…") + 0.1) == ("abc…",)  # a word wider than a line is cut
+
+
+def test_widths_font_and_height_cap(weights_free):
+    scene = build_scene(weights_free, fold_repeats=True)
+    assert paper_width("column") == 3.4 and paper_width("page") == 7.0 and paper_width("2.5") == 2.5
+    full = figure_size(scene, "page", font_pt=None)
+    assert full.width_in == 7.0 and full.font_pt == pytest.approx(font_points(scene, 7.0))
+    at8 = figure_size(scene, "page")
+    assert at8.font_pt == pytest.approx(8.0) or at8.width_in == 7.0
+    capped = figure_size(scene, "page", max_height_in=2.0, font_pt=None)
+    assert capped.height_in == pytest.approx(2.0) and capped.width_in < 7.0
+    assert capped.width_in / capped.height_in == pytest.approx(scene.width / scene.height)
+    for bad in (dict(width="wide"), dict(width=0), dict(max_height_in=-1), dict(font_pt=0.5)):
+        with pytest.raises(FigureOptionsError) as info:
+            figure_size(scene, **bad)
+        assert info.value.code == "figure_options_invalid"
+    assert FigureSize(3.4, 9, 6.0).legible and not FigureSize(3.4, 9, 3.0).legible
+
+
+def test_hiding_plumbing_keeps_the_graph_connected(weights_free):
+    hidden = hidden_ops(weights_free, PLUMBING)
+    kinds = {weights_free[label].kind for label in hidden}
+    assert {"arange", "unsqueeze", "to", "getitem", "output"} <= kinds  # output: the KV cache tensors
+    assert not any(weights_free[label].kind in ("linear", "embedding", "input") for label in hidden)
+    shown = build_scene(weights_free, fold_repeats=True, hide=())
+    compact = build_scene(weights_free, fold_repeats=True)
+    assert compact.height < shown.height
+    lay = compact.layout
+    assert not set(lay.visible) & hidden
+    assert not [n for n in lay.nodes if "cache" in n.label]
+    # an edge through hidden ops joins the nearest shown ops on either side
+    def shown_sources(label):
+        if label not in hidden:
+            return {label}
+        return set().union(*(shown_sources(p.source) for p in weights_free[label].parents))
+
+    drawn = {(e.source, e.target) for e in lay.edges}
+    bridged = 0
+    for op in weights_free.ops:
+        if op.label in hidden:
+            continue
+        for p in op.parents:
+            if p.source in hidden:
+                for a in shown_sources(p.source):
+                    s, t = lay.visible[a], lay.visible[op.label]
+                    if s != t:
+                        assert (s, t) in drawn, f"{a} -> (hidden {p.source}) -> {op.label} is not drawn"
+                        bridged += 1
+    assert bridged > 0
+    with pytest.raises(FigureOptionsError):
+        hidden_ops(weights_free, ["plumbing"])
+
+
+def test_snapshot_options_size_and_caption(tmp_path, capsys):
+    from app import cli
+
+    out = tmp_path / "gpt2.svg"
+    assert cli.main(["snapshot", "gpt2", "--out", str(out), "--expand", "transformer.h.0", "--width", "column",
+                     "--max-height", "9"]) == 0
+    root = ET.parse(out).getroot()
+    width, height = float(root.get("width")[:-2]), float(root.get("height")[:-2])
+    assert width <= 3.4 + 1e-3 and height <= 9.0 + 1e-3  # GPT-2 with one block open fits a column
+    texts = " ".join(t.text or "" for t in root.iter(f"{SVG}text"))
+    assert "x11" in texts and "HYPOTHESIS" in texts and "unsqueeze" not in texts
+    printed = capsys.readouterr().out
+    assert "labels" in printed and "pt" in printed
+    out2 = tmp_path / "plain.svg"
+    assert cli.main(["snapshot", "gpt2", "--out", str(out2), "--no-caption", "--hide", "none", "--no-fold",
+                     "--width", "page", "--font-pt", "20", "--max-height", "100"]) == 0
+    plain = ET.parse(out2).getroot()
+    assert not _caption_lines(plain) and float(plain.get("width")[:-2]) == pytest.approx(7.0)
+    assert cli.main(["snapshot", "gpt2", "--out", str(tmp_path / "x.svg"), "--width", "wide"]) == 2

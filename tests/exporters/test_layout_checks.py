@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from exporters.layout import Layout
+from exporters.layout.checks import edge_crossings, label_overflows
 
 EPS = 1e-6
 
@@ -47,12 +48,14 @@ def check_layout(layout: Layout, trace) -> None:
             own = n.kind in ("module", "folded") and n.module == f.address
             if _under(n.module, f.address) and not own and f.call == 0:
                 assert _inside(node_boxes[n.id], box), f"{n.id} ({n.module}) lies outside frame {f.address!r}"
-    # every op is drawn somewhere, and every data edge between two boxes is drawn
-    assert set(layout.visible) == {op.label for op in trace.ops}
+    # every op not hidden is drawn somewhere, and every data edge between two boxes is drawn
+    assert set(layout.visible) == {op.label for op in trace.ops} - layout.hidden
     assert set(layout.visible.values()) <= set(node_boxes)
     drawn = {(e.source, e.target) for e in layout.edges}
     for op in trace.ops:
         for e in op.parents:
+            if e.source in layout.hidden or op.label in layout.hidden:
+                continue
             s, t = layout.visible[e.source], layout.visible[op.label]
             if s != t:
                 assert (s, t) in drawn, f"edge {e.source}->{op.label} ({s}->{t}) missing"
@@ -64,3 +67,9 @@ def check_layout(layout: Layout, trace) -> None:
             assert t[1] > s[3], f"forward edge {e.source}->{e.target} does not run downward"
             ys = [p[1] for p in e.points]
             assert ys == sorted(ys), f"edge {e.source}->{e.target} turns upward"
+    # edges run around boxes, never through a box they do not connect nor over a frame's header,
+    # and every label fits its box
+    crossings = edge_crossings(layout)
+    assert not crossings, f"{len(crossings)} edge-box crossings, first: {crossings[:3]}"
+    overflows = label_overflows(layout)
+    assert not overflows, f"labels wider than their boxes: {overflows[:5]}"

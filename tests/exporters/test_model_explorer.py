@@ -234,6 +234,28 @@ def test_structure_only_export_shows_hypothesis():
     assert {r["bgColor"] for r in overlay["results"].values()} == {me.CLAIM_COLORS["HYPOTHESIS"]}
 
 
+# -- the KV cache opens as one folded layer ---------------------------------------------------------
+def test_kv_cache_outputs_share_one_layer_and_the_payload_stays_valid():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg).eval()
+    trace = tracer.trace(model, (torch.ones(1, 6, dtype=torch.long, device="meta"),),
+                         capture=tracer.CaptureOptions(structure_only=True))
+    payload = _assert_counts(trace)  # validator and the rebuild through graph_builder
+    graph = payload["graphs"][0]
+    cache = [op.label for op in trace.outputs if op.io_path.startswith("cache.")]
+    assert len(cache) == 8  # keys and values of four layers
+    namespaces = {n["id"]: n["namespace"] for n in graph["nodes"]}
+    assert {namespaces[label] for label in cache} == {"cache (8 outputs)"}
+    roots = [n["id"] for n in graph["nodes"] if n["namespace"] == "" and n["id"].startswith("output")]
+    assert [trace[r].io_path for r in roots] == ["logits"]  # only the logits stay a root node
+    group = graph["groupNodeAttributes"]["cache (8 outputs)"]
+    assert group == {"module": "", "class": "model outputs", "io_path": "cache.*", "tensors": "8"}
+
+
 # -- counts on real architectures -------------------------------------------------------------------
 def _assert_counts(trace):
     payload = me.to_graph_collection(trace)

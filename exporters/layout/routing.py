@@ -1,0 +1,116 @@
+"""Orthogonal edge routes through the gaps between rows, with one track per wire in each gap.
+
+A route is its start (the source box's bottom centre), a list of moves `(channel, x)` ("go down to
+this gap, then across to x"), and the target's top. Every gap is a channel; the horizontal pieces
+in one channel get distinct heights (tracks), except pieces of one wire: the branches of a fan out
+of one box, or the feeders of one box arriving at one x, share a track and read as one line.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable
+
+from .result import LayoutEdge
+
+MIN_RUN = 0.01  # a move shorter than this is straight down, not a horizontal piece
+TRACK_SEP = 3.0  # pieces closer than this along x go on different tracks
+
+
+@dataclass(slots=True)
+class Route:
+    """One edge before tracks are assigned."""
+
+    source: str
+    target: str
+    start: tuple[float, float]
+    moves: list[tuple[int, float]]  # (channel number, x)
+    end_y: float
+    back_edge: bool = False
+
+
+def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]]) -> list[LayoutEdge]:
+    """Polylines for `routes` (channels are numbers); `band(channel)` gives a channel's (top, bottom) y."""
+    parent: list[int] = []  # wire -> the wire it was merged into (union-find over wire numbers)
+    channel_of: list[int] = []
+    by_from: dict[tuple, int] = {}  # (channel, source, x) -> wire: the branches of one fan
+    by_to: dict[tuple, int] = {}  # (channel, target, x) -> wire: the feeders of one box at one x
+    pieces: list[tuple[int, float, float]] = []  # (wire, x from, x to) per horizontal piece
+
+    def root(w: int) -> int:
+        while parent[w] != w:
+            parent[w] = parent[parent[w]]
+            w = parent[w]
+        return w
+
+    for r in routes:
+        x = r.start[0]
+        for channel, nx in r.moves:
+            if nx - x > MIN_RUN or x - nx > MIN_RUN:
+                kf, kt = (channel, r.source, x), (channel, r.target, nx)
+                wf, wt = by_from.get(kf), by_to.get(kt)
+                if wf is None and wt is None:
+                    w = len(parent)
+                    parent.append(w)
+                    channel_of.append(channel)
+                elif wt is None or wf is None:
+                    w = wf if wt is None else wt
+                else:
+                    w, other = root(wf), root(wt)
+                    if other != w:
+                        parent[other] = w
+                by_from.setdefault(kf, w)
+                by_to.setdefault(kt, w)
+                pieces.append((w, x, nx))
+            x = nx
+    spans: dict[int, list[float]] = {}  # root wire -> [lo, hi], in first-seen order
+    wire_of: list[int] = []
+    for w, xa, xb in pieces:
+        w = root(w)
+        wire_of.append(w)
+        lo, hi = (xa, xb) if xa < xb else (xb, xa)
+        span = spans.get(w)
+        if span is None:
+            spans[w] = [lo, hi]
+        else:
+            if lo < span[0]:
+                span[0] = lo
+            if hi > span[1]:
+                span[1] = hi
+    by_channel: dict[int, list[int]] = {}
+    for w in spans:
+        by_channel.setdefault(channel_of[w], []).append(w)
+    height: dict[int, float] = {}
+    for channel, wires in by_channel.items():
+        top, bottom = band(channel)
+        if len(wires) == 1:
+            height[wires[0]] = (top + bottom) / 2
+            continue
+        wires.sort(key=spans.__getitem__)  # stable: ties keep first-seen order
+        free: list[tuple[float, int]] = []  # (right end of its last piece, track), the earliest-free first
+        track_of = []
+        for w in wires:
+            lo, hi = spans[w]
+            if free and free[0][0] + TRACK_SEP <= lo:
+                t = heapq.heapreplace(free, (hi, free[0][1]))[1]
+            else:
+                t = len(free)
+                heapq.heappush(free, (hi, t))
+            track_of.append(t)
+        step = (bottom - top) / (len(free) + 1)
+        for w, t in zip(wires, track_of):
+            height[w] = top + step * (t + 1)
+    edges: list[LayoutEdge] = []
+    k = 0
+    for r in routes:
+        pts = [r.start]
+        x = r.start[0]
+        for _channel, nx in r.moves:
+            if nx - x > MIN_RUN or x - nx > MIN_RUN:
+                y = height[wire_of[k]]
+                k += 1
+                pts += [(x, y), (nx, y)]
+            x = nx
+        pts.append((x, r.end_y))
+        edges.append(LayoutEdge(r.source, r.target, tuple(pts), r.back_edge))
+    return edges
