@@ -128,7 +128,9 @@ class OffloadBridge:
 
     @classmethod
     def for_model(cls, model: nn.Module, session: Any) -> "OffloadBridge | None":
-        outer = {id(m._hf_hook): m._hf_hook for m in model.modules() if getattr(m, "_hf_hook", None) is not None}
+        from ..capture.walk import named_modules
+
+        outer = {id(m._hf_hook): m._hf_hook for _a, m in named_modules(model) if getattr(m, "_hf_hook", None) is not None}
         return cls(model, session, list(outer.values())) if outer else None
 
     def install(self) -> None:

@@ -21,7 +21,9 @@ class QuantizedStateWarning(UserWarning):
 
 def quantized_modules(model: nn.Module) -> dict[str, str]:
     """Address -> class name of every bitsandbytes layer in `model`."""
-    return {addr: type(m).__name__ for addr, m in model.named_modules()
+    from ..capture.walk import named_modules
+
+    return {addr: type(m).__name__ for addr, m in named_modules(model)
             if type(m).__module__.startswith("bitsandbytes")}
 
 
@@ -55,7 +57,9 @@ def quantization_method(model: nn.Module) -> str | None:
         method = cfg.get("quant_method") if isinstance(cfg, dict) else getattr(cfg, "quant_method", None)
         if method is not None:
             return str(getattr(method, "value", method)).lower()
-    for m in model.modules():
+    from ..capture.walk import named_modules
+
+    for _addr, m in named_modules(model):
         package = type(m).__module__.split(".")[0]
         if package in _QUANT_PACKAGES:
             return _QUANT_PACKAGES[package]
