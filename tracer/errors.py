@@ -167,8 +167,12 @@ class PaddedPromptError(AdmissionError):
     )
 
 
-class ModelOutputError(CaptureError):
-    code = "unsupported_output"
+class ConcurrentCaptureError(CaptureError):
+    code = "model_already_capturing"
+    default_remedy = (
+        "Capture one model from one thread at a time: wait for the other capture to finish, or capture a "
+        "copy of the model (copy.deepcopy) on the second thread."
+    )
 
 
 # -- explorer inputs (app/) ------------------------------------------------------------

@@ -13,6 +13,7 @@ from torch import nn
 from .bridges.distributed import refuse_distributed
 from .capture.boundaries import seal as seal_boundaries
 from .capture.build import build_trace
+from .capture.exclusive import exclusive_capture
 from .capture.session import CallGuard, CaptureSession
 from .capture.walk import iter_tensors, named_modules, named_state
 from .claims.twin import describe_twin
@@ -55,8 +56,8 @@ def trace(
                              modules=walked)
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    with capture_scope(model, session, witness=capture.witness) as scope:  # deployment bridges + witness
-        output = session.run(args_t, kwargs, grad_context)
+    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope:
+        output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
     elapsed = time.perf_counter() - started
     provenance = _provenance(model, capture, admission, elapsed)
     provenance["twin"] = twin
