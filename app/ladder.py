@@ -9,13 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from exporters.bokeh_graph import caption_for
+from tracer.claims.ladder import ladder_headline
 
-HEADLINES = {
-    "OBSERVED": "OBSERVED: eager capture, every shape and value was observed",
-    "HYPOTHESIS": "HYPOTHESIS: shapes unproven, no values exist",
-    "CORROBORATED": "CORROBORATED: structure matched a real twin; still no payloads here",
-    "REFUTED": "REFUTED: a real twin contradicts this structure",
-}
 
 
 @dataclass(frozen=True)
@@ -28,10 +23,10 @@ class LadderView:
 
 
 def ladder_view(trace: Any, report: Any = None) -> LadderView:
-    """The banner text for `trace` (its `ladder_state`), using `report` from a discharge if given."""
-    state = str(getattr(trace, "ladder_state", "OBSERVED"))
-    headline = HEADLINES.get(state, f"{state}: claim state")
-    env = getattr(trace, "envelope", None)
+    """The banner text for `trace`, or for the envelope a discharge `report` carries when given."""
+    env = getattr(report, "envelope", None) or getattr(trace, "envelope", None)
+    state = str(env.ladder_state) if env is not None else str(getattr(trace, "ladder_state", "OBSERVED"))
+    headline = ladder_headline(state)
     if state == "OBSERVED":
         saved = len(getattr(trace, "values", {}) or {})
         detail = f"{len(trace.ops):,} ops recorded from a real forward; {saved:,} op values saved."

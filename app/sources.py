@@ -95,9 +95,8 @@ def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT
     path = resolve_config(name_or_path)
     _require_transformers()
     model = build_meta_model(load_config(str(path)))
-    trace = trace_ids(model, input_shape)
+    trace = trace_ids(model, input_shape).with_provenance(config_source=str(path))
     inputs = (meta_input_ids(input_shape),)
-    trace.provenance["config_source"] = str(path)
     title = f"{trace.model_class} from {path.name} (weights-free)"
     return Loaded(trace, title, "config", str(path), model=model, inputs=inputs, config_path=path,
                   input_shape=tuple(input_shape))

@@ -65,7 +65,7 @@ class MemoryEstimate:
 def structure_defaults(structure: Any) -> tuple[str, str]:
     """The dtype and attention backend the structure-only trace was captured with (the twin's defaults)."""
     dtype = next((r.dtype for r in structure.params.values() if not r.is_buffer), "float32")
-    attn = (structure.provenance.get("twin") or {}).get("attn_implementation") or "eager"
+    attn = (structure.provenance.twin or {}).get("attn_implementation") or "eager"
     return (dtype if dtype in DTYPES else "float32"), (attn if attn in ATTENTION else "eager")
 
 
@@ -124,7 +124,7 @@ def discharge(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, 
     real = capture_twin(spec, progress)
     progress(0.85, "discharging the claims")
     report = structure.discharge_against(real)
-    progress(1.0, f"done: {structure.ladder_state}")
+    progress(1.0, f"done: {report.state}")
     return report, real
 
 

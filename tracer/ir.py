@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
+
+from .provenance import Provenance
 
 # Kinds of the synthetic ops that frame the graph.
 INPUT_KIND = "input"
@@ -138,14 +140,16 @@ class Trace:
     """A captured forward pass: ops in execution order, modules, params, and optional values.
 
     `values` maps op labels to saved tensors (absent for labels not saved). `output` is
-    the model's own return object when the trace came from a live capture.
+    the model's own return object when the trace came from a live capture. A trace is built
+    once: `provenance` (typed, frozen) and `envelope` are set at construction, and the
+    `with_*` methods return a new trace rather than changing this one.
     """
 
     ops: tuple[Op, ...]
     modules: dict[str, ModuleScope]
     params: dict[str, ParamRecord]
     model_class: str
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
     values: dict[str, Any] = field(default_factory=dict)
     envelope: Any = None  # tracer.claims.EvidenceEnvelope for structure-only traces
     output: Any = None
@@ -157,7 +161,17 @@ class Trace:
     _children: dict[str, tuple[str, ...]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.provenance, Provenance):  # a plain mapping, as saved
+            self.provenance = Provenance.from_dict(self.provenance)
         self._by_label = {op.label: op for op in self.ops}
+
+    def with_provenance(self, **changes: Any) -> "Trace":
+        """A new trace sharing this one's graph and values, its provenance with `changes`."""
+        return replace(self, provenance=self.provenance.replace(**changes), _children=None)
+
+    def with_envelope(self, envelope: Any) -> "Trace":
+        """A new trace sharing this one's graph and values, carrying `envelope` (e.g. a discharge's)."""
+        return replace(self, envelope=envelope, _children=None)
 
     # -- access -------------------------------------------------------------
     def __iter__(self) -> Iterator[Op]:
@@ -217,7 +231,7 @@ class Trace:
 
     @property
     def structure_only(self) -> bool:
-        return bool(self.provenance.get("structure_only"))
+        return self.provenance.structure_only
 
     @property
     def ladder_state(self) -> str:
@@ -261,13 +275,16 @@ class Trace:
         return render_summary(self, **kwargs)
 
     def discharge_against(self, real: "Trace") -> Any:
-        """Compare this structure-only trace's claims with a real capture (see tracer.claims)."""
+        """Compare this structure-only trace's claims with a real capture (see tracer.claims).
+
+        Returns a `DischargeResult` whose `envelope` is the new one: `self.with_envelope(result.envelope)`.
+        """
         from .claims import discharge
 
         return discharge(self, real)
 
     def check_plan(self, plan: list) -> Any:
-        """Audit planned interventions `[(site, meta_tensor), ...]` against this trace (never executes)."""
+        """Audit planned interventions `[(site, meta_tensor), ...]` against this trace (never executes; returns the report)."""
         from .claims import check_plan
 
         return check_plan(self, plan)

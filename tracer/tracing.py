@@ -11,15 +11,17 @@ import torch
 from torch import nn
 
 from .bridges.distributed import refuse_distributed
-from .capture.boundaries import seal as seal_boundaries
-from .capture.build import build_trace
+from .capture import boundaries
+from .capture.build import build_ops, build_trace, live_calls
 from .capture.exclusive import exclusive_capture
 from .capture.session import CallGuard, CaptureSession
 from .capture.walk import iter_tensors, named_modules, named_state
+from .claims.envelope import seal_new_envelope
 from .claims.twin import describe_twin
 from .errors import InvalidInputError
 from .ir import Trace
 from .options import CaptureOptions
+from .provenance import Findings
 from .weights_free.admission import admit_structure_only
 from .witness import capture_scope
 
@@ -59,13 +61,15 @@ def trace(
     with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope:
         output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
     elapsed = time.perf_counter() - started
-    provenance = _provenance(model, capture, admission, elapsed)
-    provenance["twin"] = twin
-    result = build_trace(session, save=capture.save, provenance=provenance, output=output)
-    scope.seal(result)
-    seal_boundaries(result, session)  # foreign-kernel boundary ops named in provenance
-    if guard is not None:
-        guard.seal(result, model, args_t, kwargs)
+    ops = build_ops(session)
+    findings = Findings()  # every part reports here; the trace is then built once
+    calls = scope.report(ops, live_calls(session, ops), findings)  # bridges + witness
+    boundaries.report(ops, session, findings)  # foreign-kernel boundary ops
+    provenance = findings.provenance(**_provenance(model, capture, admission, elapsed), twin=twin)
+    result = build_trace(session, ops, save=capture.save, provenance=provenance, output=output,
+                         warnings=tuple(findings.warnings), calls=calls)
+    if guard is not None:  # the evidence envelope is sealed from the built structure (HYPOTHESIS)
+        result = result.with_envelope(seal_new_envelope(result))
     return result
 
 

@@ -9,6 +9,8 @@ import panel as pn
 import param
 import torch
 
+from tracer.claims.ladder import ladder_headline
+
 from ..state import ExplorerState
 
 
@@ -47,12 +49,7 @@ def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
 
 
 def _claim_text(state: str) -> str:
-    return {
-        "OBSERVED": "OBSERVED: this shape was observed on real values",
-        "HYPOTHESIS": "HYPOTHESIS: shape unproven, no value exists",
-        "CORROBORATED": "CORROBORATED: a real twin produced this shape; no value is kept here",
-        "REFUTED": "REFUTED: a real twin contradicts this trace",
-    }.get(state, state)
+    return ladder_headline(state)
 
 
 def rows_html(title: str, rows: list[tuple[str, str]]) -> str:

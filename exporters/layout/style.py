@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
+from tracer.claims.ladder import ladder_headline
 from tracer.ir import Op
 
 CHAR_W = 6.6  # abstract units per character at FONT_SIZE (DejaVu Sans, ~11 px)
@@ -65,17 +66,9 @@ def text_width(text: str) -> float:
     return len(text) * CHAR_W
 
 
-LADDER_CAPTIONS = {
-    "OBSERVED": "OBSERVED: captured eagerly; shapes were measured on real values",
-    "HYPOTHESIS": "HYPOTHESIS: shapes unproven, no values exist (weights-free capture)",
-    "CORROBORATED": "CORROBORATED: structure matched a real capture; this trace holds no values",
-    "REFUTED": "REFUTED: a real capture contradicted this structure; do not rely on it",
-}
-
-
 def ladder_caption(state: str, model_class: str = "") -> str:
-    """The caption sentence for a ladder state (unknown states are named as they are)."""
-    text = LADDER_CAPTIONS.get(state, f"{state}: unrecognised ladder state")
+    """The caption sentence for a ladder state: `tracer.claims.Ladder`'s headline (unknown states named as they are)."""
+    text = ladder_headline(state)
     return f"{model_class} | {text}" if model_class else text
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from ..ir import CONSTANT_KIND, Trace
+from ..ir import CONSTANT_KIND, Op
 
 
 class QuantizedStateWarning(UserWarning):
@@ -27,26 +27,25 @@ def quantized_modules(model: nn.Module) -> dict[str, str]:
             if type(m).__module__.startswith("bitsandbytes")}
 
 
-def disclose(trace: Trace, model: nn.Module) -> None:
+def disclose(ops: tuple[Op, ...], model: nn.Module, findings: Any) -> None:
     """Name the ops that read quantization state; mark the trace not verified (one warning)."""
     layers = quantized_modules(model)
     if not layers:
         return
-    inside = [op for op in trace.ops if any(addr in layers for addr, _ in op.module_stack)]
+    by_label = {op.label: op for op in ops}
+    inside = [op for op in ops if any(addr in layers for addr, _ in op.module_stack)]
     state = [op.label for op in inside if op.kind == CONSTANT_KIND]
     readers = sorted({op.label for op in inside for e in op.parents if e.source in state},
-                     key=lambda lab: trace[lab].index)
+                     key=lambda lab: by_label[lab].index)
     kinds = sorted(set(layers.values()))
     msg = (f"bitsandbytes: {len(layers)} quantized layer(s) ({', '.join(kinds)}) compute from quantization state "
            f"outside the parameter contract: {len(state)} state tensor(s) read as constants "
            f"({', '.join(state[:8])}{', ...' if len(state) > 8 else ''}) by {', '.join(readers[:8])}"
            f"{', ...' if len(readers) > 8 else ''}; the trace is not verified (dequantized values are not "
            "the dense weights)")
-    from ..witness import mark_unverified
-
-    mark_unverified(trace, msg, state + readers)
-    trace.provenance["quantization"] = {"library": "bitsandbytes", "layers": len(layers), "classes": kinds,
-                                        "state_ops": state, "reader_ops": readers}
+    findings.unverified(msg, state + readers)
+    findings.add(quantization={"library": "bitsandbytes", "layers": len(layers), "classes": kinds,
+                               "state_ops": state, "reader_ops": readers})
     warnings.warn(msg, QuantizedStateWarning, stacklevel=3)
 
 

@@ -79,9 +79,7 @@ def trace_config(name_or_path: str | Path, input_shape: Sequence[int] = DEFAULT_
                  dtype: torch.dtype | None = None, attn_implementation: str | None = None) -> Trace:
     """Config -> meta model -> structure-only Trace, in one call; no weights, no download."""
     model = build_meta_model(load_config(name_or_path), dtype=dtype, attn_implementation=attn_implementation)
-    result = trace_ids(model, input_shape)
-    result.provenance["config_source"] = str(name_or_path)
-    return result
+    return trace_ids(model, input_shape).with_provenance(config_source=str(name_or_path))
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -144,17 +142,15 @@ def trace_text(model: nn.Module, text: str | Sequence[str], *, tokenizer: Any, *
     else:
         result = trace(model, (), {"input_ids": ids.to("meta"), "attention_mask": torch.ones_like(ids, device="meta"),
                                    **input_kwargs}, capture=CaptureOptions(structure_only=True))
-        _declare_all_ones_mask(result)
-    result.provenance["text_route"] = {"prompts": 1 if isinstance(text, str) else len(text),
-                                       "tokens": int(ids.shape[-1]), "mask": "all_ones"}
-    return result
+        result = _declare_all_ones_mask(result)
+    return result.with_provenance(text_route={"prompts": 1 if isinstance(text, str) else len(text),
+                                              "tokens": int(ids.shape[-1]), "mask": "all_ones"})
 
 
-def _declare_all_ones_mask(result: Trace) -> None:
-    """The meta mask was built all-ones by `trace_text`: record that as the twin's mask policy."""
-    twin = dict(result.provenance.get("twin") or {})
-    twin["attention_mask"] = "all_ones"
-    result.provenance["twin"] = twin
+def _declare_all_ones_mask(result: Trace) -> Trace:
+    """The meta mask was built all-ones by `trace_text`: the twin's mask policy says so (a new trace)."""
+    twin = {**(result.provenance.twin or {}), "attention_mask": "all_ones"}
     env = result.envelope
     plan = {**{k: v for k, v in env.to_dict()["input_plan"].items()}, "attention_mask": "all_ones (declared by trace_text)"}
-    result.envelope = env.evolve("mask_declared_all_ones", twin=twin, input_plan=plan)
+    declared = env.evolve("mask_declared_all_ones", twin=twin, input_plan=plan)
+    return result.with_provenance(twin=twin).with_envelope(declared)

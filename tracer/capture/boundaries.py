@@ -205,9 +205,8 @@ def disclose(session: Any, kind: str, name: str, stacklevel: int = 4) -> None:
     warnings.warn(msg, ForeignKernelWarning, stacklevel=stacklevel)
 
 
-def seal(trace: Any, session: Any) -> None:
-    """Record the boundary ops in `trace.provenance["foreign_kernels"]` (label -> kind, name)."""
-    if not session.boundaries:
-        return
-    trace.provenance["foreign_kernels"] = {
-        trace.ops[idx].label: {"boundary": kind, "name": name} for idx, kind, name in session.boundaries}
+def report(ops: tuple, session: Any, findings: Any) -> None:
+    """The boundary ops as `Provenance.foreign_kernels` (op label -> boundary kind and name)."""
+    if session.boundaries:
+        findings.add(foreign_kernels={ops[idx].label: {"boundary": kind, "name": name}
+                                      for idx, kind, name in session.boundaries})

@@ -8,13 +8,14 @@ import torch
 from torch import nn
 
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from ..provenance import Provenance
 from .walk import named_state
 from .session import (R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
                       R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
 
 
-def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any], output: Any) -> Trace:
-    """Assemble a Trace from `session` (labels, metadata strings and records made here, once)."""
+def build_ops(session: CaptureSession) -> tuple[Op, ...]:
+    """The session's raw records as Ops (labels, metadata strings and records made here, once)."""
     records = session.records
     labels = _labels(records)
     meta_cache: dict[tuple, TensorMeta] = {}
@@ -43,20 +44,31 @@ def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any
             source=_site(rec[R_SITE], site_cache),
             io_path=rec[R_IO],
         ))
-    ops_t = tuple(ops)
-    values = _select_values(session, ops_t, save)
-    trace = Trace(
-        ops=ops_t,
+    return tuple(ops)
+
+
+def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
+    """Op label -> (func, args, kwargs) of the live call that produced it (for replay)."""
+    return {ops[i].label: rec[R_CALLSPEC] for i, rec in enumerate(session.records) if rec[R_CALLSPEC] is not None}
+
+
+def build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, provenance: Provenance, output: Any,
+                warnings: tuple[str, ...], calls: dict[str, tuple], envelope: Any = None) -> Trace:
+    """The one Trace of a capture: every finding is already in `provenance` and `warnings`."""
+    labels = [op.label for op in ops]
+    values = _select_values(session, ops, save)  # may add a session warning (a value changed behind the capture)
+    return Trace(
+        ops=ops,
         modules=_modules(session, labels),
         params=_params(session),
         model_class=type(session.model).__name__,
         provenance=provenance,
         values=values,
         output=output,
-        warnings=tuple(session.warnings),
-        live_calls={ops_t[i].label: rec[R_CALLSPEC] for i, rec in enumerate(records) if rec[R_CALLSPEC] is not None},
+        warnings=tuple(session.warnings) + warnings,
+        live_calls=calls,
+        envelope=envelope,
     )
-    return trace
 
 
 def _labels(records: list) -> list[str]:

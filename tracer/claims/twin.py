@@ -1,6 +1,6 @@
 """The comparable-twins descriptor: what must match before two captures' claims can be joined.
 
-Recorded in every trace's provenance (`provenance["twin"]`) at capture time; the discharge
+Recorded in every trace's provenance (`Provenance.twin`) at capture time; the discharge
 preflight compares the structure-only side's descriptor with the real side's, field by field.
 """
 from __future__ import annotations
