@@ -13,8 +13,7 @@ from typing import Any
 
 from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.configs import shipped_configs
-from tracer.errors import (FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError,
-                           SourceNotFoundError)
+from .errors import FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError, SourceNotFoundError
 
 DEFAULT_CONFIG = "llama-3.1-8b"
 DEFAULT_INPUT_SHAPE: tuple[int, ...] = (1, 8)

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tracer.errors import InvalidInputError, TwinTooLargeError
+from tracer.errors import InvalidInputError
+
+from .errors import TwinTooLargeError
 from tracer.estimates import dtype_bytes
 
 from .sources import parse_shape, resolve_config
@@ -175,13 +177,10 @@ def twin_inputs(spec: TwinSpec) -> Any:
 def _model_class(config_name: str) -> tuple[Any, Any]:
     import transformers
 
-    from tracer.bridges.transformers import load_config
+    from tracer.bridges.transformers import load_config, model_class_for
 
-    path = resolve_config(config_name)
-    config = load_config(str(path))
-    arch = (getattr(config, "architectures", None) or [None])[0]
-    cls = getattr(transformers, arch, None) if arch else None
-    return (cls or transformers.AutoModelForCausalLM), config
+    config = load_config(str(resolve_config(config_name)))
+    return (model_class_for(config) or transformers.AutoModelForCausalLM), config
 
 
 def _config_param_count(config_name: str) -> int:

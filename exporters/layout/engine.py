@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from tracer.errors import LayoutModuleUnknownError
+from ..errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
 from .dag import V_GAP, place_dag

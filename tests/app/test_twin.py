@@ -7,7 +7,8 @@ import pytest
 
 from app import twin
 from app.ladder import ladder_view, report_rows
-from tracer.errors import DischargePreflightError, TwinTooLargeError
+from app.errors import TwinTooLargeError
+from tracer.errors import DischargePreflightError
 
 
 def test_memory_estimate_is_params_times_dtype_plus_activations(default_loaded):

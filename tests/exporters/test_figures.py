@@ -10,7 +10,7 @@ import tracer
 from exporters.figures import build_scene, export_png, export_svg, font_points
 from exporters.layout import default_expansion
 from tests.models import tiny_gpt2
-from tracer.errors import FigureOptionsError, FigureWriteError
+from exporters.errors import FigureOptionsError, FigureWriteError
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError, PaddedPromptError
+from ..errors import (ConfigInvalidError, ConfigNotFoundError, InvalidInputError, PaddedPromptError,
+                      TokenizerNotFoundError)
 from ..ir import Trace
 from ..configs import shipped_configs
 from ..options import CaptureOptions
@@ -29,28 +30,34 @@ def load_config(name_or_path: str | Path) -> Any:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise InvalidInputError(f"no shipped config named {text!r} and no config file at that path",
-                                site=f"load_config({text!r})", code="config_not_found",
+        raise ConfigNotFoundError(f"no shipped config named {text!r} and no config file at that path",
+                                  site=f"load_config({text!r})",
                                 remedy=f"Use a shipped config ({', '.join(shipped_configs())}) or a local config JSON.")
     try:
         data = json.loads(path.read_text())
         model_type = data.pop("model_type")
     except (ValueError, KeyError, AttributeError) as exc:
-        raise InvalidInputError(f"{path} is not a transformers config ({exc!r})", site=str(path),
-                                code="config_invalid", remedy="A config JSON needs at least `model_type`.") from None
+        raise ConfigInvalidError(f"{path} is not a transformers config ({exc!r})", site=str(path),
+                                 remedy="A config JSON needs at least `model_type`.") from None
     return AutoConfig.for_model(model_type, **data)
+
+
+def model_class_for(config: Any) -> type | None:
+    """The transformers class a config names first in `architectures` (None when it names none known)."""
+    import transformers
+
+    names = list(getattr(config, "architectures", None) or [])
+    return getattr(transformers, names[0], None) if names else None
 
 
 def build_meta_model(config: Any, *, dtype: torch.dtype | None = None,
                      attn_implementation: str | None = None) -> nn.Module:
     """Construct `config`'s model (its first `architectures` entry) on the meta device, in eval mode."""
-    import transformers
-
-    names = list(getattr(config, "architectures", None) or [])
-    cls = getattr(transformers, names[0], None) if names else None
+    cls = model_class_for(config)
     if cls is None:
-        raise InvalidInputError(f"the config names no transformers architecture ({names or 'none'})",
-                                site="config.architectures", code="config_invalid",
+        names = list(getattr(config, "architectures", None) or [])
+        raise ConfigInvalidError(f"the config names no transformers architecture ({names or 'none'})",
+                                 site="config.architectures",
                                 remedy='Add "architectures": ["LlamaForCausalLM"] (or the model class) to the config.')
     kwargs: dict[str, Any] = {}
     if dtype is not None:
@@ -90,13 +97,13 @@ def load_tokenizer(tokenizer: Any) -> Any:
 
     path = Path(tokenizer).expanduser()
     if path.is_dir() and not (path / "tokenizer.json").is_file():
-        raise InvalidInputError(f"no tokenizer.json in {path}", site=str(path), code="tokenizer_not_found",
-                                remedy="Save a tokenizer there (tokenizer.save_pretrained(folder)).")
+        raise TokenizerNotFoundError(f"no tokenizer.json in {path}", site=str(path),
+                                     remedy="Save a tokenizer there (tokenizer.save_pretrained(folder)).")
     if path.is_file():
         return PreTrainedTokenizerFast(tokenizer_file=str(path))
     if not path.is_dir():
-        raise InvalidInputError(f"no tokenizer at {path}", site=str(path), code="tokenizer_not_found",
-                                remedy="Pass a local folder holding tokenizer.json, or a tokenizer object.")
+        raise TokenizerNotFoundError(f"no tokenizer at {path}", site=str(path),
+                                     remedy="Pass a local folder holding tokenizer.json, or a tokenizer object.")
     return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
 
 
