@@ -8,6 +8,7 @@ from collections import Counter
 from .ir import INPUT_KIND, OUTPUT_KIND, ModuleScope, Trace
 
 _MAX_IO_LINES = 6
+_MAX_INDENT = 32  # tree levels drawn with indentation; deeper levels keep the width (the text stays linear)
 _INDEXED = re.compile(r"^(.*?)(\d+)$")
 
 
@@ -205,8 +206,11 @@ def _render_children(trace: Trace, root: ModuleScope, max_depth: int | None, fol
                 name, each, times = f"{first.name}-{trace.modules[run[-1]].name}", " each", f" x{len(run)}"
             else:
                 name, each, times = first.name, "", ""
-            stack.append((first, prefix + extend, depth + 1))
-            stack.append(f"  {prefix}{branch}{name}: {first.class_name}{times}  {_detail(trace, first, params, ops, each)}")
+            deep = depth >= _MAX_INDENT  # past it, lines stop indenting and name their depth instead
+            stack.append((first, prefix if deep else prefix + extend, depth + 1))
+            level = f"[depth {depth}] " if deep else ""
+            stack.append(f"  {prefix}{branch}{level}{name}: {first.class_name}{times}  "
+                         f"{_detail(trace, first, params, ops, each)}")
 
 
 def _detail(trace: Trace, scope: ModuleScope, params: dict, ops: dict, each: str) -> str:

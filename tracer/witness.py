@@ -101,7 +101,7 @@ class CaptureScope:
 
         if self.offload is not None:
             calls = self.offload.report(calls, findings)
-        bnb_bridge.disclose(ops, self.model, findings)
+        bnb_bridge.disclose(ops, self.model, findings, getattr(self.session, "named", None))
         if self.census is not None:
             self.census.report(ops, findings)
         return calls

@@ -130,7 +130,8 @@ class OffloadBridge:
     def for_model(cls, model: nn.Module, session: Any) -> "OffloadBridge | None":
         from ..capture.walk import named_modules
 
-        outer = {id(m._hf_hook): m._hf_hook for _a, m in named_modules(model) if getattr(m, "_hf_hook", None) is not None}
+        walked = getattr(session, "named", None) or named_modules(model)  # the session's walk when it has one
+        outer = {id(m._hf_hook): m._hf_hook for _a, m in walked if getattr(m, "_hf_hook", None) is not None}
         return cls(model, session, list(outer.values())) if outer else None
 
     def install(self) -> None:

@@ -19,17 +19,17 @@ class QuantizedStateWarning(UserWarning):
     """A quantized layer computed from state outside the parameter contract."""
 
 
-def quantized_modules(model: nn.Module) -> dict[str, str]:
-    """Address -> class name of every bitsandbytes layer in `model`."""
+def quantized_modules(model: nn.Module, modules: list | None = None) -> dict[str, str]:
+    """Address -> class name of every bitsandbytes layer in `model` (`modules`: a walk already made)."""
     from ..capture.walk import named_modules
 
-    return {addr: type(m).__name__ for addr, m in named_modules(model)
+    return {addr: type(m).__name__ for addr, m in (modules if modules is not None else named_modules(model))
             if type(m).__module__.startswith("bitsandbytes")}
 
 
-def disclose(ops: tuple[Op, ...], model: nn.Module, findings: Any) -> None:
+def disclose(ops: tuple[Op, ...], model: nn.Module, findings: Any, modules: list | None = None) -> None:
     """Name the ops that read quantization state; mark the trace not verified (one warning)."""
-    layers = quantized_modules(model)
+    layers = quantized_modules(model, modules)
     if not layers:
         return
     by_label = {op.label: op for op in ops}
