@@ -19,7 +19,11 @@ _LEGACY_REPORT_KEYS = frozenset({"validation", "plan_checks"})
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
-    """What produced a trace and what its capture found (see the module docstring)."""
+    """What produced a trace and what its capture found (see the module docstring).
+
+    The record is frozen; its mapping fields are plain JSON-shaped copies made at construction,
+    to be read, not changed (`replace` or `Trace.with_provenance` make a new record).
+    """
 
     model_class: str = ""
     model_module: str = ""
@@ -74,7 +78,10 @@ class Provenance:
             if key in _LEGACY_REPORT_KEYS:
                 continue
             values[key] = _typed(key, value)
-        return cls(**values)
+        try:
+            return cls(**values)
+        except RecursionError:
+            raise ValueError("provenance is nested too deeply") from None
 
     def replace(self, **changes: Any) -> "Provenance":
         """A copy with `changes` (the record itself never changes)."""
