@@ -148,7 +148,7 @@ class CaptureSession:
         call = self.call_counts.get(addr, 0)
         self.call_counts[addr] = call + 1
         inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
-        self.frames.append([addr, call, inputs, len(self.records)])
+        self.frames.append([addr, call, inputs, len(self.records), self.stack])  # the stack to restore on exit
         self.stack = self.stack + ((addr, call),)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
@@ -156,7 +156,7 @@ class CaptureSession:
         # Pop our frame (always the top: hooks run on every exit, also when forward raises).
         while self.frames:
             frame = self.frames.pop()
-            self.stack = self.stack[:-1]
+            self.stack = frame[4]  # no new tuple per exit
             if frame[0] == addr:
                 break
         else:
