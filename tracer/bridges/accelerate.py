@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ..errors import OffloadEvidenceMissingError
-from ..ir import Trace
 from ..replay.interpreter import Deferred
 
 

@@ -5,7 +5,6 @@ import os
 from typing import Any, Callable
 
 import torch
-from torch import nn
 
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from ..provenance import Provenance
@@ -124,7 +123,6 @@ def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> d
 
 
 def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScope]:
-    model = session.model
     named = dict(session.named)
     addr_of = session.module_addr  # canonical addresses: a shared child counts under its first path only
     own_params: dict[str, list[str]] = {addr: [] for addr in named}
