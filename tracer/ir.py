@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from .provenance import Provenance
 
@@ -56,6 +56,92 @@ class SourceSite:
         return f"{self.file}:{self.line} in {self.function}"
 
 
+class ModuleStack:
+    """The enclosing module calls at an op, outermost first: a sequence of `(address, call)` pairs.
+
+    Each stack shares its outer part with its parent (one link per module call), so entering a
+    module costs one small object whatever the depth; it reads, compares and hashes like the
+    tuple of its pairs (`tuple(stack)` makes that tuple).
+    """
+
+    __slots__ = ("parent", "entry", "depth", "_tuple", "_hash")
+
+    def __init__(self, parent: "ModuleStack | None" = None, entry: tuple[str, int] | None = None) -> None:
+        self.parent = parent if entry is not None else None
+        self.entry = entry
+        self.depth = (parent.depth + 1 if parent is not None else 1) if entry is not None else 0
+        self._tuple: tuple[tuple[str, int], ...] | None = None
+        self._hash: int | None = None
+
+    def push(self, address: str, call: int) -> "ModuleStack":
+        """This stack with one more module call inside it."""
+        return ModuleStack(self, (address, call))
+
+    def as_tuple(self) -> tuple[tuple[str, int], ...]:
+        """The pairs as a tuple (made once, on first use)."""
+        if self._tuple is None:
+            pairs = []
+            node: ModuleStack | None = self
+            while node is not None and node.entry is not None:
+                if node._tuple is not None:  # an outer stack already made: reuse its tuple
+                    pairs.extend(reversed(node._tuple))
+                    break
+                pairs.append(node.entry)
+                node = node.parent
+            pairs.reverse()
+            self._tuple = tuple(pairs)
+        return self._tuple
+
+    def __len__(self) -> int:
+        return self.depth
+
+    def __bool__(self) -> bool:
+        return self.depth > 0
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return iter(self.as_tuple())
+
+    def __reversed__(self) -> Iterator[tuple[str, int]]:
+        node: ModuleStack | None = self
+        while node is not None and node.entry is not None:
+            yield node.entry
+            node = node.parent
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, int) and -self.depth <= index < 0 and self._tuple is None:
+            node = self
+            for _ in range(-index - 1):
+                node = node.parent  # type: ignore[assignment]
+            return node.entry
+        return self.as_tuple()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, ModuleStack):
+            a: ModuleStack | None = self
+            b: ModuleStack | None = other
+            while a is not b:  # walk both chains (no recursion at any depth)
+                if a is None or b is None or a.depth != b.depth or a.entry != b.entry:
+                    return False
+                a, b = a.parent, b.parent
+            return True
+        if isinstance(other, tuple):
+            return self.as_tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.as_tuple())
+        return self._hash
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+
+EMPTY_STACK = ModuleStack()
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One tensor produced by one call (a multi-output call gives one Op per output).
@@ -77,7 +163,7 @@ class Op:
     num_outputs: int = 1
     module: str = ""
     module_call: int = 0
-    module_stack: tuple[tuple[str, int], ...] = ()
+    module_stack: Sequence[tuple[str, int]] = ()  # a ModuleStack from a capture, a tuple from a file
     params: tuple[str, ...] = ()
     buffer_writes: tuple[str, ...] = ()
     inplace: bool = False

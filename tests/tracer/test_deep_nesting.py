@@ -89,3 +89,21 @@ def test_ten_thousand_nested_modules_capture_and_summarize():
     assert ops[""] == DEPTH + 1 and ops["m"] == DEPTH and ops[deepest] == 1
     params = module_param_counts(t)
     assert params[""] == params["m"] == params[deepest] == 6
+
+
+def test_module_stack_reads_compares_and_hashes_like_its_tuple():
+    from tracer.ir import EMPTY_STACK
+
+    stack = EMPTY_STACK.push("", 0).push("m", 0).push("m.m", 1)
+    pairs = (("", 0), ("m", 0), ("m.m", 1))
+    assert tuple(stack) == pairs and stack == pairs and pairs == stack and hash(stack) == hash(pairs)
+    assert stack[-1] == ("m.m", 1) and stack[0] == ("", 0) and len(stack) == 3 and dict(stack) == dict(pairs)
+    assert list(reversed(stack)) == list(reversed(pairs)) and not EMPTY_STACK and len(EMPTY_STACK) == 0
+    deep_a, deep_b = EMPTY_STACK, EMPTY_STACK
+    for i in range(DEPTH):  # comparing two long chains needs no recursion
+        deep_a, deep_b = deep_a.push("m", i), deep_b.push("m", i)
+    assert deep_a == deep_b and deep_a != deep_b.push("m", 0) and len(deep_a) == DEPTH
+    t = tracer.trace(chain(3), torch.randn(1, 2))
+    linear = t["linear_1"]
+    assert linear.module_stack == (("", 0), ("m", 0), ("m.m", 0), ("m.m.m", 0))
+    assert {linear.module_stack: 1}[tuple(linear.module_stack)] == 1  # usable as a key either way

@@ -17,6 +17,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
+from ..ir import EMPTY_STACK, ModuleStack
 from .functions import FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
@@ -88,7 +89,7 @@ class CaptureSession:
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
         self.call_counter = 0
-        self.stack: tuple[tuple[str, int], ...] = ()
+        self.stack: ModuleStack = EMPTY_STACK  # linked: entering a module is O(1) at any depth
         self.frames: list[list] = []
         self.module_calls: dict[str, list] = {}
         self.call_counts: dict[str, int] = {}
@@ -149,7 +150,7 @@ class CaptureSession:
         self.call_counts[addr] = call + 1
         inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
         self.frames.append([addr, call, inputs, len(self.records), self.stack])  # the stack to restore on exit
-        self.stack = self.stack + ((addr, call),)
+        self.stack = self.stack.push(addr, call)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         addr = self.module_addr[id(module)]
