@@ -2,10 +2,11 @@
 middle, discharge / doctor / export on the right; served by Panel on loopback."""
 from __future__ import annotations
 
-import socket
 from typing import Any, Callable
 
 import panel as pn
+
+from exporters.model_explorer.server import free_port
 
 from .sources import Loaded
 from .state import ExplorerState
@@ -36,13 +37,6 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     page = pn.Column(header, pn.Row(left, graph, right, sizing_mode="stretch_width"), sizing_mode="stretch_width")
     page.tlx_state = state  # tests and benchmarks reach the session state through the page
     return page
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port free on `host` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Callable[[str], None] | None = None) -> Any:

@@ -1,7 +1,7 @@
 """The claim-ladder state as the app shows it: one headline and one detail line per state.
 
-Read from the trace's evidence envelope (and the last discharge report); the banner, the
-inspector, figure captions and exports all use these same words.
+Read from the trace's evidence envelope (or the one a discharge report carries); the headline is
+`tracer.claims.Ladder`'s one wording, which the inspector, figure captions and exports use too.
 """
 from __future__ import annotations
 
@@ -9,13 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from exporters.bokeh_graph import caption_for
+from tracer.claims.ladder import Ladder, ladder_headline
 
-HEADLINES = {
-    "OBSERVED": "OBSERVED: eager capture, every shape and value was observed",
-    "HYPOTHESIS": "HYPOTHESIS: shapes unproven, no values exist",
-    "CORROBORATED": "CORROBORATED: structure matched a real twin; still no payloads here",
-    "REFUTED": "REFUTED: a real twin contradicts this structure",
-}
 
 
 @dataclass(frozen=True)
@@ -28,17 +23,17 @@ class LadderView:
 
 
 def ladder_view(trace: Any, report: Any = None) -> LadderView:
-    """The banner text for `trace` (its `ladder_state`), using `report` from a discharge if given."""
-    state = str(getattr(trace, "ladder_state", "OBSERVED"))
-    headline = HEADLINES.get(state, f"{state}: claim state")
-    env = getattr(trace, "envelope", None)
-    if state == "OBSERVED":
+    """The banner text for `trace`, or for the envelope a discharge `report` carries when given."""
+    env = getattr(report, "envelope", None) or getattr(trace, "envelope", None)
+    state = str(env.ladder_state) if env is not None else str(getattr(trace, "ladder_state", Ladder.OBSERVED.value))
+    headline = ladder_headline(state)
+    if state == Ladder.OBSERVED:
         saved = len(getattr(trace, "values", {}) or {})
         detail = f"{len(trace.ops):,} ops recorded from a real forward; {saved:,} op values saved."
-    elif state == "HYPOTHESIS":
+    elif state == Ladder.HYPOTHESIS:
         detail = (f"Structure-only capture on the meta device: {len(trace.ops):,} ops, "
                   f"{trace.param_count():,} declared parameters. Discharge against a real twin to test it.")
-    elif state == "CORROBORATED":
+    elif state == Ladder.CORROBORATED:
         record = _discharge_record(env)
         against = record.get("against") or {}
         counts = getattr(report, "claimed_counts", None) or (env.counts if hasattr(env, "counts") else {})
@@ -46,7 +41,7 @@ def ladder_view(trace: Any, report: Any = None) -> LadderView:
                   + (f" ({against['captured_at']})" if against.get("captured_at") else "")
                   + ": every claim holds (" + ", ".join(f"{n:,} {k}" for k, n in dict(counts).items()) + ")."
                   + " The values stay with the twin; this trace still holds none.")
-    elif state == "REFUTED":
+    elif state == Ladder.REFUTED:
         record = _discharge_record(env)
         first = getattr(report, "contradiction", None) or record.get("contradiction")
         detail = "First contradiction: " + (contradiction_text(first) if first else "see the discharge report.")

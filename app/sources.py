@@ -13,8 +13,7 @@ from typing import Any
 
 from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.configs import shipped_configs
-from tracer.errors import (FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError,
-                           SourceNotFoundError)
+from .errors import FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError, SourceNotFoundError
 
 DEFAULT_CONFIG = "llama-3.1-8b"
 DEFAULT_INPUT_SHAPE: tuple[int, ...] = (1, 8)
@@ -95,9 +94,8 @@ def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT
     path = resolve_config(name_or_path)
     _require_transformers()
     model = build_meta_model(load_config(str(path)))
-    trace = trace_ids(model, input_shape)
+    trace = trace_ids(model, input_shape).with_provenance(config_source=str(path))
     inputs = (meta_input_ids(input_shape),)
-    trace.provenance["config_source"] = str(path)
     title = f"{trace.model_class} from {path.name} (weights-free)"
     return Loaded(trace, title, "config", str(path), model=model, inputs=inputs, config_path=path,
                   input_shape=tuple(input_shape))

@@ -123,7 +123,10 @@ class ExplorerState(param.Parameterized):
 
     # -- claims -------------------------------------------------------------------------------
     def set_report(self, report: Any) -> None:
-        """Record a discharge report; the banner re-reads the trace's envelope."""
+        """Record a discharge report and carry its new envelope (discharge changes no trace in place)."""
+        envelope = getattr(report, "envelope", None)
+        if envelope is not None:
+            self.trace = self.trace.with_envelope(envelope)
         self.report = report
         self.ladder = ladder_view(self.trace, report)
 

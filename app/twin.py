@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tracer.errors import InvalidInputError, TwinTooLargeError
+from tracer.errors import InvalidInputError
+
+from .errors import TwinTooLargeError
 from tracer.estimates import dtype_bytes
 
 from .sources import parse_shape, resolve_config
@@ -65,7 +67,7 @@ class MemoryEstimate:
 def structure_defaults(structure: Any) -> tuple[str, str]:
     """The dtype and attention backend the structure-only trace was captured with (the twin's defaults)."""
     dtype = next((r.dtype for r in structure.params.values() if not r.is_buffer), "float32")
-    attn = (structure.provenance.get("twin") or {}).get("attn_implementation") or "eager"
+    attn = (structure.provenance.twin or {}).get("attn_implementation") or "eager"
     return (dtype if dtype in DTYPES else "float32"), (attn if attn in ATTENTION else "eager")
 
 
@@ -124,7 +126,7 @@ def discharge(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, 
     real = capture_twin(spec, progress)
     progress(0.85, "discharging the claims")
     report = structure.discharge_against(real)
-    progress(1.0, f"done: {structure.ladder_state}")
+    progress(1.0, f"done: {report.state}")
     return report, real
 
 
@@ -175,13 +177,10 @@ def twin_inputs(spec: TwinSpec) -> Any:
 def _model_class(config_name: str) -> tuple[Any, Any]:
     import transformers
 
-    from tracer.bridges.transformers import load_config
+    from tracer.bridges.transformers import load_config, model_class_for
 
-    path = resolve_config(config_name)
-    config = load_config(str(path))
-    arch = (getattr(config, "architectures", None) or [None])[0]
-    cls = getattr(transformers, arch, None) if arch else None
-    return (cls or transformers.AutoModelForCausalLM), config
+    config = load_config(str(resolve_config(config_name)))
+    return (model_class_for(config) or transformers.AutoModelForCausalLM), config
 
 
 def _config_param_count(config_name: str) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 from xml.sax.saxutils import escape
 
-from tracer.errors import FigureOptionsError, FigureWriteError
+from .errors import FigureOptionsError, FigureWriteError
 from tracer.ir import Trace
 
 from .layout import Layout, LayoutEngine

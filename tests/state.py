@@ -5,6 +5,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as nn_module
 
+from tracer.capture import boundaries
+
 
 def snapshot(model: nn.Module) -> dict:
     """Hooks, flags, parameter/buffer identity, placement and version, module attributes, torch globals."""
@@ -24,7 +26,7 @@ def snapshot(model: nn.Module) -> dict:
         "dtype": torch.get_default_dtype(),
         "default_device": str(torch.get_default_device()),
         "fn_modes": torch._C._len_torch_function_stack(),
-        "function_apply": torch.autograd.Function.__dict__["apply"],
+        "function_apply": boundaries.apply_is_torchs(),  # torch's, or the pass-through installed once
     }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .errors import TracerError
 from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from .options import CaptureOptions
+from .provenance import Provenance
 from .compat import doctor
 from .tracing import trace
 from .replay.validate import validate
@@ -23,6 +24,6 @@ def load(path: str) -> Trace:
 
 
 __all__ = [
-    "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "SourceSite", "TensorMeta",
+    "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
     "Trace", "TracerError", "doctor", "load", "summary", "trace", "validate", "__version__",
 ]

@@ -90,16 +90,25 @@ class ValidationFailedError(TracerError):
     code = "validation_failed"
 
 
-class ExportError(TracerError):
-    """An exporter could not write, check or serve its format."""
-
-    code = "export_failed"
-
-
 # -- admission ----------------------------------------------------------------------
 class InvalidInputError(AdmissionError):
     code = "invalid_input"
     default_remedy = "Pass the model an nn.Module and its positional inputs as a tuple or list."
+
+
+class ConfigNotFoundError(InvalidInputError):
+    code = "config_not_found"
+    default_remedy = "Use a shipped config name (tracer.configs.shipped_configs()) or a local config JSON."
+
+
+class ConfigInvalidError(InvalidInputError):
+    code = "config_invalid"
+    default_remedy = 'A config JSON needs `model_type` and an `architectures` entry naming a transformers class.'
+
+
+class TokenizerNotFoundError(InvalidInputError):
+    code = "tokenizer_not_found"
+    default_remedy = "Pass a tokenizer object, or a local folder holding tokenizer.json (nothing is downloaded)."
 
 
 class MetaStateWithoutFlagError(AdmissionError):
@@ -167,34 +176,12 @@ class PaddedPromptError(AdmissionError):
     )
 
 
-class ModelOutputError(CaptureError):
-    code = "unsupported_output"
-
-
-# -- explorer inputs (app/) ------------------------------------------------------------
-class SourceNotFoundError(AdmissionError):
-    code = "source_not_found"
-    default_remedy = "Pass a saved trace, a config JSON (or a folder holding config.json), or a shipped config name."
-
-
-class InvalidInputShapeError(AdmissionError):
-    code = "invalid_input_shape"
-    default_remedy = "Write the input shape as comma-separated positive integers, e.g. 1,8."
-
-
-class InvalidModelSpecError(AdmissionError):
-    code = "invalid_model_spec"
-    default_remedy = "Write --model as package.module:factory (a function returning an nn.Module), importable from here."
-
-
-class FeatureUnavailableError(AdmissionError):
-    code = "feature_unavailable"
-    default_remedy = "This build lacks the part that does this; open a saved trace or your own model instead."
-
-
-class TwinTooLargeError(AdmissionError):
-    code = "twin_exceeds_memory"
-    default_remedy = "Pick a smaller config or dtype (bfloat16 halves float32), a shorter input, or a machine with more memory."
+class ConcurrentCaptureError(CaptureError):
+    code = "model_already_capturing"
+    default_remedy = (
+        "Capture one model from one thread at a time: wait for the other capture to finish, or capture a "
+        "copy of the model (copy.deepcopy) on the second thread."
+    )
 
 
 # -- claims ---------------------------------------------------------------------------
@@ -285,51 +272,6 @@ class ReplayMismatchError(ValidationFailedError):
     code = "replay_mismatch"
     default_remedy = "An op did not reproduce from its recorded parents; see the report's first failing op."
 
-# -- export: Model Explorer ---------------------------------------------------------------
-class ModelExplorerPayloadError(ExportError):
-    code = "model_explorer_payload_invalid"
-    default_remedy = "Export the trace again with exporters.model_explorer.export; do not edit the graph JSON by hand."
-
-
-class ModelExplorerUnavailableError(ExportError):
-    code = "model_explorer_not_installed"
-    default_remedy = "Install Google's Model Explorer: pip install ai-edge-model-explorer."
-
-
-class ModelExplorerServerError(ExportError):
-    code = "model_explorer_server_failed"
-    default_remedy = "Read the server log in the error's findings; pass a free port or leave port=None to pick one."
-
-
-class ModelExplorerReadbackError(ExportError):
-    code = "model_explorer_readback_mismatch"
-    default_remedy = "The served file differs from the exported one; export again and do not edit it while serving."
-
-
-class NonLoopbackHostError(ExportError):
-    code = "non_loopback_host_refused"
-    default_remedy = (
-        "Model Explorer's server reads any file on request; bind 127.0.0.1, or pass "
-        "allow_non_loopback=True if you really mean to expose it."
-    )
-
-
-# -- export: layout and figures ---------------------------------------------------------
-class LayoutModuleUnknownError(ExportError):
-    code = "layout_unknown_module"
-    default_remedy = "Expand module addresses that exist in the trace (see trace.modules), e.g. 'model.layers'."
-
-
-class FigureOptionsError(ExportError):
-    code = "figure_options_invalid"
-    default_remedy = "Give a positive width in inches (3.4 for one paper column, 7 for the full width) and dpi."
-
-
-class FigureWriteError(ExportError):
-    code = "figure_write_failed"
-    default_remedy = "Write the figure to a writable path (its folder is created if missing)."
-
-
 def all_error_classes() -> list[type[TracerError]]:
     """Every TracerError class defined here, base first (for docs and tests)."""
     seen: list[type[TracerError]] = []
@@ -349,17 +291,22 @@ def errors_markdown() -> str:
         "",
         "Every refusal raised by torchlens-explore is a `tracer.errors.TracerError` with a stable `code`,",
         "the offending `site` and a `remedy`; `err.findings` holds structured details and `err.to_dict()`",
-        "a JSON form. Codes never change meaning; new ones are added here. This page is generated by",
-        "`python -m tracer.errors_doc` and checked by `tests/tracer/test_errors_doc.py`.",
+        "a JSON form. Classes live next to their layer (`tracer.errors`, `exporters.errors`, `app.errors`).",
+        "Codes never change meaning; new ones are added here. This page is generated by",
+        "`python -m tracer.errors_doc tracer exporters app` and checked by `tests/tracer/test_errors_doc.py`.",
         "",
         "| code | class | family | default remedy |",
         "|---|---|---|---|",
     ]
     for cls in all_error_classes():
-        family = next((b.__name__ for b in cls.__mro__[1:] if b in _FAMILIES), "-")
+        family = _family(cls)
         doc = (cls.default_remedy or (cls.__doc__ or "").strip()).replace("|", "\\|").replace("\n", " ")
         lines.append(f"| `{cls.code}` | `{cls.__name__}` | {family} | {doc} |")
     return "\n".join(lines) + "\n"
 
 
-_FAMILIES = (AdmissionError, CaptureError, StoreError, ClaimError, ValidationFailedError, TracerError)
+def _family(cls: type[TracerError]) -> str:
+    """The family a class belongs to: its ancestor directly below TracerError ("-" for the families themselves)."""
+    if cls is TracerError or TracerError in cls.__bases__:
+        return "-"
+    return next(b.__name__ for b in cls.__mro__ if TracerError in b.__bases__)

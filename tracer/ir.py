@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Mapping, Sequence
+
+from .provenance import Provenance
 
 # Kinds of the synthetic ops that frame the graph.
 INPUT_KIND = "input"
@@ -54,6 +56,92 @@ class SourceSite:
         return f"{self.file}:{self.line} in {self.function}"
 
 
+class ModuleStack:
+    """The enclosing module calls at an op, outermost first: a sequence of `(address, call)` pairs.
+
+    Each stack shares its outer part with its parent (one link per module call), so entering a
+    module costs one small object whatever the depth; it reads, compares and hashes like the
+    tuple of its pairs (`tuple(stack)` makes that tuple).
+    """
+
+    __slots__ = ("parent", "entry", "depth", "_tuple", "_hash")
+
+    def __init__(self, parent: "ModuleStack | None" = None, entry: tuple[str, int] | None = None) -> None:
+        self.parent = parent if entry is not None else None
+        self.entry = entry
+        self.depth = (parent.depth + 1 if parent is not None else 1) if entry is not None else 0
+        self._tuple: tuple[tuple[str, int], ...] | None = None
+        self._hash: int | None = None
+
+    def push(self, address: str, call: int) -> "ModuleStack":
+        """This stack with one more module call inside it."""
+        return ModuleStack(self, (address, call))
+
+    def as_tuple(self) -> tuple[tuple[str, int], ...]:
+        """The pairs as a tuple (made once, on first use)."""
+        if self._tuple is None:
+            pairs = []
+            node: ModuleStack | None = self
+            while node is not None and node.entry is not None:
+                if node._tuple is not None:  # an outer stack already made: reuse its tuple
+                    pairs.extend(reversed(node._tuple))
+                    break
+                pairs.append(node.entry)
+                node = node.parent
+            pairs.reverse()
+            self._tuple = tuple(pairs)
+        return self._tuple
+
+    def __len__(self) -> int:
+        return self.depth
+
+    def __bool__(self) -> bool:
+        return self.depth > 0
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return iter(self.as_tuple())
+
+    def __reversed__(self) -> Iterator[tuple[str, int]]:
+        node: ModuleStack | None = self
+        while node is not None and node.entry is not None:
+            yield node.entry
+            node = node.parent
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, int) and -self.depth <= index < 0 and self._tuple is None:
+            node = self
+            for _ in range(-index - 1):
+                node = node.parent  # type: ignore[assignment]
+            return node.entry
+        return self.as_tuple()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, ModuleStack):
+            a: ModuleStack | None = self
+            b: ModuleStack | None = other
+            while a is not b:  # walk both chains (no recursion at any depth)
+                if a is None or b is None or a.depth != b.depth or a.entry != b.entry:
+                    return False
+                a, b = a.parent, b.parent
+            return True
+        if isinstance(other, tuple):
+            return self.as_tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.as_tuple())
+        return self._hash
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+
+EMPTY_STACK = ModuleStack()
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One tensor produced by one call (a multi-output call gives one Op per output).
@@ -75,7 +163,7 @@ class Op:
     num_outputs: int = 1
     module: str = ""
     module_call: int = 0
-    module_stack: tuple[tuple[str, int], ...] = ()
+    module_stack: Sequence[tuple[str, int]] = ()  # a ModuleStack from a capture, a tuple from a file
     params: tuple[str, ...] = ()
     buffer_writes: tuple[str, ...] = ()
     inplace: bool = False
@@ -138,14 +226,16 @@ class Trace:
     """A captured forward pass: ops in execution order, modules, params, and optional values.
 
     `values` maps op labels to saved tensors (absent for labels not saved). `output` is
-    the model's own return object when the trace came from a live capture.
+    the model's own return object when the trace came from a live capture. A trace is built
+    once: `provenance` (typed, frozen) and `envelope` are set at construction, and the
+    `with_*` methods return a new trace rather than changing this one.
     """
 
     ops: tuple[Op, ...]
     modules: dict[str, ModuleScope]
     params: dict[str, ParamRecord]
     model_class: str
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
     values: dict[str, Any] = field(default_factory=dict)
     envelope: Any = None  # tracer.claims.EvidenceEnvelope for structure-only traces
     output: Any = None
@@ -157,7 +247,17 @@ class Trace:
     _children: dict[str, tuple[str, ...]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.provenance, Provenance):  # a plain mapping, as saved
+            self.provenance = Provenance.from_dict(self.provenance)
         self._by_label = {op.label: op for op in self.ops}
+
+    def with_provenance(self, **changes: Any) -> "Trace":
+        """A new trace sharing this one's graph and values, its provenance with `changes`."""
+        return replace(self, provenance=self.provenance.replace(**changes), _children=None)
+
+    def with_envelope(self, envelope: Any) -> "Trace":
+        """A new trace sharing this one's graph and values, carrying `envelope` (e.g. a discharge's)."""
+        return replace(self, envelope=envelope, _children=None)
 
     # -- access -------------------------------------------------------------
     def __iter__(self) -> Iterator[Op]:
@@ -217,7 +317,7 @@ class Trace:
 
     @property
     def structure_only(self) -> bool:
-        return bool(self.provenance.get("structure_only"))
+        return self.provenance.structure_only
 
     @property
     def ladder_state(self) -> str:
@@ -261,13 +361,16 @@ class Trace:
         return render_summary(self, **kwargs)
 
     def discharge_against(self, real: "Trace") -> Any:
-        """Compare this structure-only trace's claims with a real capture (see tracer.claims)."""
+        """Compare this structure-only trace's claims with a real capture (see tracer.claims).
+
+        Returns a `DischargeResult` whose `envelope` is the new one: `self.with_envelope(result.envelope)`.
+        """
         from .claims import discharge
 
         return discharge(self, real)
 
     def check_plan(self, plan: list) -> Any:
-        """Audit planned interventions `[(site, meta_tensor), ...]` against this trace (never executes)."""
+        """Audit planned interventions `[(site, meta_tensor), ...]` against this trace (never executes; returns the report)."""
         from .claims import check_plan
 
         return check_plan(self, plan)

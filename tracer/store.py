@@ -15,6 +15,7 @@ from .digest import canonical_digest
 from .errors import (StoreError, TraceFileCorruptError, TraceFileNotFoundError, TraceFileTamperedError,
                      TraceSchemaError)
 from .ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from .provenance import Provenance
 
 FORMAT = "torchlens-explore.trace"
 SCHEMA_VERSION = 1
@@ -61,7 +62,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         "ops": [_op_to_dict(op) for op in trace.ops],
         "modules": [_module_to_dict(m) for m in trace.modules.values()],
         "params": [_param_to_dict(p) for p in trace.params.values()],
-        "provenance": _jsonable(trace.provenance),
+        "provenance": _jsonable(trace.provenance.to_dict()),
         "warnings": list(trace.warnings),
         "envelope": trace.envelope.to_dict() if trace.envelope is not None else None,
     }
@@ -160,7 +161,7 @@ def trace_from_dict(body: dict[str, Any]) -> Trace:
 
         envelope = envelope_from_dict(body["envelope"])
     return Trace(ops=ops, modules=modules, params=params, model_class=str(body["model_class"]),
-                 provenance=dict(body["provenance"]), warnings=tuple(body["warnings"]), envelope=envelope)
+                 provenance=Provenance.from_dict(body["provenance"]), warnings=tuple(body["warnings"]), envelope=envelope)
 
 
 def _op_from_dict(d: dict[str, Any]) -> Op:

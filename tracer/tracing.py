@@ -11,14 +11,17 @@ import torch
 from torch import nn
 
 from .bridges.distributed import refuse_distributed
-from .capture.boundaries import seal as seal_boundaries
-from .capture.build import build_trace
+from .capture import boundaries
+from .capture.build import build_ops, build_trace, live_calls
+from .capture.exclusive import exclusive_capture
 from .capture.session import CallGuard, CaptureSession
-from .capture.walk import iter_tensors
+from .capture.walk import iter_tensors, named_modules, named_state
+from .claims.envelope import seal_new_envelope
 from .claims.twin import describe_twin
 from .errors import InvalidInputError
 from .ir import Trace
 from .options import CaptureOptions
+from .provenance import Findings
 from .weights_free.admission import admit_structure_only
 from .witness import capture_scope
 
@@ -40,29 +43,33 @@ def trace(
         raise InvalidInputError(f"capture must be a CaptureOptions, got {type(capture).__name__}", site="trace(capture=...)")
     args_t = _as_args(args)
     kwargs = dict(input_kwargs or {})
-    refuse_distributed(model, args_t, kwargs)  # DTensor / tensor-parallel: refused before anything is installed
+    walked = named_modules(model, remove_duplicate=False)  # once per capture: linear at any nesting depth
+    refuse_distributed(model, args_t, kwargs, modules=walked)  # DTensor / tensor-parallel: refused before anything is installed
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
-    any_meta = _any_meta(model, args_t, kwargs)
+    any_meta = _any_meta(model, args_t, kwargs, walked)
     if not capture.structure_only and any_meta and _offloaded(model):
         admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence
     elif capture.structure_only or any_meta:
         guard, admission = admit_structure_only(model, args_t, kwargs, capture)
-    twin = describe_twin(model, args_t, kwargs)  # what a discharge preflight compares (tracer.claims)
+    twin = describe_twin(model, args_t, kwargs, modules=walked)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
-    session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard)
+    session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard,
+                             modules=walked)
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    with capture_scope(model, session, witness=capture.witness) as scope:  # deployment bridges + witness
-        output = session.run(args_t, kwargs, grad_context)
+    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope:
+        output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
     elapsed = time.perf_counter() - started
-    provenance = _provenance(model, capture, admission, elapsed)
-    provenance["twin"] = twin
-    result = build_trace(session, save=capture.save, provenance=provenance, output=output)
-    scope.seal(result)
-    seal_boundaries(result, session)  # foreign-kernel boundary ops named in provenance
-    if guard is not None:
-        guard.seal(result, model, args_t, kwargs)
+    ops = build_ops(session)
+    findings = Findings()  # every part reports here; the trace is then built once
+    calls = scope.report(ops, live_calls(session, ops), findings)  # bridges + witness
+    boundaries.report(ops, session, findings)  # foreign-kernel boundary ops
+    provenance = findings.provenance(**_provenance(model, capture, admission, elapsed), twin=twin)
+    result = build_trace(session, ops, save=capture.save, provenance=provenance, output=output,
+                         warnings=tuple(findings.warnings), calls=calls)
+    if guard is not None:  # the evidence envelope is sealed from the built structure (HYPOTHESIS)
+        result = result.with_envelope(seal_new_envelope(result))
     return result
 
 
@@ -85,8 +92,8 @@ def _as_args(args: Any) -> tuple:
     )
 
 
-def _any_meta(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    if any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers()):
+def _any_meta(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], walked: list) -> bool:
+    if any(t.is_meta for table in ("_parameters", "_buffers") for _, t in named_state(model, table, modules=walked)):
         return True
     return any(t.is_meta for _, t in iter_tensors([list(args), dict(kwargs)]))
 

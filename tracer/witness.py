@@ -6,8 +6,8 @@ an aten call made while no function-level op runs (and no bridged hook runs) is 
 below the recorded ops: the trace is marked not verified and a `CaptureGapWarning` is issued.
 
 `capture_scope` is the one place `tracer.trace` asks for all of this: it installs the
-deployment bridges (accelerate offload hooks) for the session and, after the trace is built,
-seals what the bridges and the witness found into the trace.
+deployment bridges (accelerate offload hooks) for the session and, before the trace is built,
+reports what the bridges and the witness found into the capture's `Findings`.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterator
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ir import Trace
+from .ir import Op
+from .provenance import Findings
 
 
 class CaptureGapWarning(UserWarning):
@@ -64,9 +65,9 @@ class DispatchCensus(TorchDispatchMode):
             self.gaps.append((str(func), self.session.stack))
         return func(*args, **(kwargs or {}))
 
-    def finish(self, trace: Trace) -> None:
-        """Record the census in the trace; a gap marks it not verified and warns."""
-        n = len(trace.ops)
+    def report(self, ops: tuple[Op, ...], findings: Findings) -> None:
+        """The census as `Provenance.witness`; a gap marks the trace not verified and warns."""
+        n = len(ops)
         counted = {i: c for i, c in self.per_op.items() if i < n}
         self.unrecorded = sum(c for i, c in self.per_op.items() if i >= n)
         census = {
@@ -75,26 +76,18 @@ class DispatchCensus(TorchDispatchMode):
             "bridged": self.bridged, "gaps": len(self.gaps),
             "gap_ops": sorted({g[0] for g in self.gaps})[:20],
         }
-        trace.provenance["witness"] = census
+        findings.add(witness=census)
         if self.gaps:
             where = sorted({(g[1][-1][0] if g[1] else "") for g in self.gaps})
             msg = (f"completeness witness: {len(self.gaps)} aten call(s) ran below the recorded ops "
                    f"({', '.join(census['gap_ops'][:5])}) in module(s) {', '.join(repr(w) for w in where[:5])}; "
                    "the trace is not a complete record")
-            mark_unverified(trace, msg, ())
+            findings.unverified(msg)
             warnings.warn(msg, CaptureGapWarning, stacklevel=4)
 
 
-def mark_unverified(trace: Trace, reason: str, op_labels: tuple[str, ...] | list[str]) -> None:
-    """Mark `trace` not verified, with a reason (also added to `trace.warnings`) and the ops it names."""
-    trace.provenance["verified"] = False
-    trace.provenance.setdefault("unverified_reasons", []).append(reason)
-    trace.provenance.setdefault("unverified_ops", []).extend(op_labels)
-    trace.warnings = tuple(trace.warnings) + (reason,)
-
-
 class CaptureScope:
-    """The bridges and witness for one capture; `seal(trace)` writes their findings into it."""
+    """The bridges and witness for one capture; `report` hands their findings to the builder."""
 
     def __init__(self, model: nn.Module, session: Any, witness: bool) -> None:
         self.model = model
@@ -102,14 +95,16 @@ class CaptureScope:
         self.census = DispatchCensus(session) if witness else None
         self.offload: Any = None
 
-    def seal(self, trace: Trace) -> None:
+    def report(self, ops: tuple[Op, ...], calls: dict[str, tuple], findings: Findings) -> dict[str, tuple]:
+        """Findings of the bridges and the witness; returns the live calls (offloaded weights deferred)."""
         from .bridges import bitsandbytes as bnb_bridge
 
         if self.offload is not None:
-            self.offload.seal(trace)
-        bnb_bridge.disclose(trace, self.model)
+            calls = self.offload.report(calls, findings)
+        bnb_bridge.disclose(ops, self.model, findings, getattr(self.session, "named", None))
         if self.census is not None:
-            self.census.finish(trace)
+            self.census.report(ops, findings)
+        return calls
 
 
 @contextlib.contextmanager

@@ -9,20 +9,10 @@ import panel as pn
 import param
 import torch
 
+from tracer.claims import activation_stats
+from tracer.claims.ladder import ladder_headline
+
 from ..state import ExplorerState
-
-
-def value_stats(value: Any) -> dict[str, str]:
-    """Summary statistics of a saved tensor value (empty when it is not a float/int tensor)."""
-    if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() == 0:
-        return {}
-    v = value.detach().to("cpu", torch.float64)
-    finite = torch.isfinite(v)
-    stats = {"min": v.min().item(), "max": v.max().item(), "mean": v.mean().item(),
-             "std": v.std().item() if v.numel() > 1 else 0.0, "norm": v.norm().item()}
-    out = {k: f"{x:.6g}" for k, x in stats.items()}
-    out["non-finite"] = str(int((~finite).sum().item()))
-    return out
 
 
 def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
@@ -47,12 +37,7 @@ def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
 
 
 def _claim_text(state: str) -> str:
-    return {
-        "OBSERVED": "OBSERVED: this shape was observed on real values",
-        "HYPOTHESIS": "HYPOTHESIS: shape unproven, no value exists",
-        "CORROBORATED": "CORROBORATED: a real twin produced this shape; no value is kept here",
-        "REFUTED": "REFUTED: a real twin contradicts this trace",
-    }.get(state, state)
+    return ladder_headline(state)
 
 
 def rows_html(title: str, rows: list[tuple[str, str]]) -> str:
@@ -81,9 +66,10 @@ class Inspector(pn.viewable.Viewer):
         if s.selected and s.selected in trace:
             rows = op_rows(trace, s.selected, s.ladder.state)
             value = trace.values.get(s.selected) if trace.values else None
-            stats = value_stats(value) if value is not None else {}
+            stats = activation_stats(trace, s.selected) if isinstance(value, torch.Tensor) and value.numel() else {}
             if stats:
-                rows += [(f"value {k}", v) for k, v in stats.items()]
+                rows += [(f"value {k}".replace("_", "-"), f"{v:.6g}" if isinstance(v, float) else str(v))
+                         for k, v in stats.items()]
             elif s.ladder.state == "OBSERVED":
                 rows.append(("value", "not saved for this op"))
             return rows_html(f"Op {s.selected}", rows)

@@ -113,15 +113,22 @@ class GroupTree:
             parent = key
         self.groups[parent].ops.append(op.label)
 
-    def _finish(self, key: GroupKey) -> frozenset[str]:
-        g = self.groups[key]
-        below: set[str] = set()
-        for child in g.children:
-            below.add(child[0])
-            below |= self._finish(child)
-        g.subtree = frozenset(below)
-        g.signature = self._signature(g)
-        return g.subtree | {g.address}
+    def _finish(self, root: GroupKey) -> None:
+        """Each group's subtree addresses and signature, children before parents (no recursion)."""
+        order: list[GroupKey] = []
+        stack = [root]
+        while stack:
+            key = stack.pop()
+            order.append(key)
+            stack.extend(self.groups[key].children)
+        for key in reversed(order):
+            g = self.groups[key]
+            below: set[str] = set()
+            for child in g.children:
+                below.add(child[0])
+                below |= self.groups[child].subtree
+            g.subtree = frozenset(below)
+            g.signature = self._signature(g)
 
     def _signature(self, g: Group) -> str:
         """Class plus the op kinds, relative module paths and internal wiring of everything inside."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
+from tracer.claims.ladder import ladder_headline
 from tracer.ir import Op
 
 FONT_SIZE = 11.0  # abstract units (1 unit = 1 px at 100 % zoom); text is DejaVu Sans everywhere
@@ -105,17 +106,9 @@ def fit_text(text: str, width: float, size: float = FONT_SIZE, bold: bool = Fals
     return text + "…" if text else ""
 
 
-LADDER_CAPTIONS = {
-    "OBSERVED": "OBSERVED: captured eagerly; shapes were measured on real values",
-    "HYPOTHESIS": "HYPOTHESIS: shapes unproven, no values exist (weights-free capture)",
-    "CORROBORATED": "CORROBORATED: structure matched a real capture; this trace holds no values",
-    "REFUTED": "REFUTED: a real capture contradicted this structure; do not rely on it",
-}
-
-
 def ladder_caption(state: str, model_class: str = "") -> str:
-    """The caption sentence for a ladder state (unknown states are named as they are)."""
-    text = LADDER_CAPTIONS.get(state, f"{state}: unrecognised ladder state")
+    """The caption sentence for a ladder state: `tracer.claims.Ladder`'s headline (unknown states named as they are)."""
+    text = ladder_headline(state)
     return f"{model_class} | {text}" if model_class else text
 
 

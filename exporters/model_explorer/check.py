@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tracer.errors import ModelExplorerPayloadError, ModelExplorerUnavailableError
+from ..errors import ModelExplorerPayloadError, ModelExplorerUnavailableError
 
 _MAX_PROBLEMS = 20
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import quote
 
-from tracer.errors import (
+from ..errors import (
     ModelExplorerReadbackError,
     ModelExplorerServerError,
     ModelExplorerUnavailableError,

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from app import sources
-from tracer.errors import InvalidInputShapeError, InvalidModelSpecError, SourceNotFoundError, TracerError
+from app.errors import InvalidInputShapeError, InvalidModelSpecError, SourceNotFoundError
+from tracer.errors import TracerError
 
 
 def test_parse_shape_accepts_common_spellings_and_refuses_garbage():

@@ -7,7 +7,8 @@ import pytest
 
 from app import twin
 from app.ladder import ladder_view, report_rows
-from tracer.errors import DischargePreflightError, TwinTooLargeError
+from app.errors import TwinTooLargeError
+from tracer.errors import DischargePreflightError
 
 
 def test_memory_estimate_is_params_times_dtype_plus_activations(default_loaded):
@@ -43,7 +44,8 @@ def test_gpt2_twin_corroborates_and_a_bfloat16_twin_refutes(gpt2_loaded):
     dtype, attn = twin.structure_defaults(structure)
     report, real = twin.discharge(structure, twin.TwinSpec(config="gpt2", dtype=dtype, attn=attn),
                                   lambda f, s: seen.append(f))
-    assert structure.ladder_state == "CORROBORATED" and report.contradiction is None
+    assert report.contradiction is None and structure.ladder_state == "HYPOTHESIS"  # discharge changes no trace
+    assert structure.with_envelope(report.envelope).ladder_state == "CORROBORATED" == report.state
     assert seen == sorted(seen) and seen[-1] == 1.0
     assert real.ladder_state == "OBSERVED" and not structure.values
     assert [r["status"] for r in report_rows(report)] == ["holds", "holds", "holds"]

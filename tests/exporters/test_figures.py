@@ -13,7 +13,7 @@ from exporters.layout.hiding import PLUMBING, hidden_ops
 from exporters.layout.style import text_width
 from exporters.layout import default_expansion
 from tests.models import tiny_gpt2
-from tracer.errors import FigureOptionsError, FigureWriteError
+from exporters.errors import FigureOptionsError, FigureWriteError
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -9,7 +9,7 @@ import tracer
 from exporters.layout import compute_layout, default_expansion, group_tree, toggle
 from tests.exporters.test_layout_checks import check_layout
 from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_resnet
-from tracer.errors import LayoutModuleUnknownError
+from exporters.errors import LayoutModuleUnknownError
 
 IDS = torch.tensor([[1, 2, 3, 4, 5]])
 

@@ -15,7 +15,7 @@ from torch import nn
 import tracer
 from exporters import model_explorer as me
 from tests.models import tiny_gpt2, tiny_resnet
-from tracer.errors import ModelExplorerPayloadError
+from exporters.errors import ModelExplorerPayloadError
 from tracer.estimates import op_flops, op_output_bytes
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_net.model_explorer.json"

@@ -13,7 +13,7 @@ import torch
 import tracer
 from exporters import model_explorer as me
 from tests.models import tiny_gpt2
-from tracer.errors import ModelExplorerServerError, NonLoopbackHostError
+from exporters.errors import ModelExplorerServerError, NonLoopbackHostError
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -44,4 +44,4 @@ def test_flash_attention_2_capture_matches_and_validates():
     # the flash kernel is a custom op or an autograd Function: either way one recorded op per layer
     kinds = t.kind_counts()
     assert sum(n for k, n in kinds.items() if "flash" in k or k == "autograd_function") >= 2, kinds
-    assert tracer.validate(t), t.provenance["validation"]["findings"][:3]
+    assert (report := tracer.validate(t)), report.to_dict()["findings"][:3]

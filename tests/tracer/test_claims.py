@@ -43,9 +43,12 @@ def test_meta_twin_discharges_corroborated(factory, x):
     assert result.state == "CORROBORATED" and result.contradiction is None
     assert dict(result.claimed_counts) == dict(result.observed_counts) == {
         "ops": len(rt), "params": len(rt.params), "modules": len(rt.modules)}
-    assert st.ladder_state == "CORROBORATED" and "CORROBORATED" in repr(st)
-    assert st.envelope.discharge["state"] == "CORROBORATED"
-    assert [h["event"] for h in st.envelope.history] == ["sealed", "discharged"]
+    assert st.ladder_state == "HYPOTHESIS"  # discharge changes no trace: it returns the new envelope
+    done = st.with_envelope(result.envelope)
+    assert done.ladder_state == "CORROBORATED" and "CORROBORATED" in repr(done)
+    assert done.envelope.discharge["state"] == "CORROBORATED" and done.envelope.digest == result.envelope_digest
+    assert [h["event"] for h in done.envelope.history] == ["sealed", "discharged"]
+    assert done.ops is st.ops and done.provenance is st.provenance  # the graph is shared, not copied
 
 
 def test_other_dtype_twin_is_refuted_at_the_first_dtype_difference():
@@ -55,7 +58,7 @@ def test_other_dtype_twin_is_refuted_at_the_first_dtype_difference():
     result = st.discharge_against(rt)
     first_float = next(op.index for op in rt.ops if op.out is not None and op.out.dtype == "float32")
     c = result.contradiction
-    assert result.state == "REFUTED" and st.ladder_state == "REFUTED"
+    assert result.state == "REFUTED" and st.with_envelope(result.envelope).ladder_state == "REFUTED"
     assert c["table"] == "ops" and c["position"] == first_float
     assert (c["field"], c["claimed"], c["observed"]) == ("dtype", "bfloat16", "float32")
     assert "REFUTED at ops[" in str(result)
@@ -119,7 +122,8 @@ def test_input_shape_cache_and_mask_mismatches_refuse():
 
 def test_version_mismatch_refuses():
     st, rt = pair(tiny_gpt2, IDS)
-    rt.provenance["twin"]["versions"]["transformers"] = "4.0.0"  # a real capture made under another version
+    twin = {**rt.provenance.twin, "versions": {**rt.provenance.twin["versions"], "transformers": "4.0.0"}}
+    rt = rt.with_provenance(twin=twin)  # a real capture made under another version
     err = _refusal_changes_nothing(st, rt)
     assert err.findings["mismatches"] == [{"field": "versions.transformers",
                                            "structure": st.envelope.twin["versions"]["transformers"], "real": "4.0.0"}]
@@ -151,7 +155,7 @@ def test_envelope_is_immutable_and_sealed():
 
 def test_envelope_from_dict_verifies_the_digest_and_resets_to_hypothesis():
     st, rt = pair(tiny_gpt2, IDS)
-    st.discharge_against(rt)
+    st = st.with_envelope(st.discharge_against(rt).envelope)
     d = st.envelope.to_dict()
     loaded = claims.envelope_from_dict(d)
     assert loaded.ladder_state == "HYPOTHESIS" and loaded.discharge is None
@@ -167,8 +171,9 @@ def test_envelope_from_dict_verifies_the_digest_and_resets_to_hypothesis():
 
 def test_save_load_round_trip_is_hypothesis_again_and_can_be_rediscarged(tmp_path):
     st, rt = pair(tiny_gpt2, IDS)
-    st.check_plan([("transformer.h.0.mlp", torch.empty(1, 8, 32, device="meta"))])
-    st.discharge_against(rt)
+    audit = st.check_plan([("transformer.h.0.mlp", torch.empty(1, 8, 32, device="meta"))])
+    st = st.with_envelope(claims.plan_checked(st.envelope, audit))
+    st = st.with_envelope(st.discharge_against(rt).envelope)
     st.save(str(tmp_path / "t"))
     back = tracer.load(str(tmp_path / "t"))
     assert back.structure_only and back.ladder_state == "HYPOTHESIS" and back.values == {}
@@ -211,10 +216,9 @@ def test_require_corroborated_refuses_hypothesis_and_refuted():
         claims.require_corroborated(st, "export with corroborated shapes")
     assert info.value.findings["ladder_state"] == "HYPOTHESIS"
     claims.require_corroborated(rt, "anything")  # eager traces are OBSERVED
-    st.discharge_against(rt)
-    claims.require_corroborated(st, "anything")
+    claims.require_corroborated(st.with_envelope(st.discharge_against(rt).envelope), "anything")
     wrong = tracer.trace(meta_twin(tiny_gpt2()).to(torch.bfloat16), (IDS.to("meta"),), capture=SO)
-    wrong.discharge_against(rt)
+    wrong = wrong.with_envelope(wrong.discharge_against(rt).envelope)
     with pytest.raises(errors.NotCorroboratedError):
         claims.require_corroborated(wrong, "anything")
 
@@ -248,7 +252,8 @@ def test_check_plan_reports_each_entry_and_never_executes():
     assert [e.status for e in report.entries] == ["fits", "broadcasts", "missing_site", "missing_site",
                                                   "shape_mismatch", "dtype_mismatch"]
     assert report.entries[4].site_shape == (1, 8, 16) and not report.ok and report.ladder_state == "HYPOTHESIS"
-    assert len(st) == n_ops and st.envelope is not env_before
-    assert st.envelope.plan_checks[-1]["entries"][0]["label"] == report.entries[0].label
+    assert len(st) == n_ops and st.envelope is env_before  # a returned report: the trace is unchanged
+    kept = claims.plan_checked(st.envelope, report)  # to keep the audit with the trace: a new envelope
+    assert kept.plan_checks[-1]["entries"][0]["label"] == report.entries[0].label and not st.envelope.plan_checks
     with pytest.raises(errors.InvalidInputError):
         st.check_plan([("model.layers.0.mlp", [1, 8, 32])])

@@ -65,8 +65,8 @@ def test_router_logits_are_exact_outputs_and_experts_are_attributed(family, attn
             assert addr in consumed, f"{addr} is not attributed to any op"
             assert consumed[addr].module == f"model.layers.{layer}.mlp.experts"
     # forward validation: every op replays bit-exact, every edge carries data (or is excused by the table)
-    assert tracer.validate(t), t.provenance["validation"]["findings"][:3]
-    report = t.provenance["validation"]
+    assert (report := tracer.validate(t)), report.to_dict()["findings"][:3]
+    report = report.to_dict()
     assert report["ops_replayed"] > 100 and report["edges_carrying"] > 100
     # excuses: empty KV-cache parents, and the one kernel-table entry MoE needs (the inverse
     # permutation written into empty_like memory by `inv_perm[perm] = arange(...)`)

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from ..errors import OffloadEvidenceMissingError
-from ..ir import Trace
 from ..replay.interpreter import Deferred
 
 
@@ -128,7 +127,10 @@ class OffloadBridge:
 
     @classmethod
     def for_model(cls, model: nn.Module, session: Any) -> "OffloadBridge | None":
-        outer = {id(m._hf_hook): m._hf_hook for m in model.modules() if getattr(m, "_hf_hook", None) is not None}
+        from ..capture.walk import named_modules
+
+        walked = getattr(session, "named", None) or named_modules(model)  # the session's walk when it has one
+        outer = {id(m._hf_hook): m._hf_hook for _a, m in walked if getattr(m, "_hf_hook", None) is not None}
         return cls(model, session, list(outer.values())) if outer else None
 
     def install(self) -> None:
@@ -167,27 +169,27 @@ class OffloadBridge:
                 if hit is not None:
                     self.materialized[id(t)] = hit[0]
 
-    def seal(self, trace: Trace) -> None:
-        """Swap materialized weights in the live calls for references; disclose what is shape-only."""
+    def report(self, calls: dict[str, tuple], findings: Any) -> dict[str, tuple]:
+        """Offload evidence for the provenance; returns the live calls with materialized weights deferred."""
         evidence = self.evidence or {}
-        trace.provenance["offload"] = {k: v for k, v in evidence.items() if k != "addresses"}
+        findings.add(offload={k: v for k, v in evidence.items() if k != "addresses"})
         if not evidence.get("offloaded"):
-            return
+            return calls
         param_ids = self.materialized
         swapped = 0
-        for label, (func, args, kwargs) in list(trace.live_calls.items()):
+        deferred = dict(calls)
+        for label, (func, args, kwargs) in calls.items():
             new_args = tuple(self._defer(a, param_ids) for a in args)
             new_kwargs = {k: self._defer(v, param_ids) for k, v in kwargs.items()}
             if any(a is not b for a, b in zip(new_args, args)) or any(new_kwargs[k] is not kwargs[k] for k in kwargs):
-                trace.live_calls[label] = (func, new_args, new_kwargs)
+                deferred[label] = (func, new_args, new_kwargs)
                 swapped += 1
-        trace.provenance["deferred_args"] = swapped > 0
-        notes = [
+        findings.add(deferred_args=swapped > 0)
+        findings.warn(
             f"accelerate offload ({'/'.join(evidence['storage'])}): {evidence['offloaded']} tensors live on the meta "
             "device outside a forward; their parameter records are shape-only (values exist only while their "
-            "module runs, and replay reloads them from the offload store)"
-        ]
-        trace.warnings = tuple(trace.warnings) + tuple(notes)
+            "module runs, and replay reloads them from the offload store)")
+        return deferred
 
     def _defer(self, a: Any, param_ids: dict[int, str]) -> Any:
         if isinstance(a, nn.Parameter) and not a.is_meta:

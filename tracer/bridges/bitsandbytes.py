@@ -12,39 +12,40 @@ from typing import Any
 
 from torch import nn
 
-from ..ir import CONSTANT_KIND, Trace
+from ..ir import CONSTANT_KIND, Op
 
 
 class QuantizedStateWarning(UserWarning):
     """A quantized layer computed from state outside the parameter contract."""
 
 
-def quantized_modules(model: nn.Module) -> dict[str, str]:
-    """Address -> class name of every bitsandbytes layer in `model`."""
-    return {addr: type(m).__name__ for addr, m in model.named_modules()
+def quantized_modules(model: nn.Module, modules: list | None = None) -> dict[str, str]:
+    """Address -> class name of every bitsandbytes layer in `model` (`modules`: a walk already made)."""
+    from ..capture.walk import named_modules
+
+    return {addr: type(m).__name__ for addr, m in (modules if modules is not None else named_modules(model))
             if type(m).__module__.startswith("bitsandbytes")}
 
 
-def disclose(trace: Trace, model: nn.Module) -> None:
+def disclose(ops: tuple[Op, ...], model: nn.Module, findings: Any, modules: list | None = None) -> None:
     """Name the ops that read quantization state; mark the trace not verified (one warning)."""
-    layers = quantized_modules(model)
+    layers = quantized_modules(model, modules)
     if not layers:
         return
-    inside = [op for op in trace.ops if any(addr in layers for addr, _ in op.module_stack)]
+    by_label = {op.label: op for op in ops}
+    inside = [op for op in ops if any(addr in layers for addr, _ in op.module_stack)]
     state = [op.label for op in inside if op.kind == CONSTANT_KIND]
     readers = sorted({op.label for op in inside for e in op.parents if e.source in state},
-                     key=lambda lab: trace[lab].index)
+                     key=lambda lab: by_label[lab].index)
     kinds = sorted(set(layers.values()))
     msg = (f"bitsandbytes: {len(layers)} quantized layer(s) ({', '.join(kinds)}) compute from quantization state "
            f"outside the parameter contract: {len(state)} state tensor(s) read as constants "
            f"({', '.join(state[:8])}{', ...' if len(state) > 8 else ''}) by {', '.join(readers[:8])}"
            f"{', ...' if len(readers) > 8 else ''}; the trace is not verified (dequantized values are not "
            "the dense weights)")
-    from ..witness import mark_unverified
-
-    mark_unverified(trace, msg, state + readers)
-    trace.provenance["quantization"] = {"library": "bitsandbytes", "layers": len(layers), "classes": kinds,
-                                        "state_ops": state, "reader_ops": readers}
+    findings.unverified(msg, state + readers)
+    findings.add(quantization={"library": "bitsandbytes", "layers": len(layers), "classes": kinds,
+                               "state_ops": state, "reader_ops": readers})
     warnings.warn(msg, QuantizedStateWarning, stacklevel=3)
 
 
@@ -55,7 +56,9 @@ def quantization_method(model: nn.Module) -> str | None:
         method = cfg.get("quant_method") if isinstance(cfg, dict) else getattr(cfg, "quant_method", None)
         if method is not None:
             return str(getattr(method, "value", method)).lower()
-    for m in model.modules():
+    from ..capture.walk import named_modules
+
+    for _addr, m in named_modules(model):
         package = type(m).__module__.split(".")[0]
         if package in _QUANT_PACKAGES:
             return _QUANT_PACKAGES[package]

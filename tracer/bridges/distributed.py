@@ -24,19 +24,19 @@ def is_dtensor(t: Any) -> bool:
     return cls.__name__ == "DTensor" and cls.__module__.startswith("torch.distributed")
 
 
-def _named_state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    for name, p in model.named_parameters():
-        yield name, p
-    for name, b in model.named_buffers():
-        yield name, b
+def _named_state(model: nn.Module, modules: list | None) -> Iterator[tuple[str, torch.Tensor]]:
+    from ..capture.walk import named_state
+
+    yield from named_state(model, "_parameters", modules=modules)
+    yield from named_state(model, "_buffers", modules=modules)
 
 
-def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str, Any] | None = None
-                         ) -> dict[str, Any] | None:
+def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str, Any] | None = None,
+                         *, modules: list | None = None) -> dict[str, Any] | None:
     """What makes `model` (and its inputs) distributed: kinds, tensors, placements; None if nothing."""
     from ..capture.walk import iter_tensors
 
-    dtensors = [(name, t) for name, t in _named_state(model) if is_dtensor(t)]
+    dtensors = [(name, t) for name, t in _named_state(model, modules) if is_dtensor(t)]
     dtensors += [(path, t) for path, t in iter_tensors([list(args), dict(kwargs or {})], "inputs") if is_dtensor(t)]
     tp_plan = _tp_plan(model)
     sharded = [(name, t) for name, t in dtensors if any(type(p).__name__ == "Shard" for p in t.placements)]
@@ -58,9 +58,9 @@ def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str
     }
 
 
-def refuse_distributed(model: nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> None:
+def refuse_distributed(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, modules: list | None = None) -> None:
     """Raise `DistributedCaptureUnsupportedError` when the model or inputs are distributed."""
-    found = distributed_findings(model, args, kwargs)
+    found = distributed_findings(model, args, kwargs, modules=modules)
     if found is None:
         return
     first = (found["dtensors"] or ["model._tp_plan"])[0]

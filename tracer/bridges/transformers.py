@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError, PaddedPromptError
+from ..errors import (ConfigInvalidError, ConfigNotFoundError, InvalidInputError, PaddedPromptError,
+                      TokenizerNotFoundError)
 from ..ir import Trace
 from ..configs import shipped_configs
 from ..options import CaptureOptions
@@ -29,28 +30,34 @@ def load_config(name_or_path: str | Path) -> Any:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise InvalidInputError(f"no shipped config named {text!r} and no config file at that path",
-                                site=f"load_config({text!r})", code="config_not_found",
+        raise ConfigNotFoundError(f"no shipped config named {text!r} and no config file at that path",
+                                  site=f"load_config({text!r})",
                                 remedy=f"Use a shipped config ({', '.join(shipped_configs())}) or a local config JSON.")
     try:
         data = json.loads(path.read_text())
         model_type = data.pop("model_type")
     except (ValueError, KeyError, AttributeError) as exc:
-        raise InvalidInputError(f"{path} is not a transformers config ({exc!r})", site=str(path),
-                                code="config_invalid", remedy="A config JSON needs at least `model_type`.") from None
+        raise ConfigInvalidError(f"{path} is not a transformers config ({exc!r})", site=str(path),
+                                 remedy="A config JSON needs at least `model_type`.") from None
     return AutoConfig.for_model(model_type, **data)
+
+
+def model_class_for(config: Any) -> type | None:
+    """The transformers class a config names first in `architectures` (None when it names none known)."""
+    import transformers
+
+    names = list(getattr(config, "architectures", None) or [])
+    return getattr(transformers, names[0], None) if names else None
 
 
 def build_meta_model(config: Any, *, dtype: torch.dtype | None = None,
                      attn_implementation: str | None = None) -> nn.Module:
     """Construct `config`'s model (its first `architectures` entry) on the meta device, in eval mode."""
-    import transformers
-
-    names = list(getattr(config, "architectures", None) or [])
-    cls = getattr(transformers, names[0], None) if names else None
+    cls = model_class_for(config)
     if cls is None:
-        raise InvalidInputError(f"the config names no transformers architecture ({names or 'none'})",
-                                site="config.architectures", code="config_invalid",
+        names = list(getattr(config, "architectures", None) or [])
+        raise ConfigInvalidError(f"the config names no transformers architecture ({names or 'none'})",
+                                 site="config.architectures",
                                 remedy='Add "architectures": ["LlamaForCausalLM"] (or the model class) to the config.')
     kwargs: dict[str, Any] = {}
     if dtype is not None:
@@ -79,9 +86,7 @@ def trace_config(name_or_path: str | Path, input_shape: Sequence[int] = DEFAULT_
                  dtype: torch.dtype | None = None, attn_implementation: str | None = None) -> Trace:
     """Config -> meta model -> structure-only Trace, in one call; no weights, no download."""
     model = build_meta_model(load_config(name_or_path), dtype=dtype, attn_implementation=attn_implementation)
-    result = trace_ids(model, input_shape)
-    result.provenance["config_source"] = str(name_or_path)
-    return result
+    return trace_ids(model, input_shape).with_provenance(config_source=str(name_or_path))
 
 
 def load_tokenizer(tokenizer: Any) -> Any:
@@ -92,13 +97,13 @@ def load_tokenizer(tokenizer: Any) -> Any:
 
     path = Path(tokenizer).expanduser()
     if path.is_dir() and not (path / "tokenizer.json").is_file():
-        raise InvalidInputError(f"no tokenizer.json in {path}", site=str(path), code="tokenizer_not_found",
-                                remedy="Save a tokenizer there (tokenizer.save_pretrained(folder)).")
+        raise TokenizerNotFoundError(f"no tokenizer.json in {path}", site=str(path),
+                                     remedy="Save a tokenizer there (tokenizer.save_pretrained(folder)).")
     if path.is_file():
         return PreTrainedTokenizerFast(tokenizer_file=str(path))
     if not path.is_dir():
-        raise InvalidInputError(f"no tokenizer at {path}", site=str(path), code="tokenizer_not_found",
-                                remedy="Pass a local folder holding tokenizer.json, or a tokenizer object.")
+        raise TokenizerNotFoundError(f"no tokenizer at {path}", site=str(path),
+                                     remedy="Pass a local folder holding tokenizer.json, or a tokenizer object.")
     return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
 
 
@@ -144,17 +149,15 @@ def trace_text(model: nn.Module, text: str | Sequence[str], *, tokenizer: Any, *
     else:
         result = trace(model, (), {"input_ids": ids.to("meta"), "attention_mask": torch.ones_like(ids, device="meta"),
                                    **input_kwargs}, capture=CaptureOptions(structure_only=True))
-        _declare_all_ones_mask(result)
-    result.provenance["text_route"] = {"prompts": 1 if isinstance(text, str) else len(text),
-                                       "tokens": int(ids.shape[-1]), "mask": "all_ones"}
-    return result
+        result = _declare_all_ones_mask(result)
+    return result.with_provenance(text_route={"prompts": 1 if isinstance(text, str) else len(text),
+                                              "tokens": int(ids.shape[-1]), "mask": "all_ones"})
 
 
-def _declare_all_ones_mask(result: Trace) -> None:
-    """The meta mask was built all-ones by `trace_text`: record that as the twin's mask policy."""
-    twin = dict(result.provenance.get("twin") or {})
-    twin["attention_mask"] = "all_ones"
-    result.provenance["twin"] = twin
+def _declare_all_ones_mask(result: Trace) -> Trace:
+    """The meta mask was built all-ones by `trace_text`: the twin's mask policy says so (a new trace)."""
+    twin = {**(result.provenance.twin or {}), "attention_mask": "all_ones"}
     env = result.envelope
     plan = {**{k: v for k, v in env.to_dict()["input_plan"].items()}, "attention_mask": "all_ones (declared by trace_text)"}
-    result.envelope = env.evolve("mask_declared_all_ones", twin=twin, input_plan=plan)
+    declared = env.evolve("mask_declared_all_ones", twin=twin, input_plan=plan)
+    return result.with_provenance(twin=twin).with_envelope(declared)

@@ -5,10 +5,13 @@ with a `ForeignKernelWarning`:
 
 * `autograd_function`: a `torch.autograd.Function.apply` call. The mode never sees `apply`
   (only the ops inside `forward`, and not at all what a Triton or C++ kernel does there),
-  so for the session only, `Function.apply` is replaced by a wrapper that records one op
+  so `Function.apply` is replaced, once per process and under a lock, by a pass-through
+  wrapper that looks up the current thread's capture: with one, it records one op
   (parents: its tensor inputs; outputs: its outputs; func: the Function's qualified name)
-  and suspends recording inside. The wrapper is restored in a `finally`; replay calls
-  the original `apply` again. Functions of `TRANSPARENT_PACKAGES` stay transparent.
+  and suspends recording inside; without one (another thread, no capture, replay) it calls
+  the original `apply` straight through. It is never removed, so a capture ending on one
+  thread cannot stop another thread's capture from recording. Functions of
+  `TRANSPARENT_PACKAGES` stay transparent.
 * `numpy_roundtrip` / `dlpack_roundtrip`: a tensor leaves through `.numpy()`,
   `__array__` or `__dlpack__` and a tensor comes back (`torch.from_numpy`,
   `torch.from_dlpack`, `torch.tensor(ndarray)`). The re-entering tensor becomes a
@@ -116,9 +119,8 @@ def _transparent(cls: type) -> bool:
 
 
 def _wrapped_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-    session = getattr(_active, "session", None)
-    if (session is None or session.suspended or getattr(_active, "thread", None) != threading.get_ident()
-            or _transparent(cls)):
+    session = getattr(_active, "session", None)  # this thread's capture (thread-local)
+    if session is None or session.suspended or _transparent(cls):
         return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
     name = kernel_name(cls)
     disclose(session, FUNCTION_KIND, name, stacklevel=3)  # the line that called apply
@@ -128,18 +130,33 @@ def _wrapped_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     return out
 
 
+PASS_THROUGH = classmethod(_wrapped_apply)
+_INSTALL_LOCK = threading.Lock()
+
+
+def install_pass_through() -> None:
+    """Install the `Function.apply` pass-through (once per process; idempotent, under a lock)."""
+    with _INSTALL_LOCK:
+        if torch.autograd.Function.__dict__["apply"] is not PASS_THROUGH:
+            torch.autograd.Function.apply = PASS_THROUGH  # type: ignore[method-assign]
+
+
+def apply_is_torchs() -> bool:
+    """True while `Function.apply` is torch's own or the pass-through (which calls torch's outside a capture)."""
+    installed = torch.autograd.Function.__dict__["apply"]
+    return installed is PASS_THROUGH or installed is _ORIGINAL_APPLY
+
+
 @contextlib.contextmanager
 def function_boundaries(session: Any) -> Iterator[None]:
-    """`Function.apply` records boundary ops for `session` in this thread; always restored."""
-    previous = (getattr(_active, "session", None), getattr(_active, "thread", None))
-    installed = torch.autograd.Function.__dict__["apply"]
-    torch.autograd.Function.apply = classmethod(_wrapped_apply)  # type: ignore[method-assign]
-    _active.session, _active.thread = session, threading.get_ident()
+    """`Function.apply` records boundary ops for `session` on this thread only, until exit."""
+    install_pass_through()
+    previous = getattr(_active, "session", None)
+    _active.session = session
     try:
         yield
     finally:
-        torch.autograd.Function.apply = installed  # type: ignore[method-assign]
-        _active.session, _active.thread = previous
+        _active.session = previous
 
 
 # -- numpy / DLPack round trips ----------------------------------------------------------------
@@ -188,9 +205,8 @@ def disclose(session: Any, kind: str, name: str, stacklevel: int = 4) -> None:
     warnings.warn(msg, ForeignKernelWarning, stacklevel=stacklevel)
 
 
-def seal(trace: Any, session: Any) -> None:
-    """Record the boundary ops in `trace.provenance["foreign_kernels"]` (label -> kind, name)."""
-    if not session.boundaries:
-        return
-    trace.provenance["foreign_kernels"] = {
-        trace.ops[idx].label: {"boundary": kind, "name": name} for idx, kind, name in session.boundaries}
+def report(ops: tuple, session: Any, findings: Any) -> None:
+    """The boundary ops as `Provenance.foreign_kernels` (op label -> boundary kind and name)."""
+    if session.boundaries:
+        findings.add(foreign_kernels={ops[idx].label: {"boundary": kind, "name": name}
+                                      for idx, kind, name in session.boundaries})

@@ -5,15 +5,16 @@ import os
 from typing import Any, Callable
 
 import torch
-from torch import nn
 
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from ..provenance import Provenance
+from .walk import named_state
 from .session import (R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
                       R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
 
 
-def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any], output: Any) -> Trace:
-    """Assemble a Trace from `session` (labels, metadata strings and records made here, once)."""
+def build_ops(session: CaptureSession) -> tuple[Op, ...]:
+    """The session's raw records as Ops (labels, metadata strings and records made here, once)."""
     records = session.records
     labels = _labels(records)
     meta_cache: dict[tuple, TensorMeta] = {}
@@ -42,20 +43,31 @@ def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any
             source=_site(rec[R_SITE], site_cache),
             io_path=rec[R_IO],
         ))
-    ops_t = tuple(ops)
-    values = _select_values(session, ops_t, save)
-    trace = Trace(
-        ops=ops_t,
+    return tuple(ops)
+
+
+def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
+    """Op label -> (func, args, kwargs) of the live call that produced it (for replay)."""
+    return {ops[i].label: rec[R_CALLSPEC] for i, rec in enumerate(session.records) if rec[R_CALLSPEC] is not None}
+
+
+def build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, provenance: Provenance, output: Any,
+                warnings: tuple[str, ...], calls: dict[str, tuple], envelope: Any = None) -> Trace:
+    """The one Trace of a capture: every finding is already in `provenance` and `warnings`."""
+    labels = [op.label for op in ops]
+    values = _select_values(session, ops, save)  # may add a session warning (a value changed behind the capture)
+    return Trace(
+        ops=ops,
         modules=_modules(session, labels),
-        params=_params(session.model, session.tied),
+        params=_params(session),
         model_class=type(session.model).__name__,
         provenance=provenance,
         values=values,
         output=output,
-        warnings=tuple(session.warnings),
-        live_calls={ops_t[i].label: rec[R_CALLSPEC] for i, rec in enumerate(records) if rec[R_CALLSPEC] is not None},
+        warnings=tuple(session.warnings) + warnings,
+        live_calls=calls,
+        envelope=envelope,
     )
-    return trace
 
 
 def _labels(records: list) -> list[str]:
@@ -111,8 +123,8 @@ def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> d
 
 
 def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScope]:
-    model = session.model
-    named = dict(model.named_modules(remove_duplicate=True))
+    named = dict(session.named)
+    addr_of = session.module_addr  # canonical addresses: a shared child counts under its first path only
     own_params: dict[str, list[str]] = {addr: [] for addr in named}
     for canonical, aliases in session.tied.items():
         for full in (canonical, *aliases):
@@ -121,8 +133,8 @@ def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScop
                 own_params[owner].append(full)
     scopes: dict[str, ModuleScope] = {}
     for addr, module in named.items():
-        children = tuple(f"{addr}.{n}" if addr else n for n, c in module.named_children() if c is not None
-                         and (f"{addr}.{n}" if addr else n) in named)
+        children = tuple(path for path in (addr_of.get(id(c)) for c in module._modules.values() if c is not None)
+                         if path is not None and path.rpartition(".")[0] == addr)
         calls = tuple(
             ModuleCallRecord(call=c, inputs=tuple(labels[i] for i in ins), outputs=tuple(labels[i] for i in outs),
                              first_op=first if first <= last else -1, last_op=last if first <= last else -1)
@@ -139,11 +151,12 @@ def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScop
     return scopes
 
 
-def _params(model: nn.Module, tied: dict[str, list[str]]) -> dict[str, ParamRecord]:
+def _params(session: CaptureSession) -> dict[str, ParamRecord]:
+    model, tied, every = session.model, session.tied, session.every
     records: dict[str, ParamRecord] = {}
-    buffers = {name for name, _ in model.named_buffers(remove_duplicate=False)}
-    tensors = dict(model.named_parameters(remove_duplicate=False))
-    tensors.update(model.named_buffers(remove_duplicate=False))
+    buffers = dict(named_state(model, "_buffers", remove_duplicate=False, modules=every))
+    tensors = dict(named_state(model, "_parameters", remove_duplicate=False, modules=every))
+    tensors.update(buffers)
     for addr, others in tied.items():
         t = tensors[addr]
         records[addr] = ParamRecord(

@@ -107,7 +107,3 @@ def _kind_name(name: str) -> str:
     if name.startswith("__") and name.endswith("__") and len(name) > 4:
         return name[2:-2]
     return name.lstrip("_") or name
-
-
-def is_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor)

@@ -17,8 +17,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
+from ..ir import EMPTY_STACK, ModuleStack
 from .functions import FuncInfo, func_info
-from .walk import iter_tensors, shallow_tensors
+from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
 _Tensor = torch.Tensor
 _Parameter = nn.Parameter
@@ -67,7 +68,8 @@ class CallGuard:
 class CaptureSession:
     """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace."""
 
-    def __init__(self, model: nn.Module, *, save_values: bool, record_source: bool, guard: CallGuard | None = None) -> None:
+    def __init__(self, model: nn.Module, *, save_values: bool, record_source: bool, guard: CallGuard | None = None,
+                 modules: list[tuple[str, nn.Module]] | None = None) -> None:
         self.model = model
         self.save_values = save_values
         self.record_source = record_source
@@ -87,7 +89,7 @@ class CaptureSession:
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
         self.call_counter = 0
-        self.stack: tuple[tuple[str, int], ...] = ()
+        self.stack: ModuleStack = EMPTY_STACK  # linked: entering a module is O(1) at any depth
         self.frames: list[list] = []
         self.module_calls: dict[str, list] = {}
         self.call_counts: dict[str, int] = {}
@@ -96,15 +98,19 @@ class CaptureSession:
         self.buffer_ids: set[int] = set()
         self.tied: dict[str, list[str]] = {}
         self.module_addr: dict[int, str] = {}
-        self._index_model()
+        self._index_model(modules)
 
     # -- setup ---------------------------------------------------------------------
-    def _index_model(self) -> None:
-        for name, p in self.model.named_parameters(remove_duplicate=False):
+    def _index_model(self, every: list[tuple[str, nn.Module]] | None) -> None:
+        if every is None:  # iterative walks: linear at any nesting depth
+            every = named_modules(self.model, remove_duplicate=False)
+        self.every = every
+        for name, p in named_state(self.model, "_parameters", remove_duplicate=False, modules=every):
             self._index_tensor(name, p, is_buffer=False)
-        for name, b in self.model.named_buffers(remove_duplicate=False):
+        for name, b in named_state(self.model, "_buffers", remove_duplicate=False, modules=every):
             self._index_tensor(name, b, is_buffer=True)
-        for name, m in self.model.named_modules(remove_duplicate=True):
+        self.named = first_visits(every)
+        for name, m in self.named:
             self.module_addr[id(m)] = name
 
     def _index_tensor(self, name: str, t: torch.Tensor, is_buffer: bool) -> None:
@@ -123,9 +129,7 @@ class CaptureSession:
         self._record_inputs(args, kwargs)
         handles = []
         try:
-            for module in self.model.modules():
-                if id(module) not in self.module_addr:
-                    continue
+            for _name, module in self.named:
                 handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
             witness = self.witness  # the census wraps on_call only when it is on
@@ -145,15 +149,15 @@ class CaptureSession:
         call = self.call_counts.get(addr, 0)
         self.call_counts[addr] = call + 1
         inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
-        self.frames.append([addr, call, inputs, len(self.records)])
-        self.stack = self.stack + ((addr, call),)
+        self.frames.append([addr, call, inputs, len(self.records), self.stack])  # the stack to restore on exit
+        self.stack = self.stack.push(addr, call)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         addr = self.module_addr[id(module)]
         # Pop our frame (always the top: hooks run on every exit, also when forward raises).
         while self.frames:
             frame = self.frames.pop()
-            self.stack = self.stack[:-1]
+            self.stack = frame[4]  # no new tuple per exit
             if frame[0] == addr:
                 break
         else:

@@ -61,3 +61,55 @@ def shallow_tensors(obj: Any) -> list[torch.Tensor]:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tuple[str, nn.Module]]:
+    """`model.named_modules()` in torch's order, walked iteratively (linear at any nesting depth).
+
+    torch's own walk nests one generator per level, so each module passes through every level
+    above it: quadratic for deep chains, and recursive.
+    """
+    found: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    while stack:
+        prefix, module = stack.pop()
+        if remove_duplicate:
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+        found.append((prefix, module))
+        children = [(f"{prefix}.{name}" if prefix else name, child)
+                    for name, child in module._modules.items() if child is not None]
+        stack.extend(reversed(children))
+    return found
+
+
+def first_visits(walked: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """A `named_modules(remove_duplicate=False)` walk reduced to `remove_duplicate=True`'s (same order)."""
+    seen: set[int] = set()
+    found = []
+    for name, module in walked:
+        if id(module) not in seen:
+            seen.add(id(module))
+            found.append((name, module))
+    return found
+
+
+def named_state(model: nn.Module, table: str, *, remove_duplicate: bool = True,
+                modules: list[tuple[str, nn.Module]] | None = None) -> list[tuple[str, torch.Tensor]]:
+    """`named_parameters()` (`table="_parameters"`) or `named_buffers()` (`"_buffers"`), in torch's order.
+
+    `modules` is a `named_modules(remove_duplicate=False)` walk already made (either flag then holds).
+    """
+    found: list[tuple[str, torch.Tensor]] = []
+    seen: set[int] = set()
+    walked = modules if modules is not None else named_modules(model, remove_duplicate=remove_duplicate)
+    for prefix, module in walked:
+        for name, t in getattr(module, table).items():
+            if t is None or id(t) in seen:
+                continue
+            if remove_duplicate:
+                seen.add(id(t))
+            found.append((f"{prefix}.{name}" if prefix else name, t))
+    return found

@@ -3,11 +3,12 @@ the twin descriptor, the plan audit and the ladder of states."""
 from __future__ import annotations
 
 from .envelope import (CORROBORATED, ENVELOPE_SCHEMA, HYPOTHESIS, LADDER_STATES, OBSERVED, REFUTED, DischargeResult,
-                       EvidenceEnvelope, activation_stats, check_plan, discharge, envelope_from_dict, memory_peak,
+                       EvidenceEnvelope, activation_stats, check_plan, discharge, envelope_from_dict, memory_peak, plan_checked,
                        require_corroborated, require_values, seal_new_envelope, timings)
+from .ladder import Ladder, ladder_description, ladder_headline
 
 __all__ = [
     "CORROBORATED", "ENVELOPE_SCHEMA", "HYPOTHESIS", "LADDER_STATES", "OBSERVED", "REFUTED", "DischargeResult",
-    "EvidenceEnvelope", "activation_stats", "check_plan", "discharge", "envelope_from_dict", "memory_peak",
-    "require_corroborated", "require_values", "seal_new_envelope", "timings",
+    "EvidenceEnvelope", "Ladder", "activation_stats", "check_plan", "discharge", "envelope_from_dict", "memory_peak", "plan_checked",
+    "ladder_description", "ladder_headline", "require_corroborated", "require_values", "seal_new_envelope", "timings",
 ]

@@ -12,17 +12,18 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .join import claim_table, join, table_digests
+from .ladder import Ladder
 from .twin import twin_mismatches
 from ..digest import canonical_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
 
-HYPOTHESIS = "HYPOTHESIS"
-CORROBORATED = "CORROBORATED"
-REFUTED = "REFUTED"
-OBSERVED = "OBSERVED"
-LADDER_STATES = (HYPOTHESIS, CORROBORATED, REFUTED)
+HYPOTHESIS = Ladder.HYPOTHESIS.value
+CORROBORATED = Ladder.CORROBORATED.value
+REFUTED = Ladder.REFUTED.value
+OBSERVED = Ladder.OBSERVED.value
+LADDER_STATES = (HYPOTHESIS, CORROBORATED, REFUTED)  # the states an envelope can hold
 ENVELOPE_SCHEMA = 1
 
 
@@ -72,7 +73,7 @@ class EvidenceEnvelope:
 
 def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
-    twin = dict(trace.provenance.get("twin") or {})
+    twin = dict(trace.provenance.twin or {})
     table = claim_table(trace)
     body = {
         "mode": "structure_only",
@@ -124,6 +125,7 @@ class DischargeResult:
     observed_counts: Mapping[str, int]
     contradiction: Mapping[str, Any] | None
     envelope_digest: str
+    envelope: "EvidenceEnvelope | None" = None  # the discharged envelope: `structure.with_envelope(result.envelope)`
 
     def __str__(self) -> str:
         if self.contradiction is None:
@@ -137,14 +139,15 @@ class DischargeResult:
 def discharge(structure: Trace, real: Trace) -> DischargeResult:
     """Join every claim of `structure` with a real capture; the only way up the ladder.
 
-    Refuses (changing nothing) unless the two are comparable twins.
+    Refuses unless the two are comparable twins. Changes neither trace: the result carries
+    the new envelope (`structure.with_envelope(result.envelope)` is the discharged trace).
     """
     env = _envelope_of(structure, "discharge_against")
     if real.envelope is not None or real.structure_only:
         raise DischargePreflightError("the other side is structure-only too; claims are discharged against a real "
                                       "capture", site="discharge_against(real)",
                                       mismatches=[{"field": "real.values_available", "structure": False, "real": False}])
-    observed_twin = real.provenance.get("twin")
+    observed_twin = real.provenance.twin
     if not observed_twin:
         raise DischargePreflightError("the real trace records no twin descriptor (config, versions, modes, inputs)",
                                       site="discharge_against(real)", mismatches=[{"field": "twin", "real": None}])
@@ -157,14 +160,13 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     contradiction = join(_thaw(env.claims), observed)
     state = CORROBORATED if contradiction is None else REFUTED
     record = {"state": state, "against": {"model_class": real.model_class,
-                                         "captured_at": real.provenance.get("captured_at"),
+                                         "captured_at": real.provenance.captured_at,
                                          "claim_digests": table_digests(observed)},
               "contradiction": contradiction}
     new = env.evolve("discharged", ladder_state=state, discharge=record)
-    structure.envelope = new
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
-                           contradiction=contradiction, envelope_digest=new.digest)
+                           contradiction=contradiction, envelope_digest=new.digest, envelope=new)
 
 
 def require_corroborated(trace: Trace, what: str) -> None:
@@ -202,7 +204,8 @@ def activation_stats(trace: Trace, label: str) -> dict[str, float]:
 def timings(trace: Trace) -> dict[str, float]:
     """Measured wall time of the capture (refused on structure-only traces: nothing real ran)."""
     require_values(trace, "timings")
-    return {"capture_seconds": float(trace.provenance.get("capture_seconds", float("nan")))}
+    seconds = trace.provenance.capture_seconds
+    return {"capture_seconds": float("nan") if seconds is None else float(seconds)}
 
 
 def memory_peak(trace: Trace) -> int:
@@ -213,16 +216,18 @@ def memory_peak(trace: Trace) -> int:
 
 # -- plans --------------------------------------------------------------------------------
 def check_plan(trace: Trace, plan: list) -> Any:
-    """Audit `[(site, tensor), ...]` against the trace's intervention sites; saved with the trace."""
+    """Audit `[(site, tensor), ...]` against the trace's intervention sites; returns the report (the trace is unchanged).
+
+    To keep the audit with a structure-only trace: `trace.with_envelope(plan_checked(trace.envelope, report))`.
+    """
     from .plan import audit_plan
 
-    report = audit_plan(trace, plan)
-    if trace.envelope is not None:
-        checks = _thaw(trace.envelope.plan_checks) + [report.to_dict()]
-        trace.envelope = trace.envelope.evolve("plan_checked", plan_checks=checks)
-    else:
-        trace.provenance.setdefault("plan_checks", []).append(report.to_dict())
-    return report
+    return audit_plan(trace, plan)
+
+
+def plan_checked(envelope: EvidenceEnvelope, report: Any) -> EvidenceEnvelope:
+    """A new envelope recording a plan audit (`check_plan`'s report) in its history."""
+    return envelope.evolve("plan_checked", plan_checks=_thaw(envelope.plan_checks) + [report.to_dict()])
 
 
 def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:

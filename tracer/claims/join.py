@@ -1,8 +1,8 @@
 """Claim tables and their positional join: the structural facts a trace asserts, row by row.
 
 A claim row is device-free (meta and real twins must agree on everything but values and device).
-The join compares record counts, then rows in order (naming the first differing position and
-field), and only then the tables' digests.
+The join compares record counts, then rows in order, naming the first differing position and
+field. Table digests (`table_digests`) seal a saved envelope's claims; the join needs none.
 """
 from __future__ import annotations
 
@@ -49,10 +49,6 @@ def join(claimed: dict[str, Sequence], observed: dict[str, Sequence]) -> dict[st
         position = _first_difference(a, b)
         if position is not None:
             return _contradiction(name, fields, a, b, position, reason="row differs")
-    for name, _ in TABLES:
-        if _sha(claimed[name]) != _sha(observed[name]):  # unreachable when rows agree; kept as the final check
-            return {"table": name, "reason": "digests differ", "claimed_count": len(claimed[name]),
-                    "observed_count": len(observed[name])}
     return None
 
 

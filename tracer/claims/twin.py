@@ -1,6 +1,6 @@
 """The comparable-twins descriptor: what must match before two captures' claims can be joined.
 
-Recorded in every trace's provenance (`provenance["twin"]`) at capture time; the discharge
+Recorded in every trace's provenance (`Provenance.twin`) at capture time; the discharge
 preflight compares the structure-only side's descriptor with the real side's, field by field.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from ..capture.walk import iter_tensors
+from ..capture.walk import first_visits, iter_tensors, named_modules
 from ..digest import canonical_digest
 
 # Config keys that say nothing about the graph (or are compared separately, like dtype).
@@ -22,7 +22,7 @@ _VOLATILE_CONFIG_KEYS = frozenset({
 MASK_KWARGS = ("attention_mask",)
 
 
-def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, modules: list | None = None) -> dict[str, Any]:
     """A JSON-able description of the capture's twin conditions (config, versions, modes, inputs, policies)."""
     config = getattr(model, "config", None)
     tf = sys.modules.get("transformers")
@@ -31,7 +31,8 @@ def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> d
         "config_fingerprint": config_fingerprint(config),
         "versions": {"torch": torch.__version__,
                      "transformers": getattr(tf, "__version__", None) if tf is not None else None},
-        "training_modules": [name for name, m in model.named_modules() if m.training],
+        "training_modules": [name for name, m in first_visits(modules or named_modules(model, remove_duplicate=False))
+                             if m.training],
         "inputs": [[path, list(t.shape), str(t.dtype).replace("torch.", "")]
                    for path, t in [*iter_tensors(list(args), "args"), *iter_tensors(dict(kwargs), "kwargs")]],
         "use_cache": _use_cache(config, kwargs),

@@ -198,7 +198,7 @@ class Replayer:
         self.values = trace.values
         self.calls = trace.live_calls
         self.resolve: Callable[[tuple, dict], tuple[tuple, dict]] | None = (
-            _materialized if trace.provenance.get("deferred_args") else None)
+            _materialized if trace.provenance.deferred_args else None)
 
     def missing_parents(self, op: Op) -> list[str]:
         return [e.source for e in op.parents if e.source not in self.values]

@@ -96,19 +96,18 @@ class ValidationReport:
 
 
 def validate(trace: Trace, scope: str = "forward", *, raise_on_failure: bool = False,
-             perturb: bool = True) -> bool:
-    """Replay and perturb `trace`; True when every op reproduces and every edge carries data.
+             perturb: bool = True) -> "ValidationReport":
+    """Replay and perturb `trace`; the report is truthy when every op reproduces and every edge carries data.
 
-    The report is kept in `trace.provenance["validation"]`; `validation_report` returns it whole.
+    Nothing is written into the trace: the returned `ValidationReport` is the whole result.
     """
     report = validation_report(trace, scope, perturb=perturb)
-    trace.provenance["validation"] = report.to_dict()
     if not report.passed and raise_on_failure:
         first = report.findings[0]
         raise ReplayMismatchError(
             f"validation failed at {first.label}: {first.message}", site=context(trace[first.label]),
             first_failing_op=first.label, report=report.to_dict())
-    return report.passed
+    return report
 
 
 def validation_report(trace: Trace, scope: str = "forward", *, perturb: bool = True) -> ValidationReport:
@@ -145,10 +144,10 @@ def _admit(trace: Trace, scope: str) -> None:
 
 def _verification_findings(trace: Trace, report: ValidationReport) -> None:
     """A trace marked not verified (quantized state, capture gap) can never pass validation."""
-    if trace.provenance.get("verified", True) is not False:
+    if trace.provenance.verified:
         return
-    reasons = trace.provenance.get("unverified_reasons") or ["the trace is marked not verified"]
-    labels = [lab for lab in trace.provenance.get("unverified_ops", ()) if lab in trace]
+    reasons = trace.provenance.unverified_reasons or ("the trace is marked not verified",)
+    labels = [lab for lab in trace.provenance.unverified_ops if lab in trace]
     op = trace[labels[0]] if labels else trace.ops[0]
     report.findings.append(Finding(op.label, op.index, "verification", "; ".join(reasons)))
 

@@ -1,4 +1,4 @@
-"""The per-call guard of a structure-only capture: no value reads, no real tensors, then seal.
+"""The per-call guard of a structure-only capture: no value reads, no real tensors.
 
 It runs inside the capture session's function mode (so torch calls made here are not
 recorded). Refusals carry the first source line outside torch and tracer: the user's code.
@@ -23,7 +23,7 @@ TRANSFORMERS_VALUE_REMEDY = (
 
 
 class StructureOnlyGuard(CallGuard):
-    """Refuses value reads and real-device tensors during a meta capture; seals the envelope."""
+    """Refuses value reads and real-device tensors during a meta capture."""
 
     def __init__(self, model: nn.Module, admission: dict[str, Any]) -> None:
         self.admission = admission
@@ -62,12 +62,6 @@ class StructureOnlyGuard(CallGuard):
                     site=session.site_text(), call=info.qualname, device=str(t.device), shape=tuple(t.shape),
                     module=_module_of(session),
                 )
-
-    def seal(self, trace: Any, model: nn.Module, args: tuple, kwargs: dict) -> None:
-        """Attach the evidence envelope (HYPOTHESIS) to the finished trace."""
-        from ..claims import seal_new_envelope
-
-        trace.envelope = seal_new_envelope(trace)
 
 
 def _first_real_tensor(args: tuple, kwargs: dict) -> Tensor | None:

@@ -12,14 +12,9 @@ from torch import nn
 
 from ..estimates import trace_totals
 from ..ir import Trace
+from ..claims.ladder import ladder_description
 from ..options import CaptureOptions
 
-LADDER_NOTES = {
-    "HYPOTHESIS": "shapes and dtypes are hypotheses until discharged against a real capture",
-    "CORROBORATED": "every structural claim was checked against a real capture of the same twin",
-    "REFUTED": "a real capture contradicted these claims; see the envelope's discharge record",
-    "OBSERVED": "captured from real values",
-}
 
 
 def summarize_model(model: nn.Module, input_shape: Sequence[int] = (1, 8), *, input_dtype: torch.dtype | None = None,
@@ -37,9 +32,9 @@ def summarize_model(model: nn.Module, input_shape: Sequence[int] = (1, 8), *, in
     how = ("selected automatically: the model's parameters are on the meta device" if structure_only is None and meta
            else "requested" if structure_only else "eager: the model holds real values")
     x = _dummy_input(model, tuple(input_shape), input_dtype, "meta" if chosen else _device(model))
-    result = trace(model, (x,), capture=CaptureOptions(structure_only=bool(chosen), save="none"))
-    result.provenance["summary"] = {"structure_only": bool(chosen), "how": how, "input_shape": list(input_shape),
-                                    "input_dtype": str(x.dtype).replace("torch.", "")}
+    result = trace(model, (x,), capture=CaptureOptions(structure_only=bool(chosen), save="none")).with_provenance(
+        summary={"structure_only": bool(chosen), "how": how, "input_shape": list(input_shape),
+                 "input_dtype": str(x.dtype).replace("torch.", "")})
     text = render_with_estimates(result)
     if print_summary:
         print(text)
@@ -50,8 +45,8 @@ def render_with_estimates(trace: Trace) -> str:
     """The trace's summary framed by its ladder state and the labelled bytes/FLOPs estimates."""
     totals = trace_totals(trace)
     state = trace.ladder_state
-    lines = [f"claim ladder: {state} ({LADDER_NOTES.get(state, '')})"]
-    how = trace.provenance.get("summary", {}).get("how")
+    lines = [f"claim ladder: {state} ({ladder_description(state)})"]
+    how = (trace.provenance.summary or {}).get("how")
     if trace.structure_only:
         lines.append("capture: structure-only on meta, no tensor values exist" + (f" ({how})" if how else ""))
     lines.append(trace.summary())

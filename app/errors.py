@@ -1,0 +1,29 @@
+"""Refusals of the explorer app (its inputs and its twin), next to the app; documented in docs/errors.md."""
+from __future__ import annotations
+
+from tracer.errors import AdmissionError
+
+
+class SourceNotFoundError(AdmissionError):
+    code = "source_not_found"
+    default_remedy = "Pass a saved trace, a config JSON (or a folder holding config.json), or a shipped config name."
+
+
+class InvalidInputShapeError(AdmissionError):
+    code = "invalid_input_shape"
+    default_remedy = "Write the input shape as comma-separated positive integers, e.g. 1,8."
+
+
+class InvalidModelSpecError(AdmissionError):
+    code = "invalid_model_spec"
+    default_remedy = "Write --model as package.module:factory (a function returning an nn.Module), importable from here."
+
+
+class FeatureUnavailableError(AdmissionError):
+    code = "feature_unavailable"
+    default_remedy = "This build lacks the part that does this; open a saved trace or your own model instead."
+
+
+class TwinTooLargeError(AdmissionError):
+    code = "twin_exceeds_memory"
+    default_remedy = "Pick a smaller config or dtype (bfloat16 halves float32), a shorter input, or a machine with more memory."
