@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tracer.errors import FigureOptionsError
+from ..errors import FigureOptionsError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
 
 SHAPE_KINDS = frozenset({
