@@ -37,9 +37,9 @@ def test_unknown_sources_refuse_typed(tmp_path):
         sources.open_factory("tests.models:does_not_exist")
     not_a_trace = tmp_path / "x.json"
     not_a_trace.write_text(json.dumps({"hello": 1}))
-    with pytest.raises(TracerError) as info:  # neither a config nor a trace: the store refuses
+    with pytest.raises(TracerError) as info:  # neither a config nor a trace
         sources.open_path(not_a_trace)
-    assert info.value.code.startswith("trace_")
+    assert info.value.code == "source_not_found" and "neither a saved trace nor a model config" in info.value.message
 
 
 def test_factory_is_traced_eagerly_with_ids_for_a_language_model():
