@@ -12,16 +12,38 @@ import torch
 from ..state import ExplorerState
 
 
-def value_stats(value: Any) -> dict[str, str]:
-    """Summary statistics of a saved tensor value (empty when it is not a float/int tensor)."""
-    if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() == 0:
+STATS_CHUNK = 1 << 20  # elements converted to float64 at a time
+
+
+def value_stats(value: Any, chunk: int = STATS_CHUNK) -> dict[str, str]:
+    """Summary statistics of a saved tensor value (empty when it is not a real float/int tensor).
+
+    Read in chunks of `chunk` elements, each widened to float64 on its own: a huge value is never
+    copied whole (mean and variance are merged chunk by chunk, Chan et al.).
+    """
+    if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() == 0 or value.is_complex():
         return {}
-    v = value.detach().to("cpu", torch.float64)
-    finite = torch.isfinite(v)
-    stats = {"min": v.min().item(), "max": v.max().item(), "mean": v.mean().item(),
-             "std": v.std().item() if v.numel() > 1 else 0.0, "norm": v.norm().item()}
+    flat = value.detach().reshape(-1)
+    n, mean, m2, sq, total_sum = 0, 0.0, 0.0, 0.0, 0.0
+    lo, hi, bad = float("inf"), float("-inf"), 0
+    for start in range(0, flat.numel(), chunk):
+        part = flat[start:start + chunk].to("cpu", torch.float64)
+        k = part.numel()
+        pm = part.mean().item()
+        pm2 = ((part - pm) ** 2).sum().item()
+        delta = pm - mean
+        total = n + k
+        mean += delta * k / total
+        m2 += pm2 + delta * delta * n * k / total
+        n = total
+        sq += (part * part).sum().item()
+        total_sum += part.sum().item()
+        lo, hi = min(lo, part.min().item()), max(hi, part.max().item())
+        bad += int((~torch.isfinite(part)).sum().item())
+    std = (m2 / (n - 1)) ** 0.5 if n > 1 and m2 == m2 and m2 >= 0 else (float("nan") if m2 != m2 else 0.0)
+    stats = {"min": lo, "max": hi, "mean": total_sum / n, "std": std, "norm": sq ** 0.5}
     out = {k: f"{x:.6g}" for k, x in stats.items()}
-    out["non-finite"] = str(int((~finite).sum().item()))
+    out["non-finite"] = str(bad)
     return out
 
 
