@@ -190,16 +190,18 @@ def capture_twin(spec: TwinSpec, progress: Progress) -> Any:
     return real
 
 
-def discharge(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, Any]:
+def discharge(structure: Any, spec: TwinSpec, progress: Progress,
+              capture: Callable[[TwinSpec, Progress], Any] | None = None) -> tuple[Any, Any]:
     """Preflight, estimate, refuse if too big, capture the twin, discharge; returns (report, real trace).
 
     `structure` gets the new envelope; callers on another thread pass a copy (see `discharge_copy`).
+    `capture` defaults to `capture_twin` in this process.
     """
     progress(0.02, "checking the twin is comparable")
     preflight(spec, structure)
     progress(0.05, "estimating memory")
     check_fits(estimate(spec, structure), spec)
-    real = capture_twin(spec, progress)
+    real = (capture or capture_twin)(spec, progress)
     progress(0.85, "discharging the claims")
     report = structure.discharge_against(real)
     progress(1.0, f"done: {structure.ladder_state}")
@@ -207,9 +209,13 @@ def discharge(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, 
 
 
 def discharge_copy(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, Any]:
-    """`discharge` on a copy of `structure`: returns (report, new envelope) for the session to apply."""
+    """`discharge` on a copy of `structure`, the twin built and captured in a child process (the
+    server's interpreter stays free for other sessions); returns (report, new envelope) for the
+    session to apply on its own thread."""
+    from .twin_worker import capture_isolated
+
     candidate = copy.copy(structure)
-    report, _real = discharge(candidate, spec, progress)
+    report, _real = discharge(candidate, spec, progress, capture=capture_isolated)
     return report, candidate.envelope
 
 

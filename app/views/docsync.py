@@ -105,6 +105,8 @@ class BackgroundJob:
                 raise Cancelled(text)
             self._deliver(run, lambda: self.progress(frac, text))
 
+        report.is_cancelled = cancel.is_set  # type: ignore[attr-defined]  # for work that polls (a child process)
+
         def finish(fn: Callable[[], None]) -> Callable[[], None]:
             def apply() -> None:
                 if run == self._run and not cancel.is_set():

@@ -229,3 +229,31 @@ def _tiny_config() -> Path:
     path.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 32, "n_layer": 1,
                                 "n_head": 4, "n_positions": 32, "vocab_size": 50}))
     return path
+
+
+def test_a_cancelled_job_stops_at_its_next_step_and_its_result_is_dropped():
+    import threading
+
+    from app.views.docsync import BackgroundJob
+
+    seen, results = [], []
+    started, release = threading.Event(), threading.Event()
+
+    def work(report):
+        report(0.1, "first")
+        started.set()
+        release.wait(10)
+        report(0.5, "second")  # raises: the job was cancelled meanwhile
+        return "finished"
+
+    job = BackgroundJob(None, lambda f, text: seen.append(text))
+    thread = job.start(work, results.append, results.append)
+    assert job.start(work, results.append, results.append) is None  # one run at a time
+    started.wait(10)
+    assert job.cancel() and not job.busy
+    release.set()
+    thread.join(10)
+    assert seen == ["first"] and results == []
+    again = job.start(lambda report: "next", results.append, results.append)
+    again.join(10)
+    assert results == ["next"]
