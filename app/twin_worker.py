@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tracer.errors import TracerError
+from tracer.errors import CaptureError, TracerError
 
 from . import tempdirs
 from .limits import Limits, current, set_limits
@@ -66,8 +66,8 @@ def capture_isolated(spec: Any, progress: Callable[[float, str], None]) -> Any:
             raise _rebuild(error)
         if proc.returncode != 0:
             tail = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
-            raise TracerError(f"the twin's capture process failed (status {proc.returncode}): {tail[0][:300]}",
-                              site="discharge panel", code="capture_failed")
+            raise CaptureError(f"the twin's capture process failed (status {proc.returncode}): {tail[0][:300]}",
+                               site="discharge panel")
         return tracer.load(str(out / "real"))
     finally:
         if proc.poll() is None:

@@ -8,6 +8,7 @@ manager it yields the URL that opens the file and stops both (SIGTERM) on exit.
 """
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import json
 import os
@@ -20,6 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import quote
@@ -34,6 +36,14 @@ from tracer.errors import (
 from .front import ModelExplorerFront
 
 _PORT_TRIES = 3
+_LIVE: "weakref.WeakSet[ModelExplorerServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop every server still running when the interpreter exits (its own session group is not ours)."""
+    for server in list(_LIVE):
+        server.stop(timeout=5.0)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -168,6 +178,7 @@ class ModelExplorerServer:
         env = minimal_environment(self._home)
         self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env=env, start_new_session=True)
+        _LIVE.add(self)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.timeout
