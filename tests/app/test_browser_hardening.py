@@ -86,6 +86,12 @@ def test_markup_in_names_and_refusals_shows_as_text_and_never_runs(hostile_url, 
     page.locator(".tlx-discharge button").click()
     expect(status).to_contain_text(SCRIPT, timeout=60_000)
     assert page.locator(".tlx-discharge-status script").count() == 0
+    # the export tab: its caption and status, and a download named by a safe stem
+    page.locator(".bk-tab", has_text="Export").click()
+    with page.expect_download(timeout=60_000) as info:
+        page.locator(".tlx-export-svg button, .tlx-export-svg a").first.click()
+    assert info.value.suggested_filename == "img_src_x_onerror_alert_1.svg"
+    expect(page.locator(".tlx-export-status")).to_contain_text("Wrote img_src_x_onerror_alert_1.svg")
     page.mouse.move(10, 10)
     page.wait_for_timeout(1000)  # give any injected handler its chance
     assert not page.evaluate("() => [...document.querySelectorAll('img')].some(i => i.getAttribute('src') === 'x')")
