@@ -47,8 +47,10 @@ class DischargePanel(pn.viewable.Viewer):
         self.attn = pn.widgets.Select(label="attention", options=list(twin.ATTENTION), value=attn, css_classes=["tlx-twin-attn"])
         self.estimate_button = pn.widgets.Button(label="Estimate memory", css_classes=["tlx-estimate"])
         self.go = pn.widgets.Button(label="Discharge", color="primary", css_classes=["tlx-discharge"])
-        self.cancel_button = pn.widgets.Button(label="Cancel", visible=False, css_classes=["tlx-discharge-cancel"])
-        self.progress = pn.indicators.Progress(value=0, max=100, visible=False, sizing_mode="stretch_width")
+        # Cancel and the progress bar stay in the layout (disabled / at 0 when idle): showing and hiding
+        # them would make the browser lay the whole page out again on every start and finish.
+        self.cancel_button = pn.widgets.Button(label="Cancel", disabled=True, css_classes=["tlx-discharge-cancel"])
+        self.progress = pn.indicators.Progress(value=0, max=100, sizing_mode="stretch_width")
         self.status = pn.pane.HTML("", css_classes=["tlx-discharge-status"], sizing_mode="stretch_width")
         self.rows = pn.widgets.Tabulator(pd.DataFrame(columns=["claims", "claimed", "observed", "status"]), show_index=False,
                                          disabled=True, visible=False, sizing_mode="stretch_width",
@@ -103,8 +105,7 @@ class DischargePanel(pn.viewable.Viewer):
         if thread is None:
             return None
         self.go.disabled = self.estimate_button.disabled = True
-        self.cancel_button.visible = True
-        self.progress.visible = True
+        self.cancel_button.disabled = False
         self.progress.value = 0
         self.say(opening)
         return thread
@@ -115,11 +116,11 @@ class DischargePanel(pn.viewable.Viewer):
 
     def _idle(self) -> None:
         self.go.disabled = self.estimate_button.disabled = False
-        self.cancel_button.visible = False
+        self.cancel_button.disabled = True
 
     def _finish(self, text: str) -> None:
         self._idle()
-        self.progress.visible = False
+        self.progress.value = 0
         self.say(text)
 
     def _done(self, result: Any) -> None:
@@ -141,7 +142,7 @@ class DischargePanel(pn.viewable.Viewer):
 
     def _failed(self, exc: BaseException) -> None:
         self._idle()
-        self.progress.visible = False
+        self.progress.value = 0
         note = "The banner is unchanged: nothing was captured." if isinstance(exc, TracerError) and exc.code in (
             "twin_exceeds_memory", "twins_not_comparable", "limit_exceeded", "config_invalid") else "The banner is unchanged."
         self.status.object = refusal_html(exc) + text_html(note)

@@ -54,8 +54,8 @@ class DoctorPanel(pn.viewable.Viewer):
         self._note = pn.pane.HTML("", css_classes=["tlx-doctor-note"], sizing_mode="stretch_width")
         self._table = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["tlx-doctor-rows"])
         self._run = pn.widgets.Button(label="Run the doctor", color="primary", css_classes=["tlx-doctor-run"])
-        self._cancel = pn.widgets.Button(label="Cancel", visible=False, css_classes=["tlx-doctor-cancel"])
-        self._progress = pn.indicators.Progress(value=-1, visible=False, sizing_mode="stretch_width")
+        self._cancel = pn.widgets.Button(label="Cancel", disabled=True, css_classes=["tlx-doctor-cancel"])
+        self._progress = pn.indicators.Progress(value=0, max=100, sizing_mode="stretch_width")  # -1 while running
         self.job = BackgroundJob(pn.state.curdoc, lambda _f, text: self._say(text), name="tlx-doctor")
         self._run.on_click(lambda _e: self.run())
         self._cancel.on_click(lambda _e: self.cancel())
@@ -79,7 +79,8 @@ class DoctorPanel(pn.viewable.Viewer):
         thread = self.job.start(work, self._done, self._failed)
         if thread is not None:
             self._run.disabled = True
-            self._cancel.visible = self._progress.visible = True
+            self._cancel.disabled = False
+            self._progress.value = -1
         return thread
 
     def cancel(self) -> None:
@@ -89,7 +90,8 @@ class DoctorPanel(pn.viewable.Viewer):
 
     def _idle(self) -> None:
         self._run.disabled = False
-        self._cancel.visible = self._progress.visible = False
+        self._cancel.disabled = True
+        self._progress.value = 0
 
     def _done(self, report: DoctorReport) -> None:
         self._idle()
