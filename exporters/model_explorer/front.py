@@ -13,7 +13,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterable
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 READ_FILE = "/api/v1/read_text_file"
 FORWARDED_API = frozenset({"/check_health", "/api/v1/get_extensions", "/api/v1/load_graphs_json",
@@ -71,13 +71,16 @@ def _handler_for(front: ModelExplorerFront) -> type[BaseHTTPRequestHandler]:
             if self.headers.get("Host", "") not in front.hosts:
                 return self._refuse(421, "wrong Host: this server answers only 127.0.0.1 or localhost on its port")
             url = urlsplit(self.path)
-            if url.path == "/api/v1/check_new_version":
+            path = unquote(url.path)  # decide on the path the server will route, not on its encoding
+            if not path.startswith("/") or "//" in path or "\\" in path or ".." in path.split("/"):
+                return self._refuse(404, "not a plain path")
+            if path == "/api/v1/check_new_version":
                 return self._send(200, json.dumps(NO_NEW_VERSION).encode(), "application/json")
-            if not allowed_route(url.path):
-                return self._refuse(404, f"{url.path} is not served here")
-            if url.path == READ_FILE and not front.may_read(url.query):
+            if not allowed_route(path):
+                return self._refuse(404, f"{path} is not served here")
+            if path == READ_FILE and not front.may_read(url.query):
                 return self._refuse(403, "only the exported graph files can be read")
-            self._forward(self.path)
+            self._forward(quote(path) + (f"?{url.query}" if url.query else ""))
 
         def do_HEAD(self) -> None:  # noqa: N802
             self._refuse(405, "GET only")

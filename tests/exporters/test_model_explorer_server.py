@@ -156,7 +156,11 @@ def test_the_front_serves_only_the_exported_files_to_the_right_host(exported, mo
         assert _raw_get(port, "/", host=f"localhost:{port}")[0] == 200
         status, page = _raw_get(port, "/")
         assert status == 200 and "<html" in page.lower()
-        assert _raw_get(port, "/api/v1/send_command?json=%7B%7D")[0] == 404
+        for hidden in ("/api/v1/send_command?json=%7B%7D", "/%61pi/v1/send_command?json=%7B%7D",
+                       "//api/v1/send_command?json=%7B%7D", "/%2Fapi/v1/send_command", "/x/../api/v1/send_command",
+                       "/%61pi/v1/read_text_file?path=/etc/passwd"):
+            status, body = _raw_get(port, hidden)
+            assert status in (403, 404) and "root:" not in body, hidden
         assert _raw_get(port, "/apipost/v1/upload", method="POST")[0] == 405
         assert _raw_get(port, "/api/v1/check_new_version")[0] == 200
         environ = Path(f"/proc/{server.process.pid}/environ").read_bytes()
