@@ -3,10 +3,11 @@ middle, discharge / doctor / export on the right; served by Panel on loopback.""
 from __future__ import annotations
 
 import html
-import socket
 from typing import Any, Callable
 
 import panel as pn
+
+from exporters.model_explorer.server import free_port
 
 from .sources import Loaded
 from .state import ExplorerState
@@ -43,13 +44,6 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
 def plain_title(text: str) -> str:
     """`text` for the window title: markup characters dropped (the title is not escaped everywhere)."""
     return "".join(c for c in str(text) if c not in "<>&\"'")[:120]
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port free on `host` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Callable[[str], None] | None = None) -> Any:
