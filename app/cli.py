@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -26,10 +27,12 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="?", help="saved trace (folder, trace.json, .zip), config JSON, or a shipped config name")
     p.add_argument("--model", help="trace your own model: package.module:factory (a function returning an nn.Module)")
     p.add_argument("--input-shape", default="1,8", help="input shape for --model or a config (default 1,8)")
-    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--port", default="0", help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (servers); the URL is printed")
     p.add_argument("--summary", nargs="?", const="", default=None, metavar="SOURCE",
                    help="print the trace summary and exit (SOURCE: a shipped config name or path, e.g. gpt2)")
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                   help="raise a declared input limit (see docs/security.md), e.g. --limit layers=4096")
     return p
 
 
@@ -72,6 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug, not a refusal: one readable line, no traceback (TLX_DEBUG=1 shows it)
+        if os.environ.get("TLX_DEBUG"):
+            raise
+        print(f"torchlens-explore: failed unexpectedly ({type(exc).__name__}: {exc}); please report this",
+              file=sys.stderr)
+        return 1
 
 
 def _load(path: str | None, model: str | None, shape_text: str):
@@ -80,11 +89,37 @@ def _load(path: str | None, model: str | None, shape_text: str):
     return open_source(path, model, parse_shape(shape_text))
 
 
+def checked_port(text: str) -> int:
+    """The --port value as an int in 0..65535 that is free on 127.0.0.1 right now (0: pick one later)."""
+    import socket
+
+    from .errors import PortUnavailableError
+
+    try:
+        port = int(text)
+    except ValueError:
+        raise PortUnavailableError(f"--port {text!r} is not a number", site="--port") from None
+    if not 0 <= port <= 65535:
+        raise PortUnavailableError(f"--port {port} is outside 0..65535", site="--port")
+    if port:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError as exc:
+                raise PortUnavailableError(f"port {port} on 127.0.0.1 cannot be used ({exc.strerror})",
+                                           site="--port") from None
+    return port
+
+
 def explore(ns: argparse.Namespace) -> int:
+    from .limits import Limits, set_limits
+
+    set_limits(Limits().with_overrides(ns.limit))
     if ns.summary is not None:
         loaded = _load(ns.summary or ns.path, ns.model, ns.input_shape)
         print(loaded.trace.summary())
         return 0
+    port = checked_port(ns.port)
     started = time.perf_counter()
     print("torchlens-explore: capturing" + (f" {ns.model or ns.path}" if (ns.model or ns.path) else
                                             " the embedded Llama-3.1-8B-class config (weights-free)") + " ...", flush=True)
@@ -98,7 +133,13 @@ def explore(ns: argparse.Namespace) -> int:
         if not ns.no_browser and browser_available():
             threading.Timer(1.0, webbrowser.open, args=(url,)).start()
 
-    serve(loaded, ns.port, on_ready=ready)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # exit cleanly: temp folders are removed at exit
+    try:
+        serve(loaded, port, on_ready=ready)
+    except OSError as exc:
+        from .errors import PortUnavailableError
+
+        raise PortUnavailableError(f"cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})", site="--port") from None
     return 0
 
 

@@ -27,3 +27,18 @@ class FeatureUnavailableError(AdmissionError):
 class TwinTooLargeError(AdmissionError):
     code = "twin_exceeds_memory"
     default_remedy = "Pick a smaller config or dtype (bfloat16 halves float32), a shorter input, or a machine with more memory."
+
+
+class LimitExceededError(AdmissionError):
+    code = "limit_exceeded"
+    default_remedy = "Use a smaller input, or raise the named limit: torchlens-explore --limit NAME=VALUE."
+
+
+class ModelFactoryError(AdmissionError):
+    code = "model_factory_failed"
+    default_remedy = "Fix the factory so that calling it (and one forward on the given input shape) works in plain Python."
+
+
+class PortUnavailableError(AdmissionError):
+    code = "port_unavailable"
+    default_remedy = "Pick another port between 1 and 65535, or leave --port out to take a free one."

@@ -2,6 +2,7 @@
 middle, discharge / doctor / export on the right; served by Panel on loopback."""
 from __future__ import annotations
 
+import html
 from typing import Any, Callable
 
 import panel as pn
@@ -30,13 +31,19 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     right = pn.Tabs(("Discharge", DischargePanel(state=state)), ("Doctor", DoctorPanel(state=state)),
                     ("Export", ExportPanel(state=state)), width=380, css_classes=["tlx-right"])
     header = pn.Column(
-        pn.pane.HTML(f'<div style="font:600 20px sans-serif">torchlens-explore &middot; {loaded.title}</div>'),
+        pn.pane.HTML(f'<div class="tlx-title" style="font:600 20px sans-serif">torchlens-explore &middot; '
+                     f'{html.escape(loaded.title)}</div>'),
         banner, sizing_mode="stretch_width",
         styles={"position": "sticky", "top": "0", "z-index": "10", "background": "white"},
     )
     page = pn.Column(header, pn.Row(left, graph, right, sizing_mode="stretch_width"), sizing_mode="stretch_width")
     page.tlx_state = state  # tests and benchmarks reach the session state through the page
     return page
+
+
+def plain_title(text: str) -> str:
+    """`text` for the window title: markup characters dropped (the title is not escaped everywhere)."""
+    return "".join(c for c in str(text) if c not in "<>&\"'")[:120]
 
 
 def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Callable[[str], None] | None = None) -> Any:
@@ -50,6 +57,6 @@ def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Ca
         on_ready(url)
     return pn.serve(
         {"/": lambda: build_app(loaded)}, address=HOST, port=port, show=False, threaded=threaded,
-        title=f"torchlens-explore: {loaded.trace.model_class}", websocket_origin=[f"{HOST}:{port}", f"localhost:{port}"],
+        title=f"torchlens-explore: {plain_title(loaded.trace.model_class)}", websocket_origin=[f"{HOST}:{port}", f"localhost:{port}"],
         liveness=True,
     )

@@ -1,10 +1,10 @@
-"""What the explorer opens: the embedded default, a config JSON, a saved trace, or a user's model.
+"""What the explorer opens: the embedded default, a config JSON, a saved trace, or a user's model
+(`app.factory`).
 
 Every route ends in a `Loaded` record; the tracing itself is done by `tracer` and its bridges.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 from dataclasses import dataclass, field
@@ -13,7 +13,12 @@ from typing import Any
 
 from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.configs import shipped_configs
-from .errors import FeatureUnavailableError, InvalidInputShapeError, InvalidModelSpecError, SourceNotFoundError
+from tracer.errors import TraceFileCorruptError, TracerError
+
+from . import tempdirs
+from .config_check import build_checked, read_config
+from .errors import FeatureUnavailableError, InvalidInputShapeError, SourceNotFoundError
+from .limits import current as current_limits
 
 DEFAULT_CONFIG = "llama-3.1-8b"
 DEFAULT_INPUT_SHAPE: tuple[int, ...] = (1, 8)
@@ -66,6 +71,20 @@ def parse_shape(text: str | tuple | list | None) -> tuple[int, ...]:
         shape = ()
     if not shape or any(d <= 0 for d in shape):
         raise InvalidInputShapeError(f"input shape {text!r} is not a list of positive integers", site="input shape")
+    limits = current_limits()
+    limits.check("input_rank", len(shape), f"the rank of input shape {shape}", "input shape")
+    elements = 1
+    for d in shape:
+        elements *= d
+    limits.check("input_elements", elements, f"the element count of input shape {shape}", "input shape")
+    return shape
+
+
+def token_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Refuse a shape that is not (batch, sequence): a config's model reads token ids of rank 2."""
+    if len(shape) != 2:
+        raise InvalidInputShapeError(f"input shape {shape} has rank {len(shape)}; token ids are (batch, sequence)",
+                                     site="input shape", remedy="Write the input shape as batch,sequence, e.g. 1,8.")
     return shape
 
 
@@ -78,8 +97,10 @@ def is_config_json(path: Path) -> bool:
     if path.suffix != ".json" or not path.is_file():
         return False
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        if path.stat().st_size > current_limits().config_bytes:
+            return False
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
@@ -92,9 +113,13 @@ def open_default(input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
 def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
     """Build the config's model on the meta device and capture it structure-only."""
     path = resolve_config(name_or_path)
+    input_shape = token_shape(parse_shape(input_shape))
     _require_transformers()
-    model = build_meta_model(load_config(str(path)))
-    trace = trace_ids(model, input_shape).with_provenance(config_source=str(path))
+    read_config(path)
+    config = build_checked(path, "reading the config with transformers", lambda: load_config(str(path)))
+    model = build_checked(path, "building the model on the meta device", lambda: build_meta_model(config))
+    trace = build_checked(path, "the structure-only capture", lambda: trace_ids(model, input_shape))
+    trace = trace.with_provenance(config_source=str(path))
     inputs = (meta_input_ids(input_shape),)
     title = f"{trace.model_class} from {path.name} (weights-free)"
     return Loaded(trace, title, "config", str(path), model=model, inputs=inputs, config_path=path,
@@ -104,76 +129,93 @@ def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT
 def open_trace_file(path: str | Path) -> Loaded:
     """A trace saved with `Trace.save` (a folder, its trace.json, or the app's .zip of the folder).
 
-    Refused typed by `tracer.load` when invalid.
+    Refused typed by `tracer.load` when invalid; a zip's extraction folder is removed after loading.
     """
     import tracer
 
     p = Path(path)
-    trace = tracer.load(str(unzip_trace(p) if p.suffix == ".zip" else p))
-    return Loaded(trace, f"{trace.model_class} from {Path(path).name}", "trace-file", str(path))
+    if p.suffix != ".zip":
+        trace = tracer.load(str(p))
+    else:
+        folder = unzip_trace(p)
+        try:
+            trace = tracer.load(str(folder))
+        finally:
+            tempdirs.remove(folder)
+    return Loaded(trace, f"{trace.model_class} from {p.name}", "trace-file", str(path))
 
 
 def unzip_trace(path: Path) -> Path:
-    """Extract a zipped trace folder into a temporary folder (member names are checked)."""
-    import tempfile
+    """Extract a zipped trace folder into a temporary folder: plain member names, capped count and size."""
     import zipfile
 
-    from tracer.errors import TraceFileCorruptError
-
-    out = Path(tempfile.mkdtemp(prefix="tlx-trace-"))
+    limits = current_limits()
+    out = tempdirs.make("tlx-trace-")
     try:
         with zipfile.ZipFile(path) as zf:
-            for name in zf.namelist():
-                if "/" in name or "\\" in name or name.startswith("."):
+            members = zf.infolist()
+            limits.check("zip_members", len(members), f"the member count of {path.name}", str(path))
+            total = 0
+            for info in members:
+                name = info.filename
+                if "/" in name or "\\" in name or name.startswith(".") or info.is_dir():
                     raise TraceFileCorruptError(f"unexpected member {name!r} in {path.name}", site=str(path))
-                zf.extract(name, out)
+                with zf.open(info) as src, open(out / name, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        total += len(chunk)
+                        limits.check("zip_bytes", total, f"the extracted size of {path.name} (bytes, so far)", str(path))
+                        dst.write(chunk)
     except zipfile.BadZipFile as exc:
+        tempdirs.remove(out)
         raise TraceFileCorruptError(f"{path.name} is not a zip file ({exc})", site=str(path)) from None
+    except (TracerError, OSError, RuntimeError, ValueError, EOFError) as exc:
+        tempdirs.remove(out)
+        if isinstance(exc, TracerError):
+            raise
+        raise TraceFileCorruptError(f"{path.name} cannot be extracted ({type(exc).__name__}: {exc})",
+                                    site=str(path)) from None
     return out
-
-
 def open_path(path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
     """A config JSON (captured weights-free) or a saved trace, decided by the file's content."""
     p = Path(path).expanduser()
-    if not p.exists() and str(path) not in shipped_configs():
-        raise SourceNotFoundError(f"nothing at {str(path)!r}", site=str(path))
     if str(path) in shipped_configs() or is_config_json(p):
         return open_config(path, input_shape)
+    if not p.exists():
+        raise SourceNotFoundError(f"nothing at {str(path)!r}", site=str(path))
+    kind = _file_kind(p)
+    if kind == "neither":
+        raise SourceNotFoundError(f"{p.name} is neither a saved trace nor a model config", site=str(p),
+                                  remedy="Open a saved trace (its folder, trace.json or .trace.zip) or a config JSON.")
+    if kind == "config":
+        return open_config(p, input_shape)  # refused in a config's terms (encoding, size, values)
     return open_trace_file(p)
 
 
-def open_factory(spec: str, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
-    """`module:factory` -> the factory's model traced eagerly on inputs of `input_shape`.
-
-    Models with a `config.vocab_size` get token ids; others get a float tensor.
-    """
-    import torch
-
-    import tracer
-
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise InvalidModelSpecError(f"--model {spec!r} is not module:factory", site="--model")
+def _file_kind(p: Path) -> str:
+    """"trace" (a folder, trace.json, a zip, or JSON with a schema version), "config", or "neither"."""
+    if p.is_dir() or p.suffix == ".zip" or p.name == "trace.json":
+        return "trace"
+    if p.suffix != ".json":
+        return "neither"
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidModelSpecError(f"cannot import {spec!r}: {exc}", site="--model") from None
-    model = factory()
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-    torch.manual_seed(0)
-    if vocab:
-        x = torch.randint(0, int(vocab), input_shape)
-    else:
-        x = torch.randn(input_shape)
-    trace = tracer.trace(model, (x,))
-    return Loaded(trace, f"{trace.model_class} from {spec}", "factory", spec, model=model, inputs=(x,),
-                  input_shape=tuple(input_shape))
+        if p.stat().st_size > current_limits().config_bytes:
+            return "config"  # the config reader refuses it with the limit
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except (ValueError, RecursionError):
+        return "config"  # the config reader says what is wrong with the text
+    except OSError:
+        return "trace"
+    if isinstance(data, dict) and "schema_version" in data:
+        return "trace"
+    return "neither"
 
 
 def open_source(path: str | None = None, model: str | None = None,
                 input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
     """The CLI's choice: `--model` wins, then PATH, else the embedded default."""
     if model:
+        from .factory import open_factory
+
         return open_factory(model, input_shape)
     if path:
         return open_path(path, input_shape)

@@ -5,16 +5,18 @@ the comparison from `structure_trace.discharge_against(real_trace)`.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tracer.errors import InvalidInputError
-
-from .errors import TwinTooLargeError
+from tracer.errors import DischargePreflightError, InvalidInputError
 from tracer.estimates import dtype_bytes
 
-from .sources import parse_shape, resolve_config
+from .config_check import build_checked, read_config
+from .errors import TwinTooLargeError
+from .limits import current as current_limits
+from .sources import parse_shape, resolve_config, token_shape
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION = ("eager", "sdpa")
@@ -22,6 +24,7 @@ HEADROOM = 0.8  # use at most this share of the memory the kernel says is availa
 OVERHEAD = 1.2  # allocator and framework overhead over the raw estimate
 
 Progress = Callable[[float, str], None]
+_INIT_LOCK = threading.Lock()  # weight init draws from torch's global generator: one forked draw at a time
 
 
 @dataclass(frozen=True)
@@ -82,15 +85,83 @@ def available_memory() -> int:
     return 0
 
 
+def claimed_twin(structure: Any) -> dict[str, Any]:
+    """The twin descriptor the structure-only trace recorded (empty when it has none)."""
+    env = getattr(structure, "envelope", None)
+    twin = getattr(env, "twin", None) or structure.provenance.get("twin") or {}
+    return dict(twin)
+
+
+def twin_input_shape(spec: TwinSpec) -> tuple[int, ...] | None:
+    """The shape of the twin's token ids, known before building (None for text: known once tokenized)."""
+    if spec.ids.strip():
+        return (1, len(_explicit_ids(spec)))
+    if spec.text.strip():
+        return None
+    return token_shape(parse_shape(spec.input_shape))
+
+
+def preflight(spec: TwinSpec, structure: Any) -> Any:
+    """Check the twin is comparable with the structure before anything is built; returns its config.
+
+    Compares the architecture, the config fingerprint, the attention backend and the input shape
+    with what the structure recorded; refuses `twins_not_comparable` naming each difference.
+    """
+    from tracer.claims.twin import config_fingerprint
+
+    config = checked_config(spec.config)
+    claimed = claimed_twin(structure)
+    if not claimed:
+        return config
+    mismatches = []
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    if arch and claimed.get("model_class") and arch != claimed["model_class"]:
+        mismatches.append({"field": "model_class", "structure": claimed["model_class"], "real": arch})
+    if claimed.get("config_fingerprint") and config_fingerprint(config) != claimed["config_fingerprint"]:
+        mismatches.append({"field": "config_fingerprint", "structure": claimed["config_fingerprint"],
+                           "real": config_fingerprint(config)})
+    if claimed.get("attn_implementation") and spec.attn != claimed["attn_implementation"]:
+        mismatches.append({"field": "attn_implementation", "structure": claimed["attn_implementation"], "real": spec.attn})
+    shape = twin_input_shape(spec)
+    recorded = [list(x[1]) for x in claimed.get("inputs", [])]
+    if shape is not None and recorded and recorded[0] != list(shape):
+        mismatches.append({"field": "inputs", "structure": recorded[0], "real": list(shape)})
+    if mismatches:
+        names = ", ".join(m["field"] for m in mismatches)
+        raise DischargePreflightError(f"the twins are not comparable: {names} differ (checked before building the twin)",
+                                      site="discharge panel", mismatches=mismatches,
+                                      remedy="Describe the twin the structure was captured from: the same config, "
+                                             "attention backend and input shape.")
+    return config
+
+
 def estimate(spec: TwinSpec, structure: Any) -> MemoryEstimate:
-    """Weights (parameter count of the twin's config x dtype bytes) plus the structure's activations."""
+    """Weights (parameters x dtype bytes) plus the structure's activations scaled to the twin's input shape.
+
+    The parameter count is the structure's when the twin's config is the one it was captured from;
+    otherwise the config's model is counted on the meta device (within the declared limits).
+    """
+    from tracer.claims.twin import config_fingerprint
     from tracer.estimates import trace_totals
 
-    params = _config_param_count(spec.config)
+    config = checked_config(spec.config)
+    same = claimed_twin(structure).get("config_fingerprint") == config_fingerprint(config)
+    params = structure.param_count() if same else _config_param_count(spec.config)
     act = trace_totals(structure)["activation_bytes_estimate"]
     struct_dtype = next((op.out.dtype for op in structure.ops if op.out is not None and op.out.dtype.startswith(("float", "bfloat"))), "float32")
-    act = int(act * dtype_bytes(spec.dtype) / max(dtype_bytes(struct_dtype), 1))
-    return MemoryEstimate(params, params * dtype_bytes(spec.dtype), act, available_memory())
+    act = act * dtype_bytes(spec.dtype) / max(dtype_bytes(struct_dtype), 1)
+    recorded = [x[1] for x in claimed_twin(structure).get("inputs", [])]
+    shape = twin_input_shape(spec)
+    if shape is not None and recorded and _elements(recorded[0]):
+        act = act * _elements(shape) / _elements(recorded[0])
+    return MemoryEstimate(params, params * dtype_bytes(spec.dtype), int(act), available_memory())
+
+
+def _elements(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def check_fits(est: MemoryEstimate, spec: TwinSpec) -> None:
@@ -119,15 +190,31 @@ def capture_twin(spec: TwinSpec, progress: Progress) -> Any:
     return real
 
 
-def discharge(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, Any]:
-    """Estimate, refuse if too big, capture the twin, discharge; returns (report, real trace)."""
-    progress(0.02, "estimating memory")
+def discharge(structure: Any, spec: TwinSpec, progress: Progress,
+              capture: Callable[[TwinSpec, Progress], Any] | None = None) -> tuple[Any, Any]:
+    """Preflight, estimate, refuse if too big, capture the twin, discharge; returns (report, real trace).
+
+    Neither trace changes: the report carries the new envelope. `capture` defaults to `capture_twin`
+    in this process.
+    """
+    progress(0.02, "checking the twin is comparable")
+    preflight(spec, structure)
+    progress(0.05, "estimating memory")
     check_fits(estimate(spec, structure), spec)
-    real = capture_twin(spec, progress)
+    real = (capture or capture_twin)(spec, progress)
     progress(0.85, "discharging the claims")
     report = structure.discharge_against(real)
     progress(1.0, f"done: {report.state}")
     return report, real
+
+
+def discharge_copy(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, Any]:
+    """`discharge` with the twin built and captured in a child process (the server's interpreter stays
+    free for other sessions); returns (report, new envelope) for the session to apply on its own thread."""
+    from .twin_worker import capture_isolated
+
+    report, _real = discharge(structure, spec, progress, capture=capture_isolated)
+    return report, report.envelope
 
 
 def build_twin(spec: TwinSpec) -> Any:
@@ -136,16 +223,19 @@ def build_twin(spec: TwinSpec) -> Any:
 
     dtype = _torch_dtype(spec.dtype)
     cls, config = _model_class(spec.config)
+    path = resolve_config(spec.config)
     if spec.checkpoint:
         folder = Path(spec.checkpoint).expanduser()
         if not folder.is_dir():
             raise InvalidInputError(f"no checkpoint folder at {spec.checkpoint!r}", site="discharge panel: checkpoint",
                                     remedy="Give a local folder written by save_pretrained, or leave it empty for random weights.")
-        model = cls.from_pretrained(str(folder), dtype=dtype, attn_implementation=spec.attn, local_files_only=True)
+        model = build_checked(path, "loading the checkpoint", lambda: cls.from_pretrained(
+            str(folder), dtype=dtype, attn_implementation=spec.attn, local_files_only=True))
     else:
-        torch.manual_seed(int(spec.seed))
         make = getattr(cls, "_from_config", None) or cls.from_config
-        model = make(config, dtype=dtype, attn_implementation=spec.attn)
+        with _INIT_LOCK, torch.random.fork_rng(devices=[]):  # the global generator is restored after
+            torch.manual_seed(int(spec.seed))
+            model = build_checked(path, "building the twin", lambda: make(config, dtype=dtype, attn_implementation=spec.attn))
     return model.eval()
 
 
@@ -153,33 +243,54 @@ def twin_inputs(spec: TwinSpec) -> Any:
     """Token ids from explicit ids, from text through a local tokenizer, or seeded random ids."""
     import torch
 
+    _, config = _model_class(spec.config)
+    vocab = int(getattr(config, "vocab_size", 2) or 2)
     if spec.ids.strip():
-        try:
-            values = [int(v) for v in spec.ids.replace(",", " ").split()]
-        except ValueError:
-            raise InvalidInputError(f"token ids {spec.ids!r} are not integers", site="discharge panel: ids",
-                                    remedy="Write ids separated by commas or spaces, e.g. 1, 2, 3.") from None
-        return torch.tensor([values], dtype=torch.long)
-    if spec.text.strip():
+        ids = torch.tensor([_explicit_ids(spec)], dtype=torch.long)
+    elif spec.text.strip():
         if not spec.tokenizer:
             raise InvalidInputError("text needs a tokenizer folder", site="discharge panel: tokenizer",
                                     remedy="Give a local folder holding tokenizer.json (nothing is downloaded).")
         from tracer.bridges.transformers import encode_text
 
         ids, _mask = encode_text(spec.text, spec.tokenizer)  # ids only: the structure side is captured on ids
-        return ids
-    _, config = _model_class(spec.config)
-    shape = parse_shape(spec.input_shape)
-    gen = torch.Generator().manual_seed(int(spec.seed))
-    return torch.randint(0, int(getattr(config, "vocab_size", 2)), shape, generator=gen)
+    else:
+        shape = token_shape(parse_shape(spec.input_shape))
+        gen = torch.Generator().manual_seed(int(spec.seed))  # a private generator: the global one is untouched
+        return torch.randint(0, vocab, shape, generator=gen)
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+        raise InvalidInputError(f"token id {bad} is outside the vocabulary 0..{vocab - 1}", site="discharge panel: ids",
+                                code="token_id_out_of_range",
+                                remedy=f"Use ids from 0 to {vocab - 1}, or a tokenizer made for this config.")
+    return ids
+
+
+def _explicit_ids(spec: TwinSpec) -> list[int]:
+    try:
+        values = [int(v) for v in spec.ids.replace(",", " ").split()]
+    except ValueError:
+        raise InvalidInputError(f"token ids {spec.ids[:80]!r} are not integers", site="discharge panel: ids",
+                                remedy="Write ids separated by commas or spaces, e.g. 1, 2, 3.") from None
+    current_limits().check("input_elements", len(values), "the number of token ids", "discharge panel: ids")
+    return values
+
+
+def checked_config(config_name: str) -> Any:
+    """The twin's transformers config, read within the declared limits and refused typed when unusable."""
+    path = resolve_config(config_name)
+    read_config(path)
+    from tracer.bridges.transformers import load_config
+
+    return build_checked(path, "reading the config with transformers", lambda: load_config(str(path)))
 
 
 def _model_class(config_name: str) -> tuple[Any, Any]:
     import transformers
 
-    from tracer.bridges.transformers import load_config, model_class_for
+    from tracer.bridges.transformers import model_class_for
 
-    config = load_config(str(resolve_config(config_name)))
+    config = checked_config(config_name)
     return (model_class_for(config) or transformers.AutoModelForCausalLM), config
 
 
@@ -189,7 +300,8 @@ def _config_param_count(config_name: str) -> int:
     cls, config = _model_class(config_name)
     make = getattr(cls, "_from_config", None) or cls.from_config
     with torch.device("meta"):
-        model = make(config)
+        model = build_checked(resolve_config(config_name), "counting parameters on the meta device",
+                              lambda: make(config))
     seen: set[int] = set()
     total = 0
     for p in model.parameters():

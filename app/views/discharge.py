@@ -15,14 +15,17 @@ from .. import twin
 from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
-from .docsync import call_on_document, refusal_text, run_in_background
+from .docsync import BackgroundJob, Report, refusal_html, text_html
 
 
 class DischargePanel(pn.viewable.Viewer):
-    """Inputs for the real twin, an estimate, a Discharge button, progress and the per-claim report."""
+    """Inputs for the real twin, an estimate, a Discharge button, progress, Cancel and the per-claim report.
+
+    Estimating and discharging both run in the background (one at a time); their results are
+    applied on this session's own document.
+    """
 
     state = param.ClassSelector(class_=ExplorerState)
-    busy = param.Boolean(default=False)
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -31,7 +34,8 @@ class DischargePanel(pn.viewable.Viewer):
         default = loaded.config_path.stem if loaded.config_path and loaded.config_path.stem in names else (names[0] if names else "")
         self.config = pn.widgets.Select(label="Config (shipped)", options=names, value=default or None, css_classes=["tlx-twin-config"])
         custom = str(loaded.config_path) if loaded.config_path and loaded.config_path.stem not in names else ""
-        self.config_path = pn.widgets.TextInput(label="or a local config path", value=custom, placeholder="/path/to/config.json")
+        self.config_path = pn.widgets.TextInput(label="or a local config path", value=custom, placeholder="/path/to/config.json",
+                                                css_classes=["tlx-twin-config-path"])
         dtype, attn = twin.structure_defaults(self.state.trace)
         self.dtype = pn.widgets.Select(label="dtype", options=list(twin.DTYPES), value=dtype, css_classes=["tlx-twin-dtype"])
         self.seed = pn.widgets.IntInput(label="seed (random weights)", value=0)
@@ -43,16 +47,29 @@ class DischargePanel(pn.viewable.Viewer):
         self.attn = pn.widgets.Select(label="attention", options=list(twin.ATTENTION), value=attn, css_classes=["tlx-twin-attn"])
         self.estimate_button = pn.widgets.Button(label="Estimate memory", css_classes=["tlx-estimate"])
         self.go = pn.widgets.Button(label="Discharge", color="primary", css_classes=["tlx-discharge"])
-        self.progress = pn.indicators.Progress(value=0, max=100, visible=False, sizing_mode="stretch_width")
-        self.status = pn.pane.Markdown("", css_classes=["tlx-discharge-status"], sizing_mode="stretch_width")
+        # Cancel and the progress bar stay in the layout (disabled / at 0 when idle): showing and hiding
+        # them would make the browser lay the whole page out again on every start and finish.
+        self.cancel_button = pn.widgets.Button(label="Cancel", disabled=True, css_classes=["tlx-discharge-cancel"])
+        self.progress = pn.indicators.Progress(value=0, max=100, sizing_mode="stretch_width")
+        self.status = pn.pane.HTML("", css_classes=["tlx-discharge-status"], sizing_mode="stretch_width")
         self.rows = pn.widgets.Tabulator(pd.DataFrame(columns=["claims", "claimed", "observed", "status"]), show_index=False,
                                          disabled=True, visible=False, sizing_mode="stretch_width",
                                          layout="fit_data_stretch", css_classes=["tlx-claims"])
+        self.job = BackgroundJob(pn.state.curdoc, self._progress, name="tlx-discharge")
         self.estimate_button.on_click(lambda _e: self.show_estimate())
         self.go.on_click(lambda _e: self.start())
+        self.cancel_button.on_click(lambda _e: self.cancel())
         if self.state.trace.ladder_state == "OBSERVED":
             self.go.disabled = self.estimate_button.disabled = True
-            self.status.object = "This trace was captured eagerly on real values: it is already OBSERVED, nothing to discharge."
+            self.say("This trace was captured eagerly on real values: it is already OBSERVED, nothing to discharge.")
+
+    @property
+    def busy(self) -> bool:
+        return self.job.busy
+
+    def say(self, text: str, strong: str = "") -> None:
+        """Show `text` (escaped) as the panel's status."""
+        self.status.object = text_html(text, strong=strong)
 
     def spec(self) -> twin.TwinSpec:
         """The twin as the widgets describe it."""
@@ -62,56 +79,57 @@ class DischargePanel(pn.viewable.Viewer):
                              ids=self.ids.value, text=self.text.value, tokenizer=self.tokenizer.value.strip(),
                              attn=self.attn.value)
 
-    def show_estimate(self) -> twin.MemoryEstimate | None:
-        try:
-            est = twin.estimate(self.spec(), self.state.trace)
-        except Exception as exc:
-            self.status.object = refusal_text(exc)
-            return None
-        self.status.object = est.describe()
-        return est
+    def show_estimate(self) -> threading.Thread | None:
+        """Estimate the twin's memory in the background and show it."""
+        spec, structure = self.spec(), self.state.trace
+
+        def work(report: Report) -> twin.MemoryEstimate:
+            report(0.1, "reading the config")
+            return twin.estimate(spec, structure)
+
+        return self._start("Estimating memory.", work, lambda est: self._finish(est.describe()))
 
     def start(self) -> threading.Thread | None:
-        """Check the estimate, then capture and discharge on a background thread."""
-        if self.busy:
+        """Preflight, estimate, capture and discharge in the background; the session applies the result."""
+        spec, structure = self.spec(), self.state.trace
+        return self._start("Starting.", lambda report: twin.discharge_copy(structure, spec, report), self._done)
+
+    def cancel(self) -> None:
+        """Drop the running job (it stops at its next step); the banner is unchanged."""
+        if self.job.cancel():
+            self._idle()
+            self.say("Cancelled. The banner is unchanged.")
+
+    def _start(self, opening: str, work: Any, done: Any) -> threading.Thread | None:
+        thread = self.job.start(work, done, self._failed)
+        if thread is None:
             return None
-        try:
-            spec = self.spec()
-            est = twin.estimate(spec, self.state.trace)
-            twin.check_fits(est, spec)
-        except Exception as exc:
-            self.status.object = refusal_text(exc) + ("" if not isinstance(exc, TracerError) or exc.code != "twin_exceeds_memory"
-                                                      else "\n\nThe banner is unchanged: nothing was captured.")
-            return None
-        self.busy = True
-        self.go.disabled = True
-        self.progress.visible = True
+        self.go.disabled = self.estimate_button.disabled = True
+        self.cancel_button.disabled = False
         self.progress.value = 0
-        self.status.object = est.describe() + "\n\nStarting."
-        doc = pn.state.curdoc
+        self.say(opening)
+        return thread
 
-        def progress(frac: float, text: str) -> None:
-            def apply() -> None:
-                self.progress.value = int(frac * 100)
-                self.status.object = f"{text} ({int(frac * 100)}%)"
-            call_on_document(doc, apply)
+    def _progress(self, frac: float, text: str) -> None:
+        self.progress.value = int(frac * 100)
+        self.say(f"{text} ({int(frac * 100)}%)")
 
-        def work() -> Any:
-            structure = self.state.trace
-            twin.check_fits(est, spec)
-            real = twin.capture_twin(spec, progress)
-            progress(0.85, "discharging the claims")
-            return structure.discharge_against(real)
+    def _idle(self) -> None:
+        self.go.disabled = self.estimate_button.disabled = False
+        self.cancel_button.disabled = True
 
-        return run_in_background(doc, work, self._done, self._failed)
+    def _finish(self, text: str) -> None:
+        self._idle()
+        self.progress.value = 0
+        self.say(text)
 
-    def _done(self, report: Any) -> None:
-        self.busy = False
-        self.go.disabled = False
+    def _done(self, result: Any) -> None:
+        report, _envelope = result
+        self._idle()
         self.progress.value = 100
-        self.state.set_report(report)
+        self.state.set_report(report)  # applies the new envelope here, on the session's own thread
         lv = self.state.ladder
-        self.status.object = f"**{lv.state}**: {lv.detail}"
+        self.say(lv.detail, strong=f"{lv.state}:")
         first = getattr(report, "contradiction", None) or {}
         row = first.get("claimed_row") if first.get("table") == "ops" else None
         if row and row[0] in self.state.trace:
@@ -122,16 +140,17 @@ class DischargePanel(pn.viewable.Viewer):
             self.rows.visible = True
 
     def _failed(self, exc: BaseException) -> None:
-        self.busy = False
-        self.go.disabled = False
-        self.progress.visible = False
-        self.status.object = refusal_text(exc) + "\n\nThe banner is unchanged."
+        self._idle()
+        self.progress.value = 0
+        note = "The banner is unchanged: nothing was captured." if isinstance(exc, TracerError) and exc.code in (
+            "twin_exceeds_memory", "twins_not_comparable", "limit_exceeded", "config_invalid") else "The banner is unchanged."
+        self.status.object = refusal_html(exc) + text_html(note)
 
     def __panel__(self):
         return pn.Column(
             pn.pane.Markdown("**Discharge against a real twin**", margin=(0, 5)),
             self.config, self.config_path, self.dtype, self.seed, self.checkpoint, self.shape,
             self.ids, self.text, self.tokenizer, self.attn,
-            pn.Row(self.estimate_button, self.go), self.progress, self.status, self.rows,
+            pn.Row(self.estimate_button, self.go, self.cancel_button), self.progress, self.status, self.rows,
             sizing_mode="stretch_width",
         )

@@ -2,6 +2,8 @@
 Explorer JSON, and the same graph opened in Model Explorer served on loopback."""
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import tempfile
 import zipfile
@@ -13,9 +15,10 @@ import param
 
 from exporters.figures import export_png, export_svg
 
+from .. import tempdirs
 from ..ladder import caption
 from ..state import ExplorerState
-from .docsync import refusal_text, run_in_background
+from .docsync import refusal_html, run_in_background, text_html
 
 
 FIGURE_WRITERS = {"svg": export_svg, "png": export_png}
@@ -26,16 +29,27 @@ def export_view(state: ExplorerState, path: str | Path, fmt: str) -> Path:
     return Path(FIGURE_WRITERS[fmt](state.trace, path, expanded=state.expanded, fold_repeats=state.fold_repeats))
 
 
+def file_stem(model_class: str) -> str:
+    """A safe file-name stem from a model class name: its last dotted/slashed part, [A-Za-z0-9_-] only."""
+    last = re.split(r"[./\\:]", str(model_class).strip())[-1]
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", last).strip("_-")[:64]
+    return stem or "trace"
+
+
 def zip_trace(trace: Any, path: str | Path) -> Path:
-    """Save the trace (a folder) and zip it into one downloadable file; `torchlens-explore` opens it."""
+    """Save the trace into a fresh folder beside `path`, zip it into `path`, and remove that folder.
+
+    Only the folder made here is removed; nothing that was already on disk is touched.
+    """
     path = Path(path)
-    folder = path.with_suffix("")
-    if folder.exists():
-        shutil.rmtree(folder)
-    trace.save(str(folder))
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(folder.iterdir()):
-            zf.write(f, arcname=f.name)
+    staging = Path(tempfile.mkdtemp(prefix=".tlx-zip-", dir=path.parent))
+    try:
+        folder = Path(trace.save(str(staging / "trace")))
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+            for f in sorted(folder.iterdir()):
+                zf.write(f, arcname=f.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return path
 
 
@@ -53,10 +67,10 @@ class ExportPanel(pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
-        self.workdir = Path(tempfile.mkdtemp(prefix="tlx-export-"))
-        stem = self.state.trace.model_class
-        self.status = pn.pane.Markdown("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
-        self.caption = pn.pane.Markdown(self._caption_md(), css_classes=["tlx-export-caption"])
+        self.workdir = tempdirs.make("tlx-export-")
+        stem = file_stem(self.state.trace.model_class)
+        self.status = pn.pane.HTML("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
+        self.caption = pn.pane.HTML(self._caption_html(), css_classes=["tlx-export-caption"])
         self.svg = self._download("Figure (SVG)", f"{stem}.svg", lambda p: export_view(self.state, p, "svg"), "tlx-export-svg")
         self.png = self._download("Figure (PNG)", f"{stem}.png", lambda p: export_view(self.state, p, "png"), "tlx-export-png")
         self.trace_file = self._download("Trace file (.zip)", f"{stem}.trace.zip", lambda p: zip_trace(self.state.trace, p),
@@ -67,24 +81,24 @@ class ExportPanel(pn.viewable.Viewer):
         self.me_link = pn.pane.HTML("", css_classes=["tlx-me-link"])
         self.me_button.on_click(lambda _e: self.open_model_explorer())
         self.server: Any = None
-        self.state.param.watch(lambda _e: setattr(self.caption, "object", self._caption_md()), "ladder")
+        self.state.param.watch(lambda _e: setattr(self.caption, "object", self._caption_html()), "ladder")
         if pn.state.curdoc is not None:
             try:
                 pn.state.on_session_destroyed(lambda _ctx: self.close())
             except Exception:  # not inside a served session
                 pass
 
-    def _caption_md(self) -> str:
-        return f"Figure caption: *{caption(self.state.trace)}*"
+    def _caption_html(self) -> str:
+        return f'<div style="font:13px sans-serif">Figure caption: <i>{html.escape(caption(self.state.trace))}</i></div>'
 
     def _download(self, label: str, filename: str, make: Callable[[Path], Path], css: str) -> pn.widgets.FileDownload:
         def callback() -> Any:
             try:
-                out = make(self.workdir / filename)
+                out = make(tempdirs.inside(self.workdir, filename))
             except Exception as exc:
-                self.status.object = refusal_text(exc)
+                self.status.object = refusal_html(exc)
                 return None
-            self.status.object = f"Wrote {Path(out).name} ({Path(out).stat().st_size:,} bytes)."
+            self.status.object = text_html(f"Wrote {Path(out).name} ({Path(out).stat().st_size:,} bytes).")
             return str(out)
 
         return pn.widgets.FileDownload(callback=callback, filename=filename, label=label, embed=False,
@@ -95,7 +109,7 @@ class ExportPanel(pn.viewable.Viewer):
         if self.server is not None:
             self.me_link.object = self._link(self.server.url)
             return
-        self.status.object = "Starting Model Explorer on 127.0.0.1 (a few seconds)..."
+        self.status.object = text_html("Starting Model Explorer on 127.0.0.1 (a few seconds)...")
         self.me_button.disabled = True
 
         def work() -> Any:
@@ -107,25 +121,26 @@ class ExportPanel(pn.viewable.Viewer):
         def done(server: Any) -> None:
             self.server = server
             self.me_button.disabled = False
-            self.status.object = "Model Explorer is serving this graph on loopback."
+            self.status.object = text_html("Model Explorer is serving this graph on loopback.")
             self.me_link.object = self._link(server.url)
 
         def failed(exc: BaseException) -> None:
             self.me_button.disabled = False
-            self.status.object = refusal_text(exc)
+            self.status.object = refusal_html(exc)
 
         run_in_background(pn.state.curdoc, work, done, failed)
 
     @staticmethod
     def _link(url: str) -> str:
-        return f'<a class="tlx-me-href" href="{url}" target="_blank" rel="noopener">Open the graph in Model Explorer</a>'
+        return (f'<a class="tlx-me-href" href="{html.escape(url, quote=True)}" target="_blank" rel="noopener">'
+                "Open the graph in Model Explorer</a>")
 
     def close(self) -> None:
         """Stop the Model Explorer server and remove the session's files."""
         if self.server is not None:
             self.server.stop()
             self.server = None
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        tempdirs.remove(self.workdir)
 
     def __panel__(self):
         return pn.Column(pn.pane.Markdown("**Export**", margin=(0, 5)), self.caption, self.svg, self.png,

@@ -1,12 +1,14 @@
 """Serve an exported graph with the real Model Explorer server (a subprocess on loopback).
 
-`serve(path)` starts `model-explorer FILE --host 127.0.0.1 --port P --no_open_in_browser`,
-waits for `/check_health`, reads the file back over `/api/v1/read_text_file` and checks it
-equals the file on disk. Used as a context manager it yields the URL that opens the file
-and stops the server (SIGTERM) on exit.
+`serve(path)` starts `model-explorer FILE --host 127.0.0.1 --port P --no_open_in_browser` on a
+private port with a minimal environment, puts a loopback front before it (`front.py`: Host check,
+only the viewer's routes, `read_text_file` only for the exported files), waits for `/check_health`,
+reads the file back through the front and checks it equals the file on disk. Used as a context
+manager it yields the URL that opens the file and stops both (SIGTERM) on exit.
 """
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import json
 import os
@@ -19,6 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import quote
@@ -30,7 +33,17 @@ from ..errors import (
     NonLoopbackHostError,
 )
 
+from .front import ModelExplorerFront
+
 _PORT_TRIES = 3
+_LIVE: "weakref.WeakSet[ModelExplorerServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop every server still running when the interpreter exits (its own session group is not ours)."""
+    for server in list(_LIVE):
+        server.stop(timeout=5.0)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -66,12 +79,23 @@ class ModelExplorerServer:
         self.node_data = tuple(Path(p).resolve() for p in node_data)
         self.timeout = timeout
         self.process: subprocess.Popen | None = None
+        self.front: ModelExplorerFront | None = None
+        self.fronted = _is_loopback(host)  # a deliberately non-loopback server is the bare vendor server
+        self.backend_port: int | None = None
         self._log = None
+        self._home: str | None = None
 
     @property
     def base_url(self) -> str:
+        """Where a browser goes: the front (or the bare server when not on loopback)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def backend_url(self) -> str:
+        if not self.fronted:
+            return self.base_url
+        return f"http://127.0.0.1:{self.backend_port}"
 
     @property
     def url(self) -> str:
@@ -80,10 +104,12 @@ class ModelExplorerServer:
 
     def start(self) -> "ModelExplorerServer":
         """Start the server, wait until healthy, and check it serves the file unchanged."""
-        tries = 1 if self.port is not None else _PORT_TRIES
+        tries = 1 if (self.port is not None and not self.fronted) else _PORT_TRIES
         pick = self.port is None
         for attempt in range(tries):
-            if pick:
+            if self.fronted:
+                self.backend_port = free_port("127.0.0.1")
+            elif pick:
                 self.port = free_port(self.host)
             try:
                 self._launch()
@@ -94,6 +120,8 @@ class ModelExplorerServer:
                 if attempt == tries - 1:
                     raise
         try:
+            if self.fronted:
+                self._open_front()
             self._check_readback()
         except Exception:
             self.stop()
@@ -102,6 +130,9 @@ class ModelExplorerServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server with SIGTERM (SIGKILL after `timeout` seconds); safe to call twice."""
+        front, self.front = self.front, None
+        if front is not None:
+            front.stop()
         proc, self.process = self.process, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -113,6 +144,9 @@ class ModelExplorerServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._home is not None:
+            shutil.rmtree(self._home, ignore_errors=True)
+            self._home = None
 
     @property
     def log(self) -> str:
@@ -132,15 +166,19 @@ class ModelExplorerServer:
 
     # -- steps -------------------------------------------------------------------------
     def _launch(self) -> None:
-        cmd = [*_command(), str(self.path), "--host", self.host, "--port", str(self.port), "--no_open_in_browser"]
+        host, port = ("127.0.0.1", self.backend_port) if self.fronted else (self.host, self.port)
+        cmd = [*_command(), str(self.path), "--host", host, "--port", str(port), "--no_open_in_browser"]
         if self.node_data:
             cmd += ["--node_data_paths", ",".join(str(p) for p in self.node_data)]
         if self._log is not None:
             self._log.close()
         self._log = tempfile.NamedTemporaryFile("w+", prefix="model-explorer-", suffix=".log", delete=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self._home is None:
+            self._home = tempfile.mkdtemp(prefix="model-explorer-home-")
+        env = minimal_environment(self._home)
         self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env=env, start_new_session=True)
+        _LIVE.add(self)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.timeout
@@ -150,13 +188,22 @@ class ModelExplorerServer:
                 raise ModelExplorerServerError(f"the Model Explorer server exited (status {code}) before answering",
                                                site=self.base_url, log=self.log[-2000:], port=self.port)
             try:
-                if _get(f"{self.base_url}/check_health", 2.0) == "model_explorer_ok":
+                if _get(f"{self.backend_url}/check_health", 2.0) == "model_explorer_ok":
                     return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.1)
         raise ModelExplorerServerError(f"the Model Explorer server did not answer /check_health in {self.timeout:.0f} s",
                                        site=self.base_url, log=self.log[-2000:], port=self.port)
+
+    def _open_front(self) -> None:
+        try:
+            self.front = ModelExplorerFront(self.backend_url, (self.path, *self.node_data), self.port or 0)
+        except OSError as exc:
+            raise ModelExplorerServerError(f"cannot listen on 127.0.0.1:{self.port}", site="serve(port=...)",
+                                           log=f"127.0.0.1:{self.port} is already in use or not allowed ({exc})",
+                                           port=self.port) from None
+        self.port = self.front.port
 
     def _check_readback(self) -> None:
         on_disk = self.path.read_text(encoding="utf-8")
@@ -177,10 +224,21 @@ def serve(path: str | Path, host: str = "127.0.0.1", port: int | None = None, *,
     """Start Model Explorer on an exported graph file; `with serve(p) as url:` stops it on exit.
 
     The port is picked when `port` is None; any host other than loopback is refused unless
-    `allow_non_loopback=True` (the server reads any file a client names).
+    `allow_non_loopback=True` (then the vendor server is bound bare, without the front, and reads
+    any file a client names).
     """
     return ModelExplorerServer(path, host, port, node_data=node_data, timeout=timeout,
                                allow_non_loopback=allow_non_loopback).start()
+
+
+ENV_PASSED = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")  # what the server needs to start; nothing else is passed
+
+
+def minimal_environment(home: str) -> dict[str, str]:
+    """The server's environment: PATH and locale only, an empty private HOME and TMPDIR, no user secrets."""
+    env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
+    env.update({"HOME": home, "TMPDIR": home, "PYTHONUNBUFFERED": "1", "PYTHONNOUSERSITE": "1"})
+    return env
 
 
 def _command() -> list[str]:

@@ -47,7 +47,7 @@ def gpt2_loaded():
 
 @pytest.fixture
 def tiny_loaded():
-    from app.sources import open_factory
+    from app.factory import open_factory
 
     return open_factory("tests.models:tiny_llama")
 

@@ -98,3 +98,29 @@ def test_console_script_opens_the_browser_where_there_is_one(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path):
+    """A page request makes the session's export folder; SIGTERM to the server removes it."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", proc.stdout.readline())
+            url = m.group(1) if m else None
+        assert url, "the URL was never printed"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url, timeout=30).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert [p.name for p in tmp_path.glob("tlx-export-*")], "the session made no export folder"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert list(tmp_path.glob("tlx-*")) == []

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from app import sources
+from app import factory, sources
 from app.errors import InvalidInputShapeError, InvalidModelSpecError, SourceNotFoundError
 from tracer.errors import TracerError
 
@@ -33,18 +33,18 @@ def test_unknown_sources_refuse_typed(tmp_path):
     with pytest.raises(SourceNotFoundError):
         sources.open_path(tmp_path / "missing")
     with pytest.raises(InvalidModelSpecError):
-        sources.open_factory("no_colon_here")
+        factory.open_factory("no_colon_here")
     with pytest.raises(InvalidModelSpecError):
-        sources.open_factory("tests.models:does_not_exist")
+        factory.open_factory("tests.models:does_not_exist")
     not_a_trace = tmp_path / "x.json"
     not_a_trace.write_text(json.dumps({"hello": 1}))
-    with pytest.raises(TracerError) as info:  # neither a config nor a trace: the store refuses
+    with pytest.raises(TracerError) as info:  # neither a config nor a trace
         sources.open_path(not_a_trace)
-    assert info.value.code.startswith("trace_")
+    assert info.value.code == "source_not_found" and "neither a saved trace nor a model config" in info.value.message
 
 
 def test_factory_is_traced_eagerly_with_ids_for_a_language_model():
-    loaded = sources.open_factory("tests.models:tiny_gpt2", (1, 5))
+    loaded = factory.open_factory("tests.models:tiny_gpt2", (1, 5))
     assert loaded.origin == "factory" and loaded.trace.ladder_state == "OBSERVED"
     assert loaded.trace.inputs[0].out.shape == (1, 5) and loaded.trace.inputs[0].out.dtype == "int64"
     assert loaded.model is not None and loaded.trace.values
@@ -53,7 +53,7 @@ def test_factory_is_traced_eagerly_with_ids_for_a_language_model():
 def test_saved_trace_opens_from_folder_and_from_the_apps_zip(tmp_path):
     from app.views.export import zip_trace
 
-    loaded = sources.open_factory("tests.models:tiny_gpt2")
+    loaded = factory.open_factory("tests.models:tiny_gpt2")
     folder = tmp_path / "t"
     loaded.trace.save(str(folder))
     again = sources.open_path(folder)

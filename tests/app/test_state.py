@@ -62,7 +62,7 @@ def deep_llama():
 
 
 def test_a_deep_model_starts_folded_and_unfolds_on_request():
-    from app.sources import open_factory
+    from app.factory import open_factory
     from app.state import AUTO_FOLD_NODES
 
     s = ExplorerState(open_factory("tests.app.test_state:deep_llama"))

@@ -83,3 +83,24 @@ def test_twin_inputs_from_ids_text_or_seed(tmp_path):
         twin.twin_inputs(twin.TwinSpec(config="gpt2", ids="one two"))
     with pytest.raises(InvalidInputError):
         twin.twin_inputs(twin.TwinSpec(config="gpt2", text="hello"))
+
+
+@pytest.mark.slow
+def test_the_panel_discharges_with_the_twin_captured_in_a_child_process(gpt2_loaded):
+    structure = copy.copy(gpt2_loaded.trace)
+    dtype, attn = twin.structure_defaults(structure)
+    seen = []
+    report, envelope = twin.discharge_copy(structure, twin.TwinSpec(config="gpt2", dtype=dtype, attn=attn),
+                                           lambda f, s: seen.append(s))
+    assert report.contradiction is None and envelope.ladder_state == "CORROBORATED"
+    assert structure.ladder_state == "HYPOTHESIS"  # the copy changed, not the session's trace
+    assert any("handing it back" in s for s in seen)
+
+
+def test_a_refusal_in_the_child_comes_back_typed(gpt2_loaded):
+    from app.twin_worker import capture_isolated
+    from tracer.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError) as info:
+        capture_isolated(twin.TwinSpec(config="gpt2", ids="1, 99999999"), lambda f, s: None)
+    assert info.value.code == "token_id_out_of_range"

@@ -116,3 +116,52 @@ def _locate(page, name: str) -> None:
     hit = page.get_by_text(name, exact=True).filter(visible=True)
     hit.first.wait_for(timeout=30_000)
     hit.first.click(modifiers=["Alt"])
+
+
+def _raw_get(port: int, path: str, host: str | None = None, method: str = "GET") -> tuple[int, str]:
+    """One HTTP request with an explicit Host header (what a rebinding page would send)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest(method, path, skip_host=True)
+        conn.putheader("Host", host or f"127.0.0.1:{port}")
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_the_front_serves_only_the_exported_files_to_the_right_host(exported, monkeypatch):
+    """Through the front: the graph is served, /etc/passwd is not, a foreign Host is refused, the page loads,
+    and the real server runs without the app's environment."""
+    path, node_data = exported
+    monkeypatch.setenv("TLX_TEST_SECRET", "do-not-leak")
+    server = me.serve(path, node_data=list(node_data.values()))
+    with server:
+        port = server.port
+        status, body = _raw_get(port, f"/api/v1/read_text_file?path={quote(str(path))}")
+        assert status == 200 and json.loads(body)["content"] == path.read_text(encoding="utf-8")
+        for bad in ("/etc/passwd", "/proc/self/environ", f"{path.parent}/../{path.parent.name}/nope.json",
+                    f"{path}&path=/etc/passwd"):
+            status, body = _raw_get(port, f"/api/v1/read_text_file?path={quote(bad)}")
+            assert status == 403 and "root:" not in body and "do-not-leak" not in body
+        status, _ = _raw_get(port, "/api/v1/read_text_file?path=" + quote("/etc/passwd") + "&path=" + quote(str(path)))
+        assert status == 403
+        for host in ("evil.example:%d" % port, "127.0.0.1", "localhost:1", "127.0.0.1.nip.io:%d" % port):
+            status, body = _raw_get(port, "/", host=host)
+            assert status == 421 and "<html" not in body.lower()
+        assert _raw_get(port, "/", host=f"localhost:{port}")[0] == 200
+        status, page = _raw_get(port, "/")
+        assert status == 200 and "<html" in page.lower()
+        for hidden in ("/api/v1/send_command?json=%7B%7D", "/%61pi/v1/send_command?json=%7B%7D",
+                       "//api/v1/send_command?json=%7B%7D", "/%2Fapi/v1/send_command", "/x/../api/v1/send_command",
+                       "/%61pi/v1/read_text_file?path=/etc/passwd"):
+            status, body = _raw_get(port, hidden)
+            assert status in (403, 404) and "root:" not in body, hidden
+        assert _raw_get(port, "/apipost/v1/upload", method="POST")[0] == 405
+        assert _raw_get(port, "/api/v1/check_new_version")[0] == 200
+        environ = Path(f"/proc/{server.process.pid}/environ").read_bytes()
+        assert b"do-not-leak" not in environ and b"HOME=" in environ

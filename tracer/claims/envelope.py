@@ -18,6 +18,7 @@ from ..digest import canonical_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
+from ..tensor_stats import tensor_stats
 
 HYPOTHESIS = Ladder.HYPOTHESIS.value
 CORROBORATED = Ladder.CORROBORATED.value
@@ -187,18 +188,12 @@ def require_values(trace: Trace, what: str) -> None:
 
 
 def activation_stats(trace: Trace, label: str) -> dict[str, float]:
-    """Mean, std, min, max and non-finite count of one op's saved output."""
+    """Mean, std, min, max, norm and non-finite count of one op's saved output (`tensor_stats`)."""
     require_values(trace, f"activation_stats({label!r})")
     value = trace.values.get(label)
     if value is None:
         raise ValuesMissingError(f"no saved value for {label!r}", site=label)
-    x = value.detach().float()
-    finite = x[x.isfinite()]
-    return {"mean": float(finite.mean()) if finite.numel() else float("nan"),
-            "std": float(finite.std()) if finite.numel() > 1 else 0.0,
-            "min": float(finite.min()) if finite.numel() else float("nan"),
-            "max": float(finite.max()) if finite.numel() else float("nan"),
-            "non_finite": int(x.numel() - finite.numel()), "numel": int(x.numel())}
+    return tensor_stats(value)
 
 
 def timings(trace: Trace) -> dict[str, float]:
