@@ -11,7 +11,7 @@ from typing import Any
 
 import param
 
-from exporters.layout import compute_layout, default_expansion
+from exporters.layout import LayoutEngine
 from exporters.layout import toggle as toggle_expansion
 from tracer.module_tree import module_param_counts
 
@@ -41,9 +41,12 @@ class ExplorerState(param.Parameterized):
         # Each session discharges its own copy: the envelope changes, the shared ops do not.
         self.loaded = loaded
         self.trace = copy.copy(loaded.trace)
+        # The session's own layout engine: its caches are never shared with another session. A new
+        # envelope (discharge) gives a new Trace over the same graph, so the engine stays valid.
+        self.engine = LayoutEngine(self.trace)
         self._param_totals = module_param_counts(self.trace)
         if "expanded" not in params:
-            self.expanded = frozenset(default_expansion(self.trace))
+            self.expanded = frozenset(self.engine.default_expansion())
         self.ladder = ladder_view(self.trace)
         self.relayout()
         if "fold_repeats" not in params and len(self.layout.nodes) > AUTO_FOLD_NODES:
@@ -53,7 +56,7 @@ class ExplorerState(param.Parameterized):
     @param.depends("expanded", "fold_repeats", watch=True)
     def relayout(self) -> None:
         started = time.perf_counter()
-        computed = compute_layout(self.trace, self.expanded, fold_repeats=self.fold_repeats)
+        computed = self.engine.layout(self.expanded, fold_repeats=self.fold_repeats)
         self.layout_ms = (time.perf_counter() - started) * 1000
         self.layout = computed
 

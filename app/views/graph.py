@@ -11,7 +11,6 @@ import param
 
 from ..ladder import caption
 from exporters.bokeh_graph import graph_figure
-from exporters.layout import default_expansion
 
 from ..state import ExplorerState
 from .docsync import call_on_document
@@ -266,7 +265,7 @@ class GraphView(pn.viewable.Viewer):
             self.state.go(event.new)
 
     def _on_reset(self, _event) -> None:
-        self.state.expanded = frozenset(default_expansion(self.state.trace))
+        self.state.expanded = frozenset(self.state.engine.default_expansion())
 
     def __panel__(self):
         return pn.Column(pn.Row(self.search, self.fold, self.reset), self.summary, self.pane,
