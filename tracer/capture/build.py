@@ -7,8 +7,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from .call_template import call_templates
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
-from .session import (R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
+from .session import (R_ARGS, R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
                       R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
 
 
@@ -19,6 +20,7 @@ def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any
     meta_cache: dict[tuple, TensorMeta] = {}
     site_cache: dict[tuple, SourceSite] = {}
     ops = []
+    templates = call_templates(records, R_CALLSPEC, R_ARGS, R_PARENTS, session.param_ids, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
         stack = rec[R_STACK]
@@ -41,6 +43,7 @@ def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any
             inplace=rec[R_INPLACE],
             source=_site(rec[R_SITE], site_cache),
             io_path=rec[R_IO],
+            attrs=templates[idx],
         ))
     ops_t = tuple(ops)
     values = _select_values(session, ops_t, save)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+from .offline import NotReplayable, OfflineCalls
 
 # -- the kernel table ------------------------------------------------------------------
 # Kernels whose output is random or uninitialised: compared by metadata only.
@@ -49,6 +50,25 @@ INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", 
 UNINITIALISED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
 OVERWRITE_KINDS = frozenset({"setitem", "copy_", "index_put_", "index_copy_", "scatter_", "fill_", "zero_",
                              "masked_fill_", "masked_scatter_"})
+# Kernels whose output is piecewise constant in their inputs (besides every op with an integer or
+# boolean output): a small perturbation need not change it, so an unchanged output is no evidence.
+PIECEWISE_KINDS = frozenset({
+    "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "heaviside", "floor_divide", "floordiv",
+    "bucketize", "searchsorted", "argmax", "argmin", "argsort", "sort", "topk", "kthvalue", "mode", "max",
+    "min", "median", "nanmedian", "histc", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "all", "any",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "signbit",
+    "floor_", "ceil_", "round_", "trunc_", "sign_", "rfloordiv", "ifloordiv",
+})
+_FLOAT_PREFIXES = ("float", "bfloat", "complex")
+
+
+def is_piecewise_constant(op: Op) -> bool:
+    """True when `op`'s output cannot be expected to move under a small change of an input."""
+    if op.out is not None and not op.out.dtype.startswith(_FLOAT_PREFIXES):
+        return True
+    return op.kind in PIECEWISE_KINDS
+
+
 # Foreign kernels (autograd Functions, custom ops): Op.func -> {output index: the argument
 # positions that output reads}. Outputs not listed are expected to read every argument.
 FOREIGN_DEPENDENCE: dict[str, dict[int, frozenset[str]]] = {}
@@ -93,9 +113,17 @@ def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
     return bool(training) and float(p) > 0.0
 
 
+# Multi-output kernels where output k does not read some arguments: {kind: {output index: positions}}.
+OUTPUT_IGNORES: dict[str, dict[int, frozenset[str]]] = {
+    "multi_head_attention_forward": {1: frozenset({"2", "value"})},  # attention weights never read value
+}
+
+
 def dependence_declared_absent(op: Op, position: str) -> bool:
     """True when the kernel table declares that `op`'s output does not read `position`'s values."""
     if position in SHAPE_ONLY_POSITIONS.get(op.kind, ()):
+        return True
+    if position in OUTPUT_IGNORES.get(op.kind, {}).get(op.output_index, ()):
         return True
     if op.kind in ITEMWISE_KINDS and op.num_outputs > 1:
         return position != f"0.{op.output_index}"
@@ -191,22 +219,41 @@ def _materialized(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 class Replayer:
-    """Replays single ops of a live trace, loading `Deferred` arguments when the trace has any."""
+    """Replays single ops: from the live calls of a trace captured in this process, else from the
+    call templates a trace file stores (parameters from `params`); loads `Deferred` arguments."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None = None) -> None:
         self.trace = trace
         self.values = trace.values
         self.calls = trace.live_calls
+        self.offline = None if trace.live_calls else OfflineCalls(trace, params)
         self.resolve: Callable[[tuple, dict], tuple[tuple, dict]] | None = (
             _materialized if trace.provenance.get("deferred_args") else None)
 
     def missing_parents(self, op: Op) -> list[str]:
         return [e.source for e in op.parents if e.source not in self.values]
 
-    def run(self, op: Op, override: Mapping[str, torch.Tensor] | None = None) -> Any:
-        """The op's output recomputed from saved parents (`override`: position -> tensor)."""
+    def call_of(self, op: Op) -> tuple:
+        """`(func, args, kwargs)` of `op`'s call; raises `NotReplayable` when there is none."""
+        if self.offline is not None:
+            return self.offline.call(op)
+        call = self.calls.get(op.label)
+        if call is None:
+            raise NotReplayable("not replayable: its live call was not saved", check="missing")
+        return call
+
+    def run(self, op: Op, override: Mapping[str, torch.Tensor] | None = None, grad: bool = False) -> Any:
+        """The op's output recomputed from saved parents (`override`: position -> tensor).
+
+        `grad=True` replays with autograd recording, as a capture with grad enabled ran
+        (some kernels pick another algorithm then); the result is detached.
+        """
         method = getattr(self, f"run_{_category(op)}")
         try:
+            if grad:
+                with torch.enable_grad():
+                    out = method(op, _as_recorded(self.trace, op, self.values, override or {}))
+                return out.detach() if isinstance(out, torch.Tensor) else out
             with torch.no_grad():
                 return method(op, override or {})
         except ReplayError:
@@ -224,7 +271,7 @@ class Replayer:
         return override.get(edge.position, self.values[edge.source])
 
     def run_call(self, op: Op, override: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
-        func, args, kwargs = self.calls[op.label]
+        func, args, kwargs = self.call_of(op)
         if self.resolve is not None:
             args, kwargs = self.resolve(args, kwargs)
         subs = {e.position: self.values[e.source] for e in op.parents}
@@ -244,6 +291,20 @@ class Replayer:
         target = subs.get(target_pos) if target_pos is not None else None
         out = func(*new_args, **new_kwargs)
         return select_output(out, op, target)
+
+
+def _as_recorded(trace: Trace, op: Op, values: Mapping[str, torch.Tensor],
+                 override: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every parent value at its position, requiring grad where the recorded parent did."""
+    subs: dict[str, torch.Tensor] = {}
+    for e in op.parents:
+        v = override.get(e.position, values[e.source])
+        meta = trace[e.source].out
+        if meta is not None and meta.requires_grad and (v.is_floating_point() or v.is_complex()):
+            v = v.detach().requires_grad_(True)
+        subs[e.position] = v
+    subs.update({k: v for k, v in override.items() if k not in subs})
+    return subs
 
 
 def _top_level_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:

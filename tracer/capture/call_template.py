@@ -1,0 +1,231 @@
+"""The call template of an op (`Op.attrs`): its callable and non-tensor arguments as JSON data.
+
+Shape: `{"call": "torch.nn.functional.gelu" | None, "args": [...], "kwargs": {...}}`. Plain JSON
+values stand for themselves (a non-finite float is `{"float": "inf"}`); every other argument is a
+one-key object: `{"edge": "<position>"}` a parent's tensor (see `Op.parents`), `{"param": "<address>"}`
+a parameter or buffer, `{"before": "<address>", "value": <small tensor> | None}` a buffer's value
+before the in-place write this op made, `{"tensor": "<position>"}` a tensor the trace does not know,
+`{"tuple": [...]}`, `{"size": [...]}`, `{"slice": [start, stop, step]}`, `{"ellipsis": None}`,
+`{"dtype": "float32"}`, `{"device": "cpu"}`, `{"layout": "strided"}`, `{"memory_format": "..."}`,
+`{"complex": [re, im]}`, `{"dict": {...}}`, and `{"opaque": "<type>"}` for an object no file can hold.
+A small tensor value is `{"dtype": ..., "shape": [...], "data": [...]}`. Encoding is deferred until
+the template is first read, so capture pays nothing for it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+_Tensor = torch.Tensor
+# A buffer's pre-write value is stored inline up to this many elements.
+INLINE_NUMEL = 64
+
+
+class TensorSlot:
+    """Stands in for a tensor argument in a call kept without its tensors (values not saved)."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, tensor_id: int) -> None:
+        self.id = tensor_id
+
+
+def scrub_call(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """`(func, args, kwargs)` with every tensor replaced by a `TensorSlot` (hot path: no copy when none)."""
+    return func, tuple([_scrub(a) for a in args]), ({k: _scrub(v) for k, v in kwargs.items()} if kwargs else kwargs)
+
+
+def _scrub(a: Any) -> Any:
+    if isinstance(a, _Tensor):
+        return TensorSlot(id(a))
+    if type(a) in (list, tuple) and a and any(isinstance(b, (_Tensor, list, tuple)) for b in a):
+        return type(a)(_scrub(b) for b in a)
+    return a
+
+
+class CallTemplate(Mapping):
+    """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
+
+    __slots__ = ("_source", "_encoded")
+
+    def __init__(self, encode: Callable[[], dict[str, Any]]) -> None:
+        self._source: Callable[[], dict[str, Any]] | None = encode
+        self._encoded: dict[str, Any] | None = None
+
+    def _data(self) -> dict[str, Any]:
+        if self._encoded is None:
+            self._encoded = self._source()  # type: ignore[misc]
+            self._source = None
+        return self._encoded
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return repr(self._data())
+
+
+def call_templates(records: list, spec_slot: int, args_slot: int, parents_slot: int,
+                   param_ids: Mapping[int, str], snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
+    """One template per raw record ({} for synthetic ops); records of one call share theirs."""
+    shared: dict[int, CallTemplate] = {}
+    out: list[Mapping[str, Any]] = []
+    for rec in records:
+        source = rec[spec_slot] if rec[spec_slot] is not None else rec[args_slot]
+        if source is None or rec[parents_slot] is None:
+            out.append({})
+            continue
+        hit = shared.get(id(source))
+        if hit is None:
+            positions = frozenset(pos for _p, pos in rec[parents_slot])
+            hit = CallTemplate(_encoder(source, positions, param_ids, snapshots))
+            shared[id(source)] = hit
+        out.append(hit)
+    return out
+
+
+def _encoder(source: tuple, positions: frozenset, param_ids: Mapping[int, str],
+             snapshots: Mapping[int, str]) -> Callable[[], dict[str, Any]]:
+    def encode() -> dict[str, Any]:
+        func, args, kwargs = source
+        enc = _Encoder(positions, param_ids, snapshots)
+        return {"call": callable_path(func),
+                "args": [enc.value(a, str(i)) for i, a in enumerate(args)],
+                "kwargs": {str(k): enc.value(v, str(k)) for k, v in kwargs.items()}}
+    return encode
+
+
+class _Encoder:
+    def __init__(self, positions: frozenset, param_ids: Mapping[int, str], snapshots: Mapping[int, str]) -> None:
+        self.positions = positions
+        self.param_ids = param_ids
+        self.snapshots = snapshots
+
+    def tensor(self, tensor_id: int, position: str | None, t: torch.Tensor | None) -> dict[str, Any]:
+        if position is not None and position in self.positions:
+            return {"edge": position}
+        addr = self.param_ids.get(tensor_id)
+        if addr is not None:
+            return {"param": addr}
+        addr = self.snapshots.get(tensor_id)
+        if addr is not None:
+            return {"before": addr, "value": tensor_value(t) if t is not None else None}
+        return {"tensor": position}
+
+    def value(self, a: Any, position: str | None) -> Any:
+        if isinstance(a, _Tensor):
+            return self.tensor(id(a), position, a)
+        if isinstance(a, TensorSlot):
+            return self.tensor(a.id, position, None)
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        if isinstance(a, float):
+            return a if math.isfinite(a) else {"float": repr(a)}
+        if isinstance(a, torch.Size):
+            return {"size": list(a)}
+        if type(a) in (list, tuple):
+            items = [self.value(b, f"{position}.{j}" if position is not None and "." not in position else None)
+                     for j, b in enumerate(a)]
+            return items if type(a) is list else {"tuple": items}
+        return _atom(a)
+
+
+def _atom(a: Any) -> Any:
+    """A non-container, non-tensor argument."""
+    if isinstance(a, torch.dtype):
+        return {"dtype": str(a).replace("torch.", "")}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    if isinstance(a, torch.layout):
+        return {"layout": str(a).replace("torch.", "")}
+    if isinstance(a, torch.memory_format):
+        return {"memory_format": str(a).replace("torch.", "")}
+    if isinstance(a, slice):
+        parts = [a.start, a.stop, a.step]
+        if all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
+            return {"slice": parts}
+    if a is Ellipsis:
+        return {"ellipsis": None}
+    if isinstance(a, complex):
+        return {"complex": [a.real, a.imag]}
+    if isinstance(a, dict) and all(isinstance(k, str) for k in a):
+        return {"dict": {k: _Encoder(frozenset(), {}, {}).value(v, None) for k, v in a.items()}}
+    return {"opaque": f"{type(a).__module__}.{type(a).__qualname__}"}
+
+
+def tensor_value(t: torch.Tensor) -> dict[str, Any] | None:
+    """A small tensor's value as JSON (None above `INLINE_NUMEL` elements or for odd dtypes)."""
+    if t.numel() > INLINE_NUMEL or t.is_complex() or t.dtype in (torch.bfloat16,) or t.device.type == "meta":
+        return None
+    flat = t.detach().cpu().reshape(-1)
+    data = [v if not isinstance(v, float) or math.isfinite(v) else repr(v) for v in flat.tolist()]
+    return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data": data}
+
+
+# -- the callable ------------------------------------------------------------------------
+_path_cache: dict[Any, str | None] = {}
+
+
+def callable_path(func: Any) -> str | None:
+    """The dotted path under `torch` that names `func` again in another process, or None."""
+    try:
+        return _path_cache[func]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    from ..replay.offline import resolve_callable  # the resolver is the test of a path
+
+    path = None
+    for candidate in _candidates(func):
+        try:
+            if _same_callable(resolve_callable(candidate), func):
+                path = candidate
+                break
+        except Exception:
+            continue
+    _path_cache[func] = path
+    return path
+
+
+def _candidates(func: Any) -> Iterator[str]:
+    if isinstance(func, torch._ops.OpOverload):
+        ns, _, name = func.name().partition("::")
+        base, _, overload = name.partition(".")
+        yield f"torch.ops.{ns}.{base}.{overload or 'default'}"
+        return
+    name = getattr(func, "__name__", None)
+    if name in ("__get__", "__set__"):  # a Tensor property's getter, e.g. Tensor.T.__get__
+        prop = getattr(getattr(func, "__self__", None), "__name__", None)
+        if prop:
+            yield f"torch.Tensor.{prop}.{name}"
+        return
+    if name is None:
+        return
+    if getattr(func, "__objclass__", None) is not None or (getattr(func, "__qualname__", "") or "").startswith(
+            ("Tensor.", "TensorBase.", "_TensorBase.")):
+        yield f"torch.Tensor.{name}"
+    module = getattr(func, "__module__", None)
+    qual = getattr(func, "__qualname__", None) or name
+    if module:
+        yield f"{module}.{qual}"
+    for ns in ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch._C._nn",
+               "torch._C._VariableFunctions", "torch._C._linalg", "torch._C._fft", "torch._C._special"):
+        yield f"{ns}.{name}"
+
+
+def _same_callable(found: Any, func: Any) -> bool:
+    if found is func:
+        return True
+    try:
+        return bool(found == func)
+    except Exception:
+        return False
