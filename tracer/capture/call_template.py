@@ -23,24 +23,37 @@ _Tensor = torch.Tensor
 INLINE_NUMEL = 64
 
 
-class TensorSlot:
+class _TensorMarker:
     """Stands in for a tensor argument in a call kept without its tensors (values not saved)."""
 
-    __slots__ = ("id",)
+    __slots__ = ()
 
-    def __init__(self, tensor_id: int) -> None:
-        self.id = tensor_id
+    def __repr__(self) -> str:
+        return "<tensor>"
 
 
-def scrub_call(func: Any, args: tuple, kwargs: dict) -> tuple:
-    """`(func, args, kwargs)` with every tensor replaced by a `TensorSlot` (hot path: no copy when none)."""
-    return func, tuple([_scrub(a) for a in args]), ({k: _scrub(v) for k, v in kwargs.items()} if kwargs else kwargs)
+TENSOR = _TensorMarker()
+_SEQ = (list, tuple)
+
+
+def scrub_args(args: tuple) -> tuple:
+    """`args` with each top-level tensor replaced by `TENSOR` (the hot path's whole cost)."""
+    return tuple([TENSOR if isinstance(a, _Tensor) else a for a in args])
+
+
+def scrub_deep(args: tuple) -> tuple:
+    """`args` with tensors inside lists and tuples replaced too (calls such as `cat`)."""
+    return tuple([_scrub(a) for a in args])
+
+
+def scrub_kwargs(kwargs: dict) -> dict:
+    return {k: (TENSOR if isinstance(v, _Tensor) else v) for k, v in kwargs.items()}
 
 
 def _scrub(a: Any) -> Any:
     if isinstance(a, _Tensor):
-        return TensorSlot(id(a))
-    if type(a) in (list, tuple) and a and any(isinstance(b, (_Tensor, list, tuple)) for b in a):
+        return TENSOR
+    if type(a) in _SEQ:
         return type(a)(_scrub(b) for b in a)
     return a
 
@@ -73,30 +86,28 @@ class CallTemplate(Mapping):
         return repr(self._data())
 
 
-def call_templates(records: list, spec_slot: int, args_slot: int, parents_slot: int,
-                   param_ids: Mapping[int, str], snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
+def call_templates(records: list, spec_slot: int, args_slot: int, parents_slot: int, params_slot: int,
+                   snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
     """One template per raw record ({} for synthetic ops); records of one call share theirs."""
     shared: dict[int, CallTemplate] = {}
     out: list[Mapping[str, Any]] = []
     for rec in records:
         source = rec[spec_slot] if rec[spec_slot] is not None else rec[args_slot]
-        if source is None or rec[parents_slot] is None:
+        if source is None:
             out.append({})
             continue
         hit = shared.get(id(source))
         if hit is None:
-            positions = frozenset(pos for _p, pos in rec[parents_slot])
-            hit = CallTemplate(_encoder(source, positions, param_ids, snapshots))
+            hit = CallTemplate(_encoder(source, rec[parents_slot], rec[params_slot], snapshots))
             shared[id(source)] = hit
         out.append(hit)
     return out
 
 
-def _encoder(source: tuple, positions: frozenset, param_ids: Mapping[int, str],
-             snapshots: Mapping[int, str]) -> Callable[[], dict[str, Any]]:
+def _encoder(source: tuple, parents: tuple, params: tuple, snapshots: Mapping[int, str]) -> Callable[[], dict[str, Any]]:
     def encode() -> dict[str, Any]:
         func, args, kwargs = source
-        enc = _Encoder(positions, param_ids, snapshots)
+        enc = _Encoder(frozenset(pos for _p, pos in parents), params, snapshots)
         return {"call": callable_path(func),
                 "args": [enc.value(a, str(i)) for i, a in enumerate(args)],
                 "kwargs": {str(k): enc.value(v, str(k)) for k, v in kwargs.items()}}
@@ -104,36 +115,38 @@ def _encoder(source: tuple, positions: frozenset, param_ids: Mapping[int, str],
 
 
 class _Encoder:
-    def __init__(self, positions: frozenset, param_ids: Mapping[int, str], snapshots: Mapping[int, str]) -> None:
+    """Encodes arguments in the order capture visited them: a tensor not on an edge is the next
+    parameter or buffer the call read (capture records them in that same order)."""
+
+    def __init__(self, positions: frozenset, params: tuple, snapshots: Mapping[int, str]) -> None:
         self.positions = positions
-        self.param_ids = param_ids
+        self.params = list(params)
         self.snapshots = snapshots
 
-    def tensor(self, tensor_id: int, position: str | None, t: torch.Tensor | None) -> dict[str, Any]:
+    def tensor(self, position: str | None, t: torch.Tensor | None) -> dict[str, Any]:
         if position is not None and position in self.positions:
             return {"edge": position}
-        addr = self.param_ids.get(tensor_id)
-        if addr is not None:
-            return {"param": addr}
-        addr = self.snapshots.get(tensor_id)
-        if addr is not None:
-            return {"before": addr, "value": tensor_value(t) if t is not None else None}
-        return {"tensor": position}
+        if position is None or not self.params:
+            return {"tensor": position}
+        addr = self.params.pop(0)
+        before = self.snapshots.get(id(t)) if t is not None else None
+        if before is not None:
+            return {"before": before, "value": tensor_value(t)}
+        return {"param": addr}
 
     def value(self, a: Any, position: str | None) -> Any:
-        if isinstance(a, _Tensor):
-            return self.tensor(id(a), position, a)
-        if isinstance(a, TensorSlot):
-            return self.tensor(a.id, position, None)
+        if isinstance(a, _Tensor) or a is TENSOR:
+            return self.tensor(position, a if isinstance(a, _Tensor) else None)
         if a is None or isinstance(a, (bool, int, str)):
             return a
         if isinstance(a, float):
             return a if math.isfinite(a) else {"float": repr(a)}
         if isinstance(a, torch.Size):
             return {"size": list(a)}
-        if type(a) in (list, tuple):
-            items = [self.value(b, f"{position}.{j}" if position is not None and "." not in position else None)
-                     for j, b in enumerate(a)]
+        if type(a) in _SEQ:
+            nested = position is not None and "." not in position and position.isdigit() and bool(a) \
+                and (isinstance(a[0], _Tensor) or a[0] is TENSOR)
+            items = [self.value(b, f"{position}.{j}" if nested else None) for j, b in enumerate(a)]
             return items if type(a) is list else {"tuple": items}
         return _atom(a)
 
@@ -157,7 +170,7 @@ def _atom(a: Any) -> Any:
     if isinstance(a, complex):
         return {"complex": [a.real, a.imag]}
     if isinstance(a, dict) and all(isinstance(k, str) for k in a):
-        return {"dict": {k: _Encoder(frozenset(), {}, {}).value(v, None) for k, v in a.items()}}
+        return {"dict": {k: _Encoder(frozenset(), (), {}).value(v, None) for k, v in a.items()}}
     return {"opaque": f"{type(a).__module__}.{type(a).__qualname__}"}
 
 

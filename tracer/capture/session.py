@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
-from .call_template import TensorSlot, scrub_call
+from .call_template import scrub_args, scrub_deep, scrub_kwargs
 from .functions import FuncInfo, func_info
 from .walk import iter_tensors, shallow_tensors
 
@@ -29,7 +29,7 @@ _POS = tuple(str(i) for i in range(64))
 # Raw op record layout (a plain list, filled on the hot path).
 R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS = range(15)
 # R_CALLSPEC: (func, args, kwargs) of the live call when values are saved; R_ARGS: the same with every
-# tensor replaced by a `TensorSlot` when they are not (the call template's source, holding no tensor).
+# tensor replaced by `call_template.TENSOR` when they are not (the call template's source, holding no tensor).
 
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
 
@@ -287,6 +287,7 @@ class CaptureSession:
         parents: list = []
         params: list = []
         watched: list | None = None
+        nested = False
         tmap = self.tmap
         param_ids = self.param_ids
         # Arguments: tensors become edges, parameters and buffers become attributions.
@@ -294,6 +295,7 @@ class CaptureSession:
             if isinstance(a, _Tensor):
                 watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
             elif type(a) in (list, tuple) and a and isinstance(a[0], _Tensor):
+                nested = True
                 for j, b in enumerate(a):
                     if isinstance(b, _Tensor):
                         watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
@@ -346,7 +348,8 @@ class CaptureSession:
         spec = (func, args, kwargs) if save else None
         if before is not None:
             spec = self._with_before(spec, target, before)
-        scrubbed = None if save else scrub_call(func, args, kwargs)
+        scrubbed = None if save else (func, scrub_deep(args) if nested else scrub_args(args),
+                                      scrub_kwargs(kwargs) if kwargs else kwargs)
         ptuple = tuple(parents)
         pa = tuple(params)
         records = self.records

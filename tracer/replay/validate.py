@@ -326,6 +326,9 @@ def _perturb_edges(replayer: Replayer, ops: list[Op], report: ValidationReport, 
             op = unchanged[0]
             report.edges_not_perturbable += 1
             report.not_perturbable.append((op.label, edge.position, _piecewise_reason(op, edge.source)))
+        elif unchanged and (why := _unselected_branch(replayer, unchanged[0], edge.position)):
+            report.edges_not_perturbable += 1
+            report.not_perturbable.append((unchanged[0].label, edge.position, why))
         elif unchanged:
             op = unchanged[0]
             report.findings.append(Finding(
@@ -355,6 +358,34 @@ def _unchanged_after(replayer: Replayer, ops: list[Op], position: str, candidate
         if not unchanged:
             break
     return unchanged
+
+
+# Kernels that pick each element from one argument or another by a mask:
+# kind -> (mask positions, {branch position: the mask value that selects it}).
+_SELECTIONS = {
+    "where": (("0", "condition"), {"1": True, "input": True, "self": True, "2": False, "other": False}),
+    "masked_fill": (("1", "mask"), {"2": True, "value": True}),
+    "masked_fill_": (("1", "mask"), {"2": True, "value": True}),
+}
+
+
+def _unselected_branch(replayer: Replayer, op: Op, position: str) -> str | None:
+    """Why a selection kernel's branch at `position` carries no data here: its mask never selects it."""
+    spec = _SELECTIONS.get(op.kind)
+    if spec is None or position not in spec[1]:
+        return None
+    mask_positions, branches = spec
+    edges = {e.position: e.source for e in op.parents}
+    _func, args, kwargs = replayer.call_of(op)
+    tensors = dict(_call_tensors(args, kwargs))
+    mask_pos = next((p for p in mask_positions if p in edges or p in tensors), None)
+    if mask_pos is None:
+        return None
+    mask = replayer.values[edges[mask_pos]] if mask_pos in edges else tensors[mask_pos]
+    if mask.dtype != torch.bool or bool((mask == branches[position]).any()):
+        return None
+    return (f"not perturbable: {op.kind} selects this argument where its mask is {branches[position]}, "
+            "and the mask is nowhere so in this forward (a piecewise-constant choice, proven on the mask's edge)")
 
 
 def _piecewise_reason(op: Op, source: str) -> str:
