@@ -97,18 +97,20 @@ def _common(m: nn.Module, tensors: tuple) -> str | None:
     return None
 
 
-# Module class -> (its checker, the fused kernel the plain forward calls).
-FUSED_MODULES: dict[type, tuple[Callable[[Any, tuple, dict], str | None], str]] = {
-    nn.TransformerEncoderLayer: (_why_not_encoder_layer, "torch._transformer_encoder_layer_fwd"),
-    nn.MultiheadAttention: (_why_not_attention, "torch._native_multi_head_attention"),
-    nn.TransformerEncoder: (_why_not_encoder, "torch._nested_tensor_from_mask (the sparsity fast path: "
-                                              "padded positions are dropped into a nested tensor)"),
+_LAST_BITS = "the trace's output may differ from the plain forward's in the last bits"
+# Module class -> (its checker, the fused kernel the plain forward calls, what differs).
+FUSED_MODULES: dict[type, tuple[Callable[[Any, tuple, dict], str | None], str, str]] = {
+    nn.TransformerEncoderLayer: (_why_not_encoder_layer, "torch._transformer_encoder_layer_fwd", _LAST_BITS),
+    nn.MultiheadAttention: (_why_not_attention, "torch._native_multi_head_attention", _LAST_BITS),
+    nn.TransformerEncoder: (_why_not_encoder, "torch._nested_tensor_from_mask (the sparsity fast path)",
+                            "the plain forward drops padded positions into a nested tensor and returns zeros "
+                            "there, while the trace's output holds values computed at them"),
 }
 
 
 def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: dict) -> None:
     """Record and warn when the plain forward of this module call would take its fused kernel."""
-    checker, kernel = FUSED_MODULES[type(module)]
+    checker, kernel, differs = FUSED_MODULES[type(module)]
     try:
         if checker(module, args, kwargs) is not None:
             return
@@ -116,10 +118,10 @@ def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: di
         return
     if _inside_reported(session, address):
         return  # an enclosing fused module already covers this one
-    name = address or type(module).__name__
+    name = address or "(root)"
     msg = (f"[{FAST_PATH_CODE}] {type(module).__name__} '{name}': the plain forward runs the fused kernel "
            f"{kernel}; under capture torch took the op-by-op path recorded here (its function mode and hooks "
-           "turn the fused path off), so the trace's output may differ from the plain forward's in the last bits")
+           f"turn the fused path off), so {differs}")
     session.fast_paths.append({"code": FAST_PATH_CODE, "module": name, "address": address,
                                "class": type(module).__name__,
                                "path_taken": "op-by-op (recorded ops)", "plain_path": kernel})

@@ -84,7 +84,10 @@ class OfflineCalls:
         template = op.attrs
         if "args" not in template:
             raise NotReplayable("not replayable offline: the trace file holds no call template for it")
-        func = resolve_callable(template.get("call"))
+        if template.get("call") is None:
+            raise NotReplayable(f"not replayable offline: {op.func} is not a torch function, and a trace file "
+                                "cannot store a foreign callable")
+        func = resolve_callable(template["call"])
         edges = {e.position: e.source for e in op.parents}
         args = tuple(self._value(a, edges) for a in template["args"])
         kwargs = {str(k): self._value(v, edges) for k, v in template["kwargs"].items()}
