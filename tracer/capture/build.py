@@ -20,7 +20,7 @@ def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any
     meta_cache: dict[tuple, TensorMeta] = {}
     site_cache: dict[tuple, SourceSite] = {}
     ops = []
-    templates = call_templates(records, R_CALLSPEC, R_ARGS, R_PARENTS, R_PARAMS, session.snapshots)
+    templates = call_templates(records, R_CALLSPEC, R_ARGS, R_PARENTS, R_PARAMS, R_N_OUT, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
         stack = rec[R_STACK]

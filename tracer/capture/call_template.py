@@ -14,7 +14,7 @@ the template is first read, so capture pays nothing for it.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -61,16 +61,20 @@ def _scrub(a: Any) -> Any:
 class CallTemplate(Mapping):
     """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
 
-    __slots__ = ("_source", "_encoded")
+    __slots__ = ("_raw", "_encoded")
 
-    def __init__(self, encode: Callable[[], dict[str, Any]]) -> None:
-        self._source: Callable[[], dict[str, Any]] | None = encode
+    def __init__(self, source: tuple, parents: tuple, params: tuple, snapshots: Mapping[int, str]) -> None:
+        self._raw: tuple | None = (source, parents, params, snapshots)
         self._encoded: dict[str, Any] | None = None
 
     def _data(self) -> dict[str, Any]:
         if self._encoded is None:
-            self._encoded = self._source()  # type: ignore[misc]
-            self._source = None
+            (func, args, kwargs), parents, params, snapshots = self._raw  # type: ignore[misc]
+            enc = _Encoder(frozenset(pos for _p, pos in parents), params, snapshots)
+            self._encoded = {"call": callable_path(func),
+                             "args": [enc.value(a, str(i)) for i, a in enumerate(args)],
+                             "kwargs": {str(k): enc.value(v, str(k)) for k, v in kwargs.items()}}
+            self._raw = None
         return self._encoded
 
     def __getitem__(self, key: str) -> Any:
@@ -87,31 +91,22 @@ class CallTemplate(Mapping):
 
 
 def call_templates(records: list, spec_slot: int, args_slot: int, parents_slot: int, params_slot: int,
-                   snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
-    """One template per raw record ({} for synthetic ops); records of one call share theirs."""
-    shared: dict[int, CallTemplate] = {}
+                   n_out_slot: int, snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
+    """One template per raw record ({} for synthetic ops); the records of one call share theirs."""
     out: list[Mapping[str, Any]] = []
+    last_source: Any = None
+    last: Mapping[str, Any] = {}
     for rec in records:
-        source = rec[spec_slot] if rec[spec_slot] is not None else rec[args_slot]
+        source = rec[spec_slot] or rec[args_slot]
         if source is None:
             out.append({})
-            continue
-        hit = shared.get(id(source))
-        if hit is None:
-            hit = CallTemplate(_encoder(source, rec[parents_slot], rec[params_slot], snapshots))
-            shared[id(source)] = hit
-        out.append(hit)
+        elif source is last_source:  # the next output of the same multi-output call
+            out.append(last)
+        else:
+            last = CallTemplate(source, rec[parents_slot], rec[params_slot], snapshots)
+            last_source = source if rec[n_out_slot] > 1 else None
+            out.append(last)
     return out
-
-
-def _encoder(source: tuple, parents: tuple, params: tuple, snapshots: Mapping[int, str]) -> Callable[[], dict[str, Any]]:
-    def encode() -> dict[str, Any]:
-        func, args, kwargs = source
-        enc = _Encoder(frozenset(pos for _p, pos in parents), params, snapshots)
-        return {"call": callable_path(func),
-                "args": [enc.value(a, str(i)) for i, a in enumerate(args)],
-                "kwargs": {str(k): enc.value(v, str(k)) for k, v in kwargs.items()}}
-    return encode
 
 
 class _Encoder:

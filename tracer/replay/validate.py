@@ -5,10 +5,16 @@ Three checks, in this order:
    consumed parameter is attributed, no tensor reaches a call unrecorded): a violation
    means the trace is not a faithful record, so it always raises `TraceInvariantError`;
 2. replay: each op recomputed from its saved parents equals the recorded value bit for bit
-   (random kernels, declared in the kernel table, are compared by metadata);
+   (random kernels, declared in the kernel table, are compared by metadata). A mismatch is
+   replayed again in the capture's grad mode, then several times: a kernel whose replays
+   differ among themselves is held to a tolerance derived from that spread, disclosed per op;
 3. perturbation: changing a parent changes the child, except where the kernel table
-   declares the dependence absent.
-Checks 2 and 3 give a report; `raise_on_failure=True` raises `ReplayMismatchError`.
+   declares the dependence absent. Piecewise-constant outputs (integer or boolean results,
+   rounding, comparisons) and mask-selected branches are also tried with threshold-crossing
+   perturbations; when none moves them the edge is reported "not perturbable", never failed.
+Checks 2 and 3 give a report; `raise_on_failure=True` raises `ReplayMismatchError`. A replay
+that cannot run is a typed finding naming its op; nothing untyped leaves `validate`. A trace
+loaded from a file replays from its stored call templates (see `offline`).
 """
 from __future__ import annotations
 
@@ -20,8 +26,8 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-from ..errors import (ReplayMismatchError, ReplayUnavailableError, StructureOnlyValidationError,
-                     TraceInvariantError, ValidationScopeError, ValuesMissingError)
+from ..errors import (ReplayMismatchError, ReplayUnavailableError, StructureOnlyValidationError, TraceInvariantError,
+                      TracerError, ValidationFailedError, ValidationScopeError, ValuesMissingError)
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 from .interpreter import (INDEXING_KINDS, NotReplayable, ReplayError, Replayer, context,
                           dependence_declared_absent, is_nondeterministic, is_piecewise_constant)
@@ -133,6 +139,16 @@ def validation_report(trace: Trace, scope: str = "forward", *, perturb: bool = T
     supplies the parameters and buffers its ops read, which a trace file does not hold.
     """
     _admit(trace, scope)
+    try:
+        return _report(trace, scope, perturb, params)
+    except TracerError:
+        raise
+    except Exception as exc:  # nothing untyped leaves validate
+        raise ValidationFailedError(f"validation could not run: {type(exc).__name__}: {exc}",
+                                    site="validate(trace)") from exc
+
+
+def _report(trace: Trace, scope: str, perturb: bool, params: Mapping[str, torch.Tensor] | None) -> ValidationReport:
     started = time.perf_counter()
     check_invariants(trace)
     report = ValidationReport(scope=scope, ops_total=len(trace.ops))
@@ -165,7 +181,9 @@ def _admit(trace: Trace, scope: str) -> None:
         raise ValuesMissingError("the trace holds no saved values", site="validate(trace)")
     if not trace.live_calls and not has_call_templates(trace):
         raise ReplayUnavailableError(
-            "the trace holds neither live calls nor stored call templates", site="validate(trace)")
+            "the trace holds neither live calls nor stored call templates", site="validate(trace)",
+            remedy="Trace the model again in this process, or save and load it with a build that stores call "
+                   "templates, and pass params=model.state_dict() to validate.")
 
 
 def _verification_findings(trace: Trace, report: ValidationReport) -> None:
