@@ -34,6 +34,8 @@ class _TensorMarker:
 
 TENSOR = _TensorMarker()
 _SEQ = (list, tuple)
+_PLAIN = frozenset({int, str, bool, type(None)})  # JSON as they are (floats may be non-finite)
+_POS = tuple(str(i) for i in range(16))
 
 
 def scrub_args(args: tuple) -> tuple:
@@ -70,15 +72,38 @@ class CallTemplate(Mapping):
     def _data(self) -> dict[str, Any]:
         if self._encoded is None:
             (func, args, kwargs), parents, params, snapshots = self._raw  # type: ignore[misc]
-            enc = _Encoder(frozenset(pos for _p, pos in parents), params, snapshots)
+            enc = _Encoder([pos for _p, pos in parents], params, snapshots)
+            value = enc.value
             self._encoded = {"call": callable_path(func),
-                             "args": [enc.value(a, str(i)) for i, a in enumerate(args)],
-                             "kwargs": {str(k): enc.value(v, str(k)) for k, v in kwargs.items()}}
+                             "args": [a if type(a) in _PLAIN else value(a, _POS[i] if i < 16 else str(i))
+                                      for i, a in enumerate(args)],
+                             "kwargs": {k: v if type(v) in _PLAIN else value(v, k) for k, v in kwargs.items()}
+                             if kwargs else {}}
             self._raw = None
         return self._encoded
 
     def __getitem__(self, key: str) -> Any:
-        return self._data()[key]
+        return (self._encoded or self._data())[key]
+
+    def keys(self) -> Any:  # the views of the encoded dict: dict(template) copies at C speed
+        return self._data().keys()
+
+    def items(self) -> Any:
+        return self._data().items()
+
+    def values(self) -> Any:
+        return self._data().values()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data()
+
+    def __eq__(self, other: object) -> bool:
+        return self._data() == (dict(other) if isinstance(other, Mapping) else other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data())
@@ -113,9 +138,9 @@ class _Encoder:
     """Encodes arguments in the order capture visited them: a tensor not on an edge is the next
     parameter or buffer the call read (capture records them in that same order)."""
 
-    def __init__(self, positions: frozenset, params: tuple, snapshots: Mapping[int, str]) -> None:
+    def __init__(self, positions: list[str], params: tuple, snapshots: Mapping[int, str]) -> None:
         self.positions = positions
-        self.params = list(params)
+        self.params = list(params) if params else params
         self.snapshots = snapshots
 
     def tensor(self, position: str | None, t: torch.Tensor | None) -> dict[str, Any]:
@@ -165,7 +190,7 @@ def _atom(a: Any) -> Any:
     if isinstance(a, complex):
         return {"complex": [a.real, a.imag]}
     if isinstance(a, dict) and all(isinstance(k, str) for k in a):
-        return {"dict": {k: _Encoder(frozenset(), (), {}).value(v, None) for k, v in a.items()}}
+        return {"dict": {k: _Encoder([], (), {}).value(v, None) for k, v in a.items()}}
     return {"opaque": f"{type(a).__module__}.{type(a).__qualname__}"}
 
 
