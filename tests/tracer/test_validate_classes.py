@@ -152,6 +152,42 @@ def test_a_kernel_that_varies_between_replays_is_held_to_its_disclosed_spread():
     assert not validation_report(t).passed
 
 
+@torch.library.custom_op("tlx_validator::unlisted_noise", mutates_args=())
+def _unlisted_noise(x: torch.Tensor) -> torch.Tensor:
+    """A random kernel the kernel table does not know: its replays differ far beyond rounding."""
+    return x + 0.5 * torch.randn(x.shape, dtype=x.dtype)
+
+
+@_unlisted_noise.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_an_unlisted_random_kernel_is_compared_by_metadata_and_disclosed():
+    class Noisy(nn.Module):
+        def forward(self, x):
+            return _unlisted_noise(x * 2) + 1
+
+    torch.manual_seed(0)
+    t = tracer.trace(Noisy(), (torch.randn(8, 16),))
+    report = validation_report(t)
+    label = next(op.label for op in t.ops if op.kind == "tlx_validator_unlisted_noise")
+    # Seeded: the recorded draw sits within twice the spread of the replays' draws.
+    assert report.passed, report.to_text()
+    assert report.tolerances[label]["random"] is True and report.ops_nondeterministic == 1
+    assert any(lab == label and "random" in why for lab, _, why in report.excused)
+
+
+def test_attention_dropout_in_training_is_random_by_the_kernel_table():
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(16, 2, dropout=0.5, batch_first=True).train()
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+    t = tracer.trace(m, (x, y, y))
+    report = validation_report(t)
+    assert report.passed, report.to_text()
+    assert report.ops_nondeterministic == 2 and not report.tolerances  # both outputs, by the table
+
+
 # -- in-place writes to buffers ------------------------------------------------------------------------
 def test_train_mode_batchnorm_replays_its_buffer_writes():
     torch.manual_seed(0)

@@ -22,10 +22,15 @@ NONDETERMINISTIC_KINDS = frozenset({
     "cauchy_", "log_normal_", "geometric_", "empty", "empty_like", "new_empty", "empty_strided",
     "rrelu", "native_dropout",
 })
-# Dropout kernels: random only when training (position and keyword of the flag).
-DROPOUT_KINDS = {"dropout": (2, "training"), "dropout1d": (2, "training"), "dropout2d": (2, "training"),
-                 "dropout3d": (2, "training"), "alpha_dropout": (2, "training"),
-                 "feature_alpha_dropout": (2, "training")}
+# Kernels random only when their dropout probability is positive (and, where they take one, their
+# training flag is set): kind -> ((p position, p keyword, p default), (flag position, flag keyword, flag default)).
+_DROPOUT_FLAG = (2, "training", True)
+DROPOUT_KINDS: dict[str, tuple[tuple[int, str, float], tuple[int, str, bool] | None]] = {
+    **{k: ((1, "p", 0.5), _DROPOUT_FLAG) for k in ("dropout", "dropout1d", "dropout2d", "dropout3d",
+                                                   "alpha_dropout", "feature_alpha_dropout")},
+    "scaled_dot_product_attention": ((4, "dropout_p", 0.0), None),
+    "multi_head_attention_forward": ((10, "dropout_p", 0.0), (13, "training", True)),
+}
 # Argument positions an output reads for shape/dtype/device only (dependence declared absent).
 SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
     **{k: frozenset({"0"}) for k in ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
@@ -36,9 +41,6 @@ SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
 # Multi-output kernels where output k reads only item k of argument 0.
 ITEMWISE_KINDS = frozenset({"broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d"})
 
-
-# Attention kernels with a dropout probability argument (position, keyword).
-ATTENTION_DROPOUT_KINDS = {"scaled_dot_product_attention": (4, "dropout_p")}
 # Kernels that read an integer argument as indices into another operand: when the indexed
 # operand holds a single value everywhere, no index can change the output in this forward.
 INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", "embedding", "getitem",
@@ -99,18 +101,16 @@ def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
     """True when the kernel table says `op`'s output is random for this call."""
     if op.kind in NONDETERMINISTIC_KINDS:
         return True
-    attn = ATTENTION_DROPOUT_KINDS.get(op.kind)
-    if attn is not None:
-        pos, name = attn
-        p = args[pos] if len(args) > pos else kwargs.get(name, 0.0)
-        return float(p or 0.0) > 0.0
-    flag = DROPOUT_KINDS.get(op.kind)
-    if flag is None:
+    spec = DROPOUT_KINDS.get(op.kind)
+    if spec is None:
         return False
-    pos, name = flag
-    training = args[pos] if len(args) > pos else kwargs.get(name, True)
-    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-    return bool(training) and float(p) > 0.0
+    (p_pos, p_name, p_default), flag = spec
+    p = args[p_pos] if len(args) > p_pos else kwargs.get(p_name, p_default)
+    if flag is not None:
+        f_pos, f_name, f_default = flag
+        if not (args[f_pos] if len(args) > f_pos else kwargs.get(f_name, f_default)):
+            return False
+    return float(p or 0.0) > 0.0
 
 
 # Multi-output kernels where output k does not read some arguments: {kind: {output index: positions}}.

@@ -204,6 +204,7 @@ class _Baseline:
     value: torch.Tensor
     grad: bool = False
     atol: float = 0.0
+    random: bool = False  # varies between replays beyond rounding: never perturbed
 
 
 def _check_call(replayer: Replayer, ops: list[Op], report: ValidationReport, gen: torch.Generator,
@@ -259,6 +260,8 @@ def _check_call(replayer: Replayer, ops: list[Op], report: ValidationReport, gen
 # How many replays measure a kernel's replay-to-replay spread, and the slack on that spread.
 _SPREAD_REPLAYS = 4
 _SPREAD_FACTOR = 2.0
+# A spread above this fraction of the output's magnitude is randomness, not rounding.
+_RANDOM_SPREAD = 1e-3
 
 
 def _compare_inexact(replayer: Replayer, op: Op, got: torch.Tensor, want: torch.Tensor,
@@ -282,13 +285,20 @@ def _compare_inexact(replayer: Replayer, op: Op, got: torch.Tensor, want: torch.
     spread = max(_max_abs(r, got) for r in replays[1:])
     off = _max_abs(want, got)
     if spread > 0 and off <= _SPREAD_FACTOR * spread:
-        report.ops_within_spread += 1
         atol = _SPREAD_FACTOR * spread
-        report.tolerances[op.label] = {
-            "atol": atol, "spread": spread, "recorded_off_by": off, "replays": _SPREAD_REPLAYS,
-            "why": f"{op.func} does not replay bit for bit: {_SPREAD_REPLAYS} replays differ by up to "
-                   f"{spread:.3e}; the recorded value must sit within {_SPREAD_FACTOR:g}x that"}
-        baselines[op.label] = _Baseline(got, grad=grad, atol=atol)
+        random = spread > _RANDOM_SPREAD * max(1.0, _max_abs(got, torch.zeros_like(got)))
+        if random:
+            report.ops_nondeterministic += 1
+            why = (f"{op.func} varies between replays beyond rounding ({_SPREAD_REPLAYS} replays differ by up to "
+                   f"{spread:.3e}), like a random kernel the kernel table does not list: compared by metadata, "
+                   "its edges not perturbed")
+        else:
+            report.ops_within_spread += 1
+            why = (f"{op.func} does not replay bit for bit: {_SPREAD_REPLAYS} replays differ by up to "
+                   f"{spread:.3e}; the recorded value must sit within {_SPREAD_FACTOR:g}x that")
+        report.tolerances[op.label] = {"atol": atol, "spread": spread, "recorded_off_by": off,
+                                       "replays": _SPREAD_REPLAYS, "random": random, "why": why}
+        baselines[op.label] = _Baseline(got, grad=grad, atol=atol, random=random)
         return
     kind = ("replays differ among themselves by at most " f"{spread:.3e}" if spread > 0
             else "the kernel replays bit for bit (deterministic)")
@@ -324,9 +334,12 @@ def _perturb_edges(replayer: Replayer, ops: list[Op], report: ValidationReport, 
     for edge in ops[0].parents:
         needing = [op for op in ops if not dependence_declared_absent(op, edge.position)
                    and op.label in replayer.values]
+        random = [op for op in needing if op.label in baselines and baselines[op.label].random]
+        needing = [op for op in needing if op not in random]
         report.edges_checked += 1
         parent = replayer.values[edge.source]
-        why = "declared shape-only in the kernel table" if not needing else (
+        why = ("the op varies between replays like a random kernel" if random else
+               "declared shape-only in the kernel table") if not needing else (
             "the parent is empty: it holds no values to carry" if parent.numel() == 0 else None)
         if why:
             report.edges_excused += 1
