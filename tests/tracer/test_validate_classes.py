@@ -99,6 +99,17 @@ def test_a_float_edge_that_carries_no_data_still_fails():
     assert not report.passed and report.findings[0].check == "edge"
 
 
+def test_an_equality_against_a_count_is_proven_with_the_compared_value():
+    class AllPositive(nn.Module):  # transformers' fast "all" test: sum(mask) == numel
+        def forward(self, x):
+            keep = (x > 0).long()
+            return keep.sum() == keep.numel(), keep
+
+    x = torch.tensor([[0.5, -5.0, 1.0], [9.0, 0.5, 0.2]])
+    report = validation_report(tracer.trace(AllPositive(), (x,)))
+    assert report.passed and report.edges_carrying == report.edges_checked, report.to_text()
+
+
 # -- kernels that do not replay bit for bit ---------------------------------------------------------
 class _Recurrent(nn.Module):
     def __init__(self) -> None:

@@ -349,6 +349,9 @@ def _perturb_edges(replayer: Replayer, ops: list[Op], report: ValidationReport, 
         if unchanged:  # nothing moved the output: try the strong perturbations (swaps, fills, large, sign)
             unchanged = _unchanged_after(replayer, unchanged, edge.position, _strong_perturbations(parent, gen),
                                          baselines)
+        if unchanged and unchanged[0].kind in _COMPARISON_KINDS:  # take the value it is compared with
+            unchanged = _unchanged_after(replayer, unchanged, edge.position,
+                                         _compared_values(replayer, unchanged[0], edge.position, parent), baselines)
         if unchanged and _indexes_uniform_operand(replayer, unchanged[0], edge.position, parent):
             report.edges_excused += 1
             report.excused.append((unchanged[0].label, edge.position,
@@ -419,12 +422,44 @@ def _unselected_branch(replayer: Replayer, op: Op, position: str) -> str | None:
             "and the mask is nowhere so in this forward (a piecewise-constant choice, proven on the mask's edge)")
 
 
+# Comparisons: an edge is proven by giving the argument the very value it is compared with.
+_COMPARISON_KINDS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isclose", "maximum", "minimum", "fmax", "fmin"})
+
+
+def _compared_values(replayer: Replayer, op: Op, position: str, t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Copies of `t` holding the other operand's values (and one step either side, for integers)."""
+    _func, args, kwargs = replayer.call_of(op)
+    edges = {e.position: replayer.values[e.source] for e in op.parents}
+    others = [v for i, v in enumerate(args) if str(i) != position] + [v for k, v in kwargs.items() if k != position]
+    for pos, v in list(edges.items()):
+        if pos != position:
+            others.append(v)
+    for other in others:
+        if isinstance(other, torch.Tensor):
+            try:
+                base = other.detach().to(t.dtype).expand_as(t)
+            except (RuntimeError, TypeError):
+                continue
+            candidates = [base] + ([base + 1, base - 1] if not (t.is_floating_point() or t.dtype == torch.bool) else [])
+            for c in candidates:
+                p = t.clone()
+                p.copy_(c)
+                yield p
+        elif isinstance(other, (int, float)) and not isinstance(other, bool):
+            steps = (0,) if t.is_floating_point() else (0, 1, -1)
+            for step in steps:
+                try:
+                    yield _filled(t, other + step)
+                except (RuntimeError, OverflowError):
+                    continue
+
+
 def _piecewise_reason(op: Op, source: str) -> str:
     what = (f"its {op.out.dtype} output" if op.out is not None and not _float_dtype(op.out.dtype)
             else f"{op.kind} rounds or thresholds its input, so its output")
     return (f"not perturbable: {what} is piecewise constant, and none of the perturbations of {source} "
-            "(noise, sign flip, large values of both signs, constant fills, a permutation) crossed a step "
-            "in this forward")
+            "(noise, sign flip, large values of both signs, constant fills, a permutation, the value it is "
+            "compared with) crossed a step in this forward")
 
 
 def _float_dtype(dtype: str) -> bool:
