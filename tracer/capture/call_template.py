@@ -60,19 +60,44 @@ def _scrub(a: Any) -> Any:
     return a
 
 
+class _Before:
+    """A buffer's value before an in-place write, encoded when the trace is built."""
+
+    __slots__ = ("address", "value")
+
+    def __init__(self, address: str, t: torch.Tensor) -> None:
+        self.address = address
+        self.value = tensor_value(t)
+
+
+def _detach_call(source: tuple, snapshots: Mapping[int, str]) -> tuple:
+    """A live call without its tensors, so a template never keeps one alive (pre-write copies encoded)."""
+    func, args, kwargs = source
+
+    def one(a: Any) -> Any:
+        if isinstance(a, _Tensor):
+            addr = snapshots.get(id(a)) if snapshots else None
+            return TENSOR if addr is None else _Before(addr, a)
+        if type(a) in _SEQ and any(isinstance(b, (_Tensor, list, tuple)) for b in a):
+            return type(a)(one(b) for b in a)
+        return a
+
+    return func, tuple([one(a) for a in args]), ({k: one(v) for k, v in kwargs.items()} if kwargs else {})
+
+
 class CallTemplate(Mapping):
     """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
 
     __slots__ = ("_raw", "_encoded")
 
-    def __init__(self, source: tuple, parents: tuple, params: tuple, snapshots: Mapping[int, str]) -> None:
-        self._raw: tuple | None = (source, parents, params, snapshots)
+    def __init__(self, source: tuple, parents: tuple, params: tuple) -> None:
+        self._raw: tuple | None = (source, parents, params)
         self._encoded: dict[str, Any] | None = None
 
     def _data(self) -> dict[str, Any]:
         if self._encoded is None:
-            (func, args, kwargs), parents, params, snapshots = self._raw  # type: ignore[misc]
-            enc = _Encoder([pos for _p, pos in parents], params, snapshots)
+            (func, args, kwargs), parents, params = self._raw  # type: ignore[misc]
+            enc = _Encoder([pos for _p, pos in parents], params)
             value = enc.value
             self._encoded = {"call": callable_path(func),
                              "args": [a if type(a) in _PLAIN else value(a, _POS[i] if i < 16 else str(i))
@@ -117,18 +142,24 @@ class CallTemplate(Mapping):
 
 def call_templates(records: list, spec_slot: int, args_slot: int, parents_slot: int, params_slot: int,
                    n_out_slot: int, snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
-    """One template per raw record ({} for synthetic ops); the records of one call share theirs."""
+    """One template per raw record ({} for synthetic ops); the records of one call share theirs.
+
+    A live call (values saved) is copied without its tensors first: the trace's live calls may
+    later drop references (offloaded weights) that a template must not keep alive.
+    """
     out: list[Mapping[str, Any]] = []
     last_source: Any = None
     last: Mapping[str, Any] = {}
     for rec in records:
-        source = rec[spec_slot] or rec[args_slot]
+        live = rec[spec_slot]
+        source = live or rec[args_slot]
         if source is None:
             out.append({})
         elif source is last_source:  # the next output of the same multi-output call
             out.append(last)
         else:
-            last = CallTemplate(source, rec[parents_slot], rec[params_slot], snapshots)
+            kept = _detach_call(live, snapshots) if live is not None else source
+            last = CallTemplate(kept, rec[parents_slot], rec[params_slot])
             last_source = source if rec[n_out_slot] > 1 else None
             out.append(last)
     return out
@@ -138,25 +169,25 @@ class _Encoder:
     """Encodes arguments in the order capture visited them: a tensor not on an edge is the next
     parameter or buffer the call read (capture records them in that same order)."""
 
-    def __init__(self, positions: list[str], params: tuple, snapshots: Mapping[int, str]) -> None:
+    def __init__(self, positions: list[str], params: tuple) -> None:
         self.positions = positions
         self.params = list(params) if params else params
-        self.snapshots = snapshots
 
-    def tensor(self, position: str | None, t: torch.Tensor | None) -> dict[str, Any]:
+    def tensor(self, position: str | None, before: _Before | None) -> dict[str, Any]:
         if position is not None and position in self.positions:
             return {"edge": position}
         if position is None or not self.params:
             return {"tensor": position}
         addr = self.params.pop(0)
-        before = self.snapshots.get(id(t)) if t is not None else None
         if before is not None:
-            return {"before": before, "value": tensor_value(t)}
+            return {"before": before.address, "value": before.value}
         return {"param": addr}
 
     def value(self, a: Any, position: str | None) -> Any:
-        if isinstance(a, _Tensor) or a is TENSOR:
-            return self.tensor(position, a if isinstance(a, _Tensor) else None)
+        if a is TENSOR or isinstance(a, _Before):
+            return self.tensor(position, a if isinstance(a, _Before) else None)
+        if isinstance(a, _Tensor):  # inside a container capture did not walk: not an edge
+            return {"tensor": None}
         if a is None or isinstance(a, (bool, int, str)):
             return a
         if isinstance(a, float):
@@ -190,7 +221,7 @@ def _atom(a: Any) -> Any:
     if isinstance(a, complex):
         return {"complex": [a.real, a.imag]}
     if isinstance(a, dict) and all(isinstance(k, str) for k in a):
-        return {"dict": {k: _Encoder([], (), {}).value(v, None) for k, v in a.items()}}
+        return {"dict": {k: _Encoder([], ()).value(v, None) for k, v in a.items()}}
     return {"opaque": f"{type(a).__module__}.{type(a).__qualname__}"}
 
 
