@@ -9,7 +9,7 @@ from torch import nn
 
 from .call_template import call_templates
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
-from .session import (R_ARGS, R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
+from .session import (TEMPLATE_FIELDS, R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
                       R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
 
 
@@ -20,7 +20,7 @@ def build_trace(session: CaptureSession, *, save: Any, provenance: dict[str, Any
     meta_cache: dict[tuple, TensorMeta] = {}
     site_cache: dict[tuple, SourceSite] = {}
     ops = []
-    templates = call_templates(records, R_CALLSPEC, R_ARGS, R_PARENTS, R_PARAMS, R_N_OUT, session.snapshots)
+    templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
         stack = rec[R_STACK]

@@ -23,16 +23,9 @@ _Tensor = torch.Tensor
 INLINE_NUMEL = 64
 
 
-class _TensorMarker:
-    """Stands in for a tensor argument in a call kept without its tensors (values not saved)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<tensor>"
-
-
-TENSOR = _TensorMarker()
+# Stands in for a tensor argument in a call kept without its tensors, compared by identity. A bytes
+# object, so that tuples of arguments holding it are not tracked by the garbage collector.
+TENSOR = bytes([0]) + b"tensor"
 _SEQ = (list, tuple)
 _PLAIN = frozenset({int, str, bool, type(None)})  # JSON as they are (floats may be non-finite)
 _POS = tuple(str(i) for i in range(16))
@@ -88,23 +81,23 @@ def _detach_call(source: tuple, snapshots: Mapping[int, str]) -> tuple:
 class CallTemplate(Mapping):
     """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
 
-    __slots__ = ("_raw", "_encoded")
+    __slots__ = ("_func", "_args", "_kwargs", "_parents", "_params", "_encoded")
 
-    def __init__(self, source: tuple, parents: tuple, params: tuple) -> None:
-        self._raw: tuple | None = (source, parents, params)
+    def __init__(self, func: Any, args: tuple, kwargs: dict, parents: tuple, params: tuple) -> None:
+        self._func, self._args, self._kwargs, self._parents, self._params = func, args, kwargs, parents, params
         self._encoded: dict[str, Any] | None = None
 
     def _data(self) -> dict[str, Any]:
         if self._encoded is None:
-            (func, args, kwargs), parents, params = self._raw  # type: ignore[misc]
-            enc = _Encoder([pos for _p, pos in parents], params)
+            func, args, kwargs = self._func, self._args, self._kwargs
+            enc = _Encoder([pos for _p, pos in self._parents], self._params)
             value = enc.value
             self._encoded = {"call": callable_path(func),
                              "args": [a if type(a) in _PLAIN else value(a, _POS[i] if i < 16 else str(i))
                                       for i, a in enumerate(args)],
                              "kwargs": {k: v if type(v) in _PLAIN else value(v, k) for k, v in kwargs.items()}
                              if kwargs else {}}
-            self._raw = None
+            self._func = self._args = self._kwargs = self._parents = self._params = None
         return self._encoded
 
     def __getitem__(self, key: str) -> Any:
@@ -140,27 +133,30 @@ class CallTemplate(Mapping):
         return repr(self._data())
 
 
-def call_templates(records: list, spec_slot: int, args_slot: int, parents_slot: int, params_slot: int,
-                   n_out_slot: int, snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
+def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
     """One template per raw record ({} for synthetic ops); the records of one call share theirs.
 
-    A live call (values saved) is copied without its tensors first: the trace's live calls may
-    later drop references (offloaded weights) that a template must not keep alive.
+    `fields` names the record slots (info, live call, scrubbed args, scrubbed kwargs, parents, params,
+    call id). A live call (values saved) is copied without its tensors first: the trace's live calls
+    may later drop references (offloaded weights) that a template must not keep alive.
     """
+    f_info, f_live, f_args, f_kwargs, f_parents, f_params, f_call = fields
     out: list[Mapping[str, Any]] = []
-    last_source: Any = None
+    last_call = -1
     last: Mapping[str, Any] = {}
     for rec in records:
-        live = rec[spec_slot]
-        source = live or rec[args_slot]
-        if source is None:
+        live = rec[f_live]
+        if live is None and rec[f_args] is None:
             out.append({})
-        elif source is last_source:  # the next output of the same multi-output call
+        elif rec[f_call] == last_call:  # the next output of the same multi-output call
             out.append(last)
         else:
-            kept = _detach_call(live, snapshots) if live is not None else source
-            last = CallTemplate(kept, rec[parents_slot], rec[params_slot])
-            last_source = source if rec[n_out_slot] > 1 else None
+            if live is not None:
+                func, args, kwargs = _detach_call(live, snapshots)
+            else:
+                func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
+            last = CallTemplate(func, args, kwargs, rec[f_parents], rec[f_params])
+            last_call = rec[f_call]
             out.append(last)
     return out
 

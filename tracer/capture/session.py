@@ -27,9 +27,11 @@ _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
 
 # Raw op record layout (a plain list, filled on the hot path).
-R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS = range(15)
-# R_CALLSPEC: (func, args, kwargs) of the live call when values are saved; R_ARGS: the same with every
-# tensor replaced by `call_template.TENSOR` when they are not (the call template's source, holding no tensor).
+R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
+# R_CALLSPEC: (func, args, kwargs) of the live call when values are saved. R_ARGS / R_KWARGS: when they
+# are not, args and kwargs with every tensor replaced by `call_template.TENSOR` (no tensor is held).
+# The fields a call template is made from (see call_template.call_templates).
+TEMPLATE_FIELDS = (R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL)
 
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
 
@@ -209,7 +211,8 @@ class CaptureSession:
         self.call_counter += 1
         idx = len(self.records)
         held = t if self.save_values else None
-        rec = [info, parents, held, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None, None]
+        rec = [info, parents, held, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None, None,
+               None]
         self.records.append(rec)
         if keep_value:
             self.tmap[id(t)] = (idx, self._ref(t))
@@ -348,15 +351,18 @@ class CaptureSession:
         spec = (func, args, kwargs) if save else None
         if before is not None:
             spec = self._with_before(spec, target, before)
-        scrubbed = None if save else (func, scrub_deep(args) if nested else scrub_args(args),
-                                      scrub_kwargs(kwargs) if kwargs else kwargs)
+        if save:
+            s_args = s_kwargs = None
+        else:  # the call template's source: no tensor held, and no object the collector must track
+            s_args = scrub_deep(args) if nested else scrub_args(args)
+            s_kwargs = scrub_kwargs(kwargs) if kwargs else None
         ptuple = tuple(parents)
         pa = tuple(params)
         records = self.records
         for k, t in enumerate(outs):
             idx = len(records)
             records.append([info, ptuple, t if save else None, _meta(t), call_id, k, n, stack, pa, writes, inplace,
-                            site, "", spec, scrubbed])
+                            site, "", spec, s_args, s_kwargs])
             tid = id(t)
             if tid in param_ids:  # an in-place write to a buffer keeps its parameter identity
                 if save and inplace:
