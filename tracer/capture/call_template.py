@@ -66,16 +66,23 @@ class _Before:
 def _detach_call(source: tuple, snapshots: Mapping[int, str]) -> tuple:
     """A live call without its tensors, so a template never keeps one alive (pre-write copies encoded)."""
     func, args, kwargs = source
+    if snapshots:
+        return func, tuple([_detach(a, snapshots) for a in args]), {k: _detach(v, snapshots) for k, v in kwargs.items()}
+    deep = False
+    for a in args:
+        if type(a) in _SEQ:
+            deep = True
+            break
+    return func, scrub_deep(args) if deep else scrub_args(args), scrub_kwargs(kwargs) if kwargs else {}
 
-    def one(a: Any) -> Any:
-        if isinstance(a, _Tensor):
-            addr = snapshots.get(id(a)) if snapshots else None
-            return TENSOR if addr is None else _Before(addr, a)
-        if type(a) in _SEQ and any(isinstance(b, (_Tensor, list, tuple)) for b in a):
-            return type(a)(one(b) for b in a)
-        return a
 
-    return func, tuple([one(a) for a in args]), ({k: one(v) for k, v in kwargs.items()} if kwargs else {})
+def _detach(a: Any, snapshots: Mapping[int, str]) -> Any:
+    if isinstance(a, _Tensor):
+        addr = snapshots.get(id(a))
+        return TENSOR if addr is None else _Before(addr, a)
+    if type(a) in _SEQ:
+        return type(a)(_detach(b, snapshots) for b in a)
+    return a
 
 
 class CallTemplate(Mapping):
