@@ -20,6 +20,7 @@ class LadderView:
     state: str
     headline: str
     detail: str
+    warnings: tuple[str, ...] = ()  # the trace's own warnings (fast paths not taken, foreign kernels, ...)
 
 
 def ladder_view(trace: Any, report: Any = None) -> LadderView:
@@ -47,7 +48,7 @@ def ladder_view(trace: Any, report: Any = None) -> LadderView:
         detail = "First contradiction: " + (contradiction_text(first) if first else "see the discharge report.")
     else:
         detail = ""
-    return LadderView(state, headline, detail)
+    return LadderView(state, headline, detail, tuple(getattr(trace, "warnings", ()) or ()))
 
 
 def caption(trace: Any) -> str:

@@ -45,6 +45,8 @@ class Provenance:
     config_source: str | None = None  # the config a weights-free trace was built from
     text_route: Mapping[str, Any] | None = None  # trace_text: prompts, tokens, mask policy
     summary: Mapping[str, Any] | None = None  # tracer.summary: how the capture mode was chosen
+    # module address -> the fused kernel the plain forward runs there and capture did not (capture.fast_paths)
+    fast_paths: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in _MAPPINGS:  # own plain copies: JSON-shaped, and not shared with the parts that found them
@@ -111,7 +113,7 @@ class Provenance:
 
 _NAMES = tuple(f.name for f in fields(Provenance))
 _MAPPINGS = ("options", "admission", "versions", "twin", "witness", "foreign_kernels", "offload", "quantization",
-             "text_route", "summary")
+             "text_route", "summary", "fast_paths")
 
 
 def _is_set(name: str, value: Any) -> bool:

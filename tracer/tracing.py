@@ -65,6 +65,8 @@ def trace(
     findings = Findings()  # every part reports here; the trace is then built once
     calls = scope.report(ops, live_calls(session, ops), findings)  # bridges + witness
     boundaries.report(ops, session, findings)  # foreign-kernel boundary ops
+    if session.fast_paths:  # fused kernels the plain forward runs and capture could not (warned in the session)
+        findings.add(fast_paths={f["address"]: f for f in session.fast_paths})
     provenance = findings.provenance(**_provenance(model, capture, admission, elapsed), twin=twin)
     result = build_trace(session, ops, save=capture.save, provenance=provenance, output=output,
                          warnings=tuple(findings.warnings), calls=calls)

@@ -16,17 +16,24 @@ STYLES = {
 }
 
 
-def banner_html(state: str, headline: str, detail: str, title: str) -> str:
+MAX_WARNINGS = 3  # shown in the banner; the rest are counted
+
+
+def banner_html(state: str, headline: str, detail: str, title: str, warnings: tuple[str, ...] = ()) -> str:
     """The banner's markup: state in a data attribute so tests and people read the same thing."""
     bg, fg, border = STYLES.get(state, ("#eeeeee", "#222222", "1px"))
     weight = "800" if state == "REFUTED" else "600"
+    shown = "".join(f'<div class="tlx-banner-warning" style="font-size:12px;margin-top:2px">&#9888; '
+                    f'{html.escape(w)}</div>' for w in warnings[:MAX_WARNINGS])
+    if len(warnings) > MAX_WARNINGS:
+        shown += f'<div class="tlx-banner-warning" style="font-size:12px">and {len(warnings) - MAX_WARNINGS} more warnings</div>'
     return (
         f'<div class="tlx-banner" data-state="{state}" style="background:{bg};color:{fg};'
         f'border:{border} solid {fg};border-radius:6px;padding:8px 14px;font-family:sans-serif">'
         f'<div class="tlx-banner-headline" style="font-size:18px;font-weight:{weight}">{html.escape(headline)}</div>'
         f'<div class="tlx-banner-detail" style="font-size:13px;margin-top:2px">{html.escape(detail)}</div>'
         f'<div class="tlx-banner-title" style="font-size:12px;opacity:0.8;margin-top:2px">{html.escape(title)}</div>'
-        "</div>"
+        f"{shown}</div>"
     )
 
 
@@ -42,7 +49,7 @@ class ClaimBanner(pn.viewable.Viewer):
 
     def _markup(self) -> str:
         lv = self.state.ladder
-        return banner_html(lv.state, lv.headline, lv.detail, self.state.loaded.title)
+        return banner_html(lv.state, lv.headline, lv.detail, self.state.loaded.title, lv.warnings)
 
     def __panel__(self):
         return self._pane

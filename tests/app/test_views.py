@@ -68,3 +68,10 @@ def test_module_tree_folds_repeated_blocks(default_loaded):
     assert "model.layers.0.self_attn.q_proj" in set(df["address"])
     assert "model.layers.1" not in set(df["address"])
     assert df.iloc[0]["params"] == "8,030,261,248" and len(df) == 20
+
+
+def test_the_banner_shows_the_traces_warnings_escaped_and_counted():
+    notes = ("[fast_path_not_taken] <b>layers.0</b> ran op by op", "second", "third", "fourth")
+    markup = banner_html("OBSERVED", "h", "d", "t", notes)
+    assert "&lt;b&gt;layers.0&lt;/b&gt;" in markup and "<b>" not in markup
+    assert markup.count('class="tlx-banner-warning"') == 4 and "and 1 more warnings" in markup

@@ -115,7 +115,8 @@ def test_refusals_are_typed(gpt2_trace):
     with pytest.raises(ValuesMissingError):
         validate(no_values)
     t = gpt2_trace
-    no_calls = Trace(ops=t.ops, modules=t.modules, params=t.params, model_class=t.model_class,
+    bare_ops = tuple(dataclasses.replace(op, attrs={}) for op in t.ops)  # no live calls, no call templates
+    no_calls = Trace(ops=bare_ops, modules=t.modules, params=t.params, model_class=t.model_class,
                      provenance=dict(t.provenance), values=t.values)
     with pytest.raises(ReplayUnavailableError):
         validate(no_calls)

@@ -6,10 +6,11 @@ from typing import Any, Callable
 
 import torch
 
+from .call_template import call_templates
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from ..provenance import Provenance
 from .walk import named_state
-from .session import (R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
+from .session import (TEMPLATE_FIELDS, R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
                       R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
 
 
@@ -20,6 +21,7 @@ def build_ops(session: CaptureSession) -> tuple[Op, ...]:
     meta_cache: dict[tuple, TensorMeta] = {}
     site_cache: dict[tuple, SourceSite] = {}
     ops = []
+    templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
         stack = rec[R_STACK]
@@ -42,6 +44,7 @@ def build_ops(session: CaptureSession) -> tuple[Op, ...]:
             inplace=rec[R_INPLACE],
             source=_site(rec[R_SITE], site_cache),
             io_path=rec[R_IO],
+            attrs=templates[idx],
         ))
     return tuple(ops)
 

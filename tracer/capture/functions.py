@@ -39,6 +39,7 @@ class FuncInfo(NamedTuple):
     inplace: bool
     metadata_only: bool
     value_read: bool
+    func: Any = None  # the callable itself (names it in an op's call template)
 
 
 _cache: dict[Any, FuncInfo] = {}
@@ -83,6 +84,7 @@ def _describe(func: Any) -> FuncInfo:
         inplace=inplace,
         metadata_only=name in _METADATA_NAMES,
         value_read=name in VALUE_READ_NAMES,
+        func=func,
     )
 
 

@@ -17,7 +17,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
+from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
 from ..ir import EMPTY_STACK, ModuleStack
+from .call_template import scrub_args, scrub_deep, scrub_kwargs
 from .functions import FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
@@ -26,7 +28,11 @@ _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
 
 # Raw op record layout (a plain list, filled on the hot path).
-R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC = range(14)
+R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
+# R_CALLSPEC: (func, args, kwargs) of the live call when values are saved. R_ARGS / R_KWARGS: when they
+# are not, args and kwargs with every tensor replaced by `call_template.TENSOR` (no tensor is held).
+# The fields a call template is made from (see call_template.call_templates).
+TEMPLATE_FIELDS = (R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL)
 
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
 
@@ -88,6 +94,8 @@ class CaptureSession:
         self.values: dict[int, torch.Tensor] = {}
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
+        self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
+        self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
         self.call_counter = 0
         self.stack: ModuleStack = EMPTY_STACK  # linked: entering a module is O(1) at any depth
         self.frames: list[list] = []
@@ -146,6 +154,8 @@ class CaptureSession:
     # -- module scope -----------------------------------------------------------------
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         addr = self.module_addr[id(module)]
+        if type(module) in _fast_paths.FUSED_MODULES:
+            _fast_paths.check(self, module, addr, args, kwargs)
         call = self.call_counts.get(addr, 0)
         self.call_counts[addr] = call + 1
         inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
@@ -205,7 +215,8 @@ class CaptureSession:
         self.call_counter += 1
         idx = len(self.records)
         held = t if self.save_values else None
-        rec = [info, parents, held, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None]
+        rec = [info, parents, held, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None, None,
+               None]
         self.records.append(rec)
         if keep_value:
             self.tmap[id(t)] = (idx, self._ref(t))
@@ -283,6 +294,7 @@ class CaptureSession:
         parents: list = []
         params: list = []
         watched: list | None = None
+        nested = False
         tmap = self.tmap
         param_ids = self.param_ids
         # Arguments: tensors become edges, parameters and buffers become attributions.
@@ -290,6 +302,7 @@ class CaptureSession:
             if isinstance(a, _Tensor):
                 watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
             elif type(a) in (list, tuple) and a and isinstance(a[0], _Tensor):
+                nested = True
                 for j, b in enumerate(a):
                     if isinstance(b, _Tensor):
                         watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
@@ -301,10 +314,13 @@ class CaptureSession:
             if kwargs.get("inplace") is True or isinstance(kwargs.get("out"), _Tensor):
                 inplace = True
         target = None
+        before = None
         if inplace:
             target = kwargs.get("out") if isinstance(kwargs.get("out"), _Tensor) else (args[0] if args and isinstance(args[0], _Tensor) else None)
             if target is not None and self.save_values:
                 self._protect(target)
+                if id(target) in param_ids:  # a write into a parameter or buffer: keep its value before
+                    before = target.detach().clone()
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
@@ -337,16 +353,26 @@ class CaptureSession:
         save = self.save_values
         ref = self._ref
         spec = (func, args, kwargs) if save else None
+        if before is not None:
+            spec = self._with_before(spec, target, before)
+        if save:
+            s_args = s_kwargs = None
+        else:  # the call template's source: no tensor held, and no object the collector must track
+            s_args = scrub_deep(args) if nested else scrub_args(args)
+            s_kwargs = scrub_kwargs(kwargs) if kwargs else None
         ptuple = tuple(parents)
         pa = tuple(params)
         records = self.records
         for k, t in enumerate(outs):
             idx = len(records)
             records.append([info, ptuple, t if save else None, _meta(t), call_id, k, n, stack, pa, writes, inplace,
-                            site, "", spec])
+                            site, "", spec, s_args, s_kwargs])
             tid = id(t)
-            if tid in param_ids:
-                continue  # an in-place write to a buffer keeps its parameter identity
+            if tid in param_ids:  # an in-place write to a buffer keeps its parameter identity
+                if save and inplace:
+                    self.values[idx] = t.detach().clone()  # the value it wrote, as it was then
+                    self.value_versions[idx] = -2
+                continue
             tmap[tid] = (idx, t if save else ref(t))
             if inplace:
                 base = t._base
@@ -380,6 +406,14 @@ class CaptureSession:
         return watched
 
     # -- values -------------------------------------------------------------------------
+    def _with_before(self, spec: tuple, target: torch.Tensor, before: torch.Tensor) -> tuple:
+        """The live call with the written parameter/buffer replaced by its value before the write."""
+        func, args, kwargs = spec
+        self.snapshots[id(before)] = self.param_ids[id(target)]
+        if kwargs.get("out") is target:
+            return func, args, {**kwargs, "out": before}
+        return func, (before, *args[1:]), kwargs
+
     def _save(self, idx: int, t: torch.Tensor) -> None:
         self.values[idx] = t
         self.value_versions[idx] = _version(t)

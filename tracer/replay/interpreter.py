@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+from .offline import NotReplayable, OfflineCalls
 
 # -- the kernel table ------------------------------------------------------------------
 # Kernels whose output is random or uninitialised: compared by metadata only.
@@ -21,10 +22,15 @@ NONDETERMINISTIC_KINDS = frozenset({
     "cauchy_", "log_normal_", "geometric_", "empty", "empty_like", "new_empty", "empty_strided",
     "rrelu", "native_dropout",
 })
-# Dropout kernels: random only when training (position and keyword of the flag).
-DROPOUT_KINDS = {"dropout": (2, "training"), "dropout1d": (2, "training"), "dropout2d": (2, "training"),
-                 "dropout3d": (2, "training"), "alpha_dropout": (2, "training"),
-                 "feature_alpha_dropout": (2, "training")}
+# Kernels random only when their dropout probability is positive (and, where they take one, their
+# training flag is set): kind -> ((p position, p keyword, p default), (flag position, flag keyword, flag default)).
+_DROPOUT_FLAG = (2, "training", True)
+DROPOUT_KINDS: dict[str, tuple[tuple[int, str, float], tuple[int, str, bool] | None]] = {
+    **{k: ((1, "p", 0.5), _DROPOUT_FLAG) for k in ("dropout", "dropout1d", "dropout2d", "dropout3d",
+                                                   "alpha_dropout", "feature_alpha_dropout")},
+    "scaled_dot_product_attention": ((4, "dropout_p", 0.0), None),
+    "multi_head_attention_forward": ((10, "dropout_p", 0.0), (13, "training", True)),
+}
 # Argument positions an output reads for shape/dtype/device only (dependence declared absent).
 SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
     **{k: frozenset({"0"}) for k in ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
@@ -35,9 +41,6 @@ SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
 # Multi-output kernels where output k reads only item k of argument 0.
 ITEMWISE_KINDS = frozenset({"broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d"})
 
-
-# Attention kernels with a dropout probability argument (position, keyword).
-ATTENTION_DROPOUT_KINDS = {"scaled_dot_product_attention": (4, "dropout_p")}
 # Kernels that read an integer argument as indices into another operand: when the indexed
 # operand holds a single value everywhere, no index can change the output in this forward.
 INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", "embedding", "getitem",
@@ -49,6 +52,25 @@ INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", 
 UNINITIALISED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
 OVERWRITE_KINDS = frozenset({"setitem", "copy_", "index_put_", "index_copy_", "scatter_", "fill_", "zero_",
                              "masked_fill_", "masked_scatter_"})
+# Kernels whose output is piecewise constant in their inputs (besides every op with an integer or
+# boolean output): a small perturbation need not change it, so an unchanged output is no evidence.
+PIECEWISE_KINDS = frozenset({
+    "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "heaviside", "floor_divide", "floordiv",
+    "bucketize", "searchsorted", "argmax", "argmin", "argsort", "sort", "topk", "kthvalue", "mode", "max",
+    "min", "median", "nanmedian", "histc", "eq", "ne", "lt", "le", "gt", "ge", "isclose", "all", "any",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "isnan", "isinf", "isfinite", "signbit",
+    "floor_", "ceil_", "round_", "trunc_", "sign_", "rfloordiv", "ifloordiv",
+})
+_FLOAT_PREFIXES = ("float", "bfloat", "complex")
+
+
+def is_piecewise_constant(op: Op) -> bool:
+    """True when `op`'s output cannot be expected to move under a small change of an input."""
+    if op.out is not None and not op.out.dtype.startswith(_FLOAT_PREFIXES):
+        return True
+    return op.kind in PIECEWISE_KINDS
+
+
 # Foreign kernels (autograd Functions, custom ops): Op.func -> {output index: the argument
 # positions that output reads}. Outputs not listed are expected to read every argument.
 FOREIGN_DEPENDENCE: dict[str, dict[int, frozenset[str]]] = {}
@@ -79,23 +101,29 @@ def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
     """True when the kernel table says `op`'s output is random for this call."""
     if op.kind in NONDETERMINISTIC_KINDS:
         return True
-    attn = ATTENTION_DROPOUT_KINDS.get(op.kind)
-    if attn is not None:
-        pos, name = attn
-        p = args[pos] if len(args) > pos else kwargs.get(name, 0.0)
-        return float(p or 0.0) > 0.0
-    flag = DROPOUT_KINDS.get(op.kind)
-    if flag is None:
+    spec = DROPOUT_KINDS.get(op.kind)
+    if spec is None:
         return False
-    pos, name = flag
-    training = args[pos] if len(args) > pos else kwargs.get(name, True)
-    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-    return bool(training) and float(p) > 0.0
+    (p_pos, p_name, p_default), flag = spec
+    p = args[p_pos] if len(args) > p_pos else kwargs.get(p_name, p_default)
+    if flag is not None:
+        f_pos, f_name, f_default = flag
+        if not (args[f_pos] if len(args) > f_pos else kwargs.get(f_name, f_default)):
+            return False
+    return float(p or 0.0) > 0.0
+
+
+# Multi-output kernels where output k does not read some arguments: {kind: {output index: positions}}.
+OUTPUT_IGNORES: dict[str, dict[int, frozenset[str]]] = {
+    "multi_head_attention_forward": {1: frozenset({"2", "value"})},  # attention weights never read value
+}
 
 
 def dependence_declared_absent(op: Op, position: str) -> bool:
     """True when the kernel table declares that `op`'s output does not read `position`'s values."""
     if position in SHAPE_ONLY_POSITIONS.get(op.kind, ()):
+        return True
+    if position in OUTPUT_IGNORES.get(op.kind, {}).get(op.output_index, ()):
         return True
     if op.kind in ITEMWISE_KINDS and op.num_outputs > 1:
         return position != f"0.{op.output_index}"
@@ -191,22 +219,41 @@ def _materialized(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 class Replayer:
-    """Replays single ops of a live trace, loading `Deferred` arguments when the trace has any."""
+    """Replays single ops: from the live calls of a trace captured in this process, else from the
+    call templates a trace file stores (parameters from `params`); loads `Deferred` arguments."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None = None) -> None:
         self.trace = trace
         self.values = trace.values
         self.calls = trace.live_calls
+        self.offline = None if trace.live_calls else OfflineCalls(trace, params)
         self.resolve: Callable[[tuple, dict], tuple[tuple, dict]] | None = (
             _materialized if trace.provenance.deferred_args else None)
 
     def missing_parents(self, op: Op) -> list[str]:
         return [e.source for e in op.parents if e.source not in self.values]
 
-    def run(self, op: Op, override: Mapping[str, torch.Tensor] | None = None) -> Any:
-        """The op's output recomputed from saved parents (`override`: position -> tensor)."""
+    def call_of(self, op: Op) -> tuple:
+        """`(func, args, kwargs)` of `op`'s call; raises `NotReplayable` when there is none."""
+        if self.offline is not None:
+            return self.offline.call(op)
+        call = self.calls.get(op.label)
+        if call is None:
+            raise NotReplayable("not replayable: its live call was not saved", check="missing")
+        return call
+
+    def run(self, op: Op, override: Mapping[str, torch.Tensor] | None = None, grad: bool = False) -> Any:
+        """The op's output recomputed from saved parents (`override`: position -> tensor).
+
+        `grad=True` replays with autograd recording, as a capture with grad enabled ran
+        (some kernels pick another algorithm then); the result is detached.
+        """
         method = getattr(self, f"run_{_category(op)}")
         try:
+            if grad:
+                with torch.enable_grad():
+                    out = method(op, _as_recorded(self.trace, op, self.values, override or {}))
+                return out.detach() if isinstance(out, torch.Tensor) else out
             with torch.no_grad():
                 return method(op, override or {})
         except ReplayError:
@@ -224,7 +271,7 @@ class Replayer:
         return override.get(edge.position, self.values[edge.source])
 
     def run_call(self, op: Op, override: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
-        func, args, kwargs = self.calls[op.label]
+        func, args, kwargs = self.call_of(op)
         if self.resolve is not None:
             args, kwargs = self.resolve(args, kwargs)
         subs = {e.position: self.values[e.source] for e in op.parents}
@@ -244,6 +291,20 @@ class Replayer:
         target = subs.get(target_pos) if target_pos is not None else None
         out = func(*new_args, **new_kwargs)
         return select_output(out, op, target)
+
+
+def _as_recorded(trace: Trace, op: Op, values: Mapping[str, torch.Tensor],
+                 override: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every parent value at its position, requiring grad where the recorded parent did."""
+    subs: dict[str, torch.Tensor] = {}
+    for e in op.parents:
+        v = override.get(e.position, values[e.source])
+        meta = trace[e.source].out
+        if meta is not None and meta.requires_grad and (v.is_floating_point() or v.is_complex()):
+            v = v.detach().requires_grad_(True)
+        subs[e.position] = v
+    subs.update({k: v for k, v in override.items() if k not in subs})
+    return subs
 
 
 def _top_level_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:

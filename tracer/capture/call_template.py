@@ -1,0 +1,298 @@
+"""The call template of an op (`Op.attrs`): its callable and non-tensor arguments as JSON data.
+
+Shape: `{"call": "torch.nn.functional.gelu" | None, "args": [...], "kwargs": {...}}`. Plain JSON
+values stand for themselves (a non-finite float is `{"float": "inf"}`); every other argument is a
+one-key object: `{"edge": "<position>"}` a parent's tensor (see `Op.parents`), `{"param": "<address>"}`
+a parameter or buffer, `{"before": "<address>", "value": <small tensor> | None}` a buffer's value
+before the in-place write this op made, `{"tensor": "<position>"}` a tensor the trace does not know,
+`{"tuple": [...]}`, `{"size": [...]}`, `{"slice": [start, stop, step]}`, `{"ellipsis": None}`,
+`{"dtype": "float32"}`, `{"device": "cpu"}`, `{"layout": "strided"}`, `{"memory_format": "..."}`,
+`{"complex": [re, im]}`, `{"dict": {...}}`, and `{"opaque": "<type>"}` for an object no file can hold.
+A small tensor value is `{"dtype": ..., "shape": [...], "data": [...]}`. Encoding is deferred until
+the template is first read, so capture pays nothing for it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Mapping
+
+import torch
+
+_Tensor = torch.Tensor
+# A buffer's pre-write value is stored inline up to this many elements.
+INLINE_NUMEL = 64
+
+
+# Stands in for a tensor argument in a call kept without its tensors, compared by identity. A bytes
+# object, so that tuples of arguments holding it are not tracked by the garbage collector.
+TENSOR = bytes([0]) + b"tensor"
+_SEQ = (list, tuple)
+_PLAIN = frozenset({int, str, bool, type(None)})  # JSON as they are (floats may be non-finite)
+_POS = tuple(str(i) for i in range(16))
+
+
+def scrub_args(args: tuple) -> tuple:
+    """`args` with each top-level tensor replaced by `TENSOR` (the hot path's whole cost)."""
+    return tuple([TENSOR if isinstance(a, _Tensor) else a for a in args])
+
+
+def scrub_deep(args: tuple) -> tuple:
+    """`args` with tensors inside lists and tuples replaced too (calls such as `cat`)."""
+    return tuple([_scrub(a) for a in args])
+
+
+def scrub_kwargs(kwargs: dict) -> dict:
+    return {k: (TENSOR if isinstance(v, _Tensor) else v) for k, v in kwargs.items()}
+
+
+def _scrub(a: Any) -> Any:
+    if isinstance(a, _Tensor):
+        return TENSOR
+    if type(a) in _SEQ:
+        return type(a)(_scrub(b) for b in a)
+    return a
+
+
+class _Before:
+    """A buffer's value before an in-place write, encoded when the trace is built."""
+
+    __slots__ = ("address", "value")
+
+    def __init__(self, address: str, t: torch.Tensor) -> None:
+        self.address = address
+        self.value = tensor_value(t)
+
+
+def _detach_call(source: tuple, snapshots: Mapping[int, str]) -> tuple:
+    """A live call without its tensors, so a template never keeps one alive (pre-write copies encoded)."""
+    func, args, kwargs = source
+    if snapshots:
+        return func, tuple([_detach(a, snapshots) for a in args]), {k: _detach(v, snapshots) for k, v in kwargs.items()}
+    deep = False
+    for a in args:
+        if type(a) in _SEQ:
+            deep = True
+            break
+    return func, scrub_deep(args) if deep else scrub_args(args), scrub_kwargs(kwargs) if kwargs else {}
+
+
+def _detach(a: Any, snapshots: Mapping[int, str]) -> Any:
+    if isinstance(a, _Tensor):
+        addr = snapshots.get(id(a))
+        return TENSOR if addr is None else _Before(addr, a)
+    if type(a) in _SEQ:
+        return type(a)(_detach(b, snapshots) for b in a)
+    return a
+
+
+class CallTemplate(Mapping):
+    """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
+
+    __slots__ = ("_func", "_args", "_kwargs", "_parents", "_params", "_encoded")
+
+    def __init__(self, func: Any, args: tuple, kwargs: dict, parents: tuple, params: tuple) -> None:
+        self._func, self._args, self._kwargs, self._parents, self._params = func, args, kwargs, parents, params
+        self._encoded: dict[str, Any] | None = None
+
+    def _data(self) -> dict[str, Any]:
+        if self._encoded is None:
+            func, args, kwargs = self._func, self._args, self._kwargs
+            enc = _Encoder([pos for _p, pos in self._parents], self._params)
+            value = enc.value
+            self._encoded = {"call": callable_path(func),
+                             "args": [a if type(a) in _PLAIN else value(a, _POS[i] if i < 16 else str(i))
+                                      for i, a in enumerate(args)],
+                             "kwargs": {k: v if type(v) in _PLAIN else value(v, k) for k, v in kwargs.items()}
+                             if kwargs else {}}
+            self._func = self._args = self._kwargs = self._parents = self._params = None
+        return self._encoded
+
+    def __getitem__(self, key: str) -> Any:
+        return (self._encoded or self._data())[key]
+
+    def keys(self) -> Any:  # the views of the encoded dict: dict(template) copies at C speed
+        return self._data().keys()
+
+    def items(self) -> Any:
+        return self._data().items()
+
+    def values(self) -> Any:
+        return self._data().values()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data()
+
+    def __eq__(self, other: object) -> bool:
+        return self._data() == (dict(other) if isinstance(other, Mapping) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return repr(self._data())
+
+
+def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -> list[Mapping[str, Any]]:
+    """One template per raw record ({} for synthetic ops); the records of one call share theirs.
+
+    `fields` names the record slots (info, live call, scrubbed args, scrubbed kwargs, parents, params,
+    call id). A live call (values saved) is copied without its tensors first: the trace's live calls
+    may later drop references (offloaded weights) that a template must not keep alive.
+    """
+    f_info, f_live, f_args, f_kwargs, f_parents, f_params, f_call = fields
+    out: list[Mapping[str, Any]] = []
+    last_call = -1
+    last: Mapping[str, Any] = {}
+    for rec in records:
+        live = rec[f_live]
+        if live is None and rec[f_args] is None:
+            out.append({})
+        elif rec[f_call] == last_call:  # the next output of the same multi-output call
+            out.append(last)
+        else:
+            if live is not None:
+                func, args, kwargs = _detach_call(live, snapshots)
+            else:
+                func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
+            last = CallTemplate(func, args, kwargs, rec[f_parents], rec[f_params])
+            last_call = rec[f_call]
+            out.append(last)
+    return out
+
+
+class _Encoder:
+    """Encodes arguments in the order capture visited them: a tensor not on an edge is the next
+    parameter or buffer the call read (capture records them in that same order)."""
+
+    def __init__(self, positions: list[str], params: tuple) -> None:
+        self.positions = positions
+        self.params = list(params) if params else params
+
+    def tensor(self, position: str | None, before: _Before | None) -> dict[str, Any]:
+        if position is not None and position in self.positions:
+            return {"edge": position}
+        if position is None or not self.params:
+            return {"tensor": position}
+        addr = self.params.pop(0)
+        if before is not None:
+            return {"before": before.address, "value": before.value}
+        return {"param": addr}
+
+    def value(self, a: Any, position: str | None) -> Any:
+        if a is TENSOR or isinstance(a, _Before):
+            return self.tensor(position, a if isinstance(a, _Before) else None)
+        if isinstance(a, _Tensor):  # inside a container capture did not walk: not an edge
+            return {"tensor": None}
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        if isinstance(a, float):
+            return a if math.isfinite(a) else {"float": repr(a)}
+        if isinstance(a, torch.Size):
+            return {"size": list(a)}
+        if type(a) in _SEQ:
+            nested = position is not None and "." not in position and position.isdigit() and bool(a) \
+                and (isinstance(a[0], _Tensor) or a[0] is TENSOR)
+            items = [self.value(b, f"{position}.{j}" if nested else None) for j, b in enumerate(a)]
+            return items if type(a) is list else {"tuple": items}
+        return _atom(a)
+
+
+def _atom(a: Any) -> Any:
+    """A non-container, non-tensor argument."""
+    if isinstance(a, torch.dtype):
+        return {"dtype": str(a).replace("torch.", "")}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    if isinstance(a, torch.layout):
+        return {"layout": str(a).replace("torch.", "")}
+    if isinstance(a, torch.memory_format):
+        return {"memory_format": str(a).replace("torch.", "")}
+    if isinstance(a, slice):
+        parts = [a.start, a.stop, a.step]
+        if all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
+            return {"slice": parts}
+    if a is Ellipsis:
+        return {"ellipsis": None}
+    if isinstance(a, complex):
+        return {"complex": [a.real, a.imag]}
+    if isinstance(a, dict) and all(isinstance(k, str) for k in a):
+        return {"dict": {k: _Encoder([], ()).value(v, None) for k, v in a.items()}}
+    return {"opaque": f"{type(a).__module__}.{type(a).__qualname__}"}
+
+
+def tensor_value(t: torch.Tensor) -> dict[str, Any] | None:
+    """A small tensor's value as JSON (None above `INLINE_NUMEL` elements or for odd dtypes)."""
+    if t.numel() > INLINE_NUMEL or t.is_complex() or t.dtype in (torch.bfloat16,) or t.device.type == "meta":
+        return None
+    flat = t.detach().cpu().reshape(-1)
+    data = [v if not isinstance(v, float) or math.isfinite(v) else repr(v) for v in flat.tolist()]
+    return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data": data}
+
+
+# -- the callable ------------------------------------------------------------------------
+_path_cache: dict[Any, str | None] = {}
+
+
+def callable_path(func: Any) -> str | None:
+    """The dotted path under `torch` that names `func` again in another process, or None."""
+    try:
+        return _path_cache[func]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    from ..replay.offline import resolve_callable  # the resolver is the test of a path
+
+    path = None
+    for candidate in _candidates(func):
+        try:
+            if _same_callable(resolve_callable(candidate), func):
+                path = candidate
+                break
+        except Exception:
+            continue
+    _path_cache[func] = path
+    return path
+
+
+def _candidates(func: Any) -> Iterator[str]:
+    if isinstance(func, torch._ops.OpOverload):
+        ns, _, name = func.name().partition("::")
+        base, _, overload = name.partition(".")
+        yield f"torch.ops.{ns}.{base}.{overload or 'default'}"
+        return
+    name = getattr(func, "__name__", None)
+    if name in ("__get__", "__set__"):  # a Tensor property's getter, e.g. Tensor.T.__get__
+        prop = getattr(getattr(func, "__self__", None), "__name__", None)
+        if prop:
+            yield f"torch.Tensor.{prop}.{name}"
+        return
+    if name is None:
+        return
+    if getattr(func, "__objclass__", None) is not None or (getattr(func, "__qualname__", "") or "").startswith(
+            ("Tensor.", "TensorBase.", "_TensorBase.")):
+        yield f"torch.Tensor.{name}"
+    module = getattr(func, "__module__", None)
+    qual = getattr(func, "__qualname__", None) or name
+    if module:
+        yield f"{module}.{qual}"
+    for ns in ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch._C._nn",
+               "torch._C._VariableFunctions", "torch._C._linalg", "torch._C._fft", "torch._C._special"):
+        yield f"{ns}.{name}"
+
+
+def _same_callable(found: Any, func: Any) -> bool:
+    if found is func:
+        return True
+    try:
+        return bool(found == func)
+    except Exception:
+        return False

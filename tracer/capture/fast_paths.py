@@ -1,0 +1,135 @@
+"""Fused fast paths a capture turns off, disclosed with a typed warning.
+
+Some torch modules run one fused kernel in a plain forward and fall back to their op-by-op
+path when a `TorchFunctionMode` is active or hooks are attached (both are how capture
+records). The trace then shows the op-by-op computation, which need not be bit-equal to the
+plain forward. For each such module call this module decides, from the conditions torch
+checks that capture does not change, whether the plain forward would have taken the fused
+kernel; if so it warns `FastPathNotTakenWarning` and records the finding in the session.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+FAST_PATH_CODE = "fast_path_not_taken"
+
+
+class FastPathNotTakenWarning(UserWarning):
+    """The plain forward runs a fused kernel that the capture's function mode turned off."""
+
+    code = FAST_PATH_CODE
+
+
+def _why_not_encoder_layer(m: nn.TransformerEncoderLayer, args: tuple, kwargs: dict) -> str | None:
+    src = args[0] if args else kwargs.get("src")
+    attn = m.self_attn
+    tensors = (src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias,
+               m.norm1.weight, m.norm1.bias, m.norm2.weight, m.norm2.bias, m.linear1.weight, m.linear1.bias,
+               m.linear2.weight, m.linear2.bias)
+    masks = [kwargs.get("src_mask", args[1] if len(args) > 1 else None),
+             kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)]
+    if not isinstance(src, torch.Tensor) or src.dim() != 3:
+        return "input not batched"
+    if m.training or not attn.batch_first or attn.in_proj_bias is None or not attn._qkv_same_embed_dim:
+        return "module configuration"
+    if not getattr(m, "activation_relu_or_gelu", False) or m.norm1.eps != m.norm2.eps or attn.num_heads % 2:
+        return "module configuration"
+    if src.is_nested and any(x is not None for x in masks):
+        return "nested input with a mask"
+    if any(len(x._forward_hooks) + len(x._forward_pre_hooks) > _OWN_HOOKS for x in m.modules()):
+        return "the user's own hooks are attached"
+    return _common(m, tensors)
+
+
+def _why_not_encoder(m: nn.TransformerEncoder, args: tuple, kwargs: dict) -> str | None:
+    src = args[0] if args else kwargs.get("src")
+    mask = kwargs.get("mask", args[1] if len(args) > 1 else None)
+    padding = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
+    first = m.layers[0] if len(m.layers) else None
+    if not isinstance(first, nn.TransformerEncoderLayer) or not getattr(m, "use_nested_tensor", False):
+        return "module configuration"
+    if first.training or not isinstance(src, torch.Tensor) or src.dim() != 3 or src.is_nested:
+        return "module configuration"
+    if padding is None or mask is not None:
+        return "no padding mask (the sparsity path needs one)"
+    attn = first.self_attn
+    return _common(m, (src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias))
+
+
+# Hooks capture installs on every module (one pre, one post).
+_OWN_HOOKS = 2
+
+
+def _why_not_attention(m: nn.MultiheadAttention, args: tuple, kwargs: dict) -> str | None:
+    names = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
+    given = dict(zip(names, args))
+    given.update(kwargs)
+    q, k, v = given.get("query"), given.get("key"), given.get("value")
+    if not isinstance(q, torch.Tensor) or q.dim() != 3 or q is not k or k is not v:
+        return "not batched self-attention"
+    for mask in (given.get("attn_mask"), given.get("key_padding_mask")):
+        if isinstance(mask, torch.Tensor) and torch.is_floating_point(mask):
+            return "floating-point mask"
+    if m.in_proj_weight is None or m.in_proj_bias is None or q.dtype != m.in_proj_weight.dtype \
+            or q.dtype != m.in_proj_bias.dtype:
+        return "module configuration"
+    if m.training or m.num_heads % 2 or not m.batch_first or m.bias_k is not None or m.bias_v is not None \
+            or m.add_zero_attn or not m._qkv_same_embed_dim:
+        return "module configuration"
+    tensors = (q, m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias)
+    return _common(m, tensors)
+
+
+def _common(m: nn.Module, tensors: tuple) -> str | None:
+    """The checks torch makes for every fused path, except the ones capture itself fails."""
+    if not torch.backends.mha.get_fastpath_enabled() or torch.is_autocast_enabled():
+        return "fast path disabled"
+    if any(not isinstance(t, torch.Tensor) for t in tensors):
+        return "missing tensor"
+    if any(t.device.type not in ("cpu", "cuda", "xpu") for t in tensors):
+        return "device"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "grad enabled with tensors that require grad"
+    return None
+
+
+_LAST_BITS = "the trace's output may differ from the plain forward's in the last bits"
+# Module class -> (its checker, the fused kernel the plain forward calls, what differs).
+FUSED_MODULES: dict[type, tuple[Callable[[Any, tuple, dict], str | None], str, str]] = {
+    nn.TransformerEncoderLayer: (_why_not_encoder_layer, "torch._transformer_encoder_layer_fwd", _LAST_BITS),
+    nn.MultiheadAttention: (_why_not_attention, "torch._native_multi_head_attention", _LAST_BITS),
+    nn.TransformerEncoder: (_why_not_encoder, "torch._nested_tensor_from_mask (the sparsity fast path)",
+                            "the plain forward drops padded positions into a nested tensor and returns zeros "
+                            "there, while the trace's output holds values computed at them"),
+}
+
+
+def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: dict) -> None:
+    """Record and warn when the plain forward of this module call would take its fused kernel."""
+    checker, kernel, differs = FUSED_MODULES[type(module)]
+    try:
+        if checker(module, args, kwargs) is not None:
+            return
+    except Exception:  # an unusual call signature: the plain path is not known, so claim nothing
+        return
+    if _inside_reported(session, address):
+        return  # an enclosing fused module already covers this one
+    name = address or "(root)"
+    msg = (f"[{FAST_PATH_CODE}] {type(module).__name__} '{name}': the plain forward runs the fused kernel "
+           f"{kernel}; under capture torch took the op-by-op path recorded here (its function mode and hooks "
+           f"turn the fused path off), so {differs}")
+    session.fast_paths.append({"code": FAST_PATH_CODE, "module": name, "address": address,
+                               "class": type(module).__name__,
+                               "path_taken": "op-by-op (recorded ops)", "plain_path": kernel})
+    session.warnings.append(msg)
+    warnings.warn(msg, FastPathNotTakenWarning, stacklevel=4)
+
+
+def _inside_reported(session: Any, address: str) -> bool:
+    """True when an enclosing module's fused kernel (already reported) replaces this call."""
+    return any(f["address"] == "" or address.startswith(f["address"] + ".") for f in session.fast_paths
+               if f["class"] != "TransformerEncoder")

@@ -1,0 +1,183 @@
+"""Replay without live calls: rebuild each op's call from its stored template (`Op.attrs`).
+
+A trace loaded from a file has its saved values and, per op, the call template written at
+capture (see `tracer.capture.call_template`). Parameters and buffers are not in a trace file:
+the caller supplies them (`params=model.state_dict()`). Only callables under `torch` resolve,
+so a trace file can never name arbitrary code to run.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+import torch
+
+from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+
+# Namespaces a stored call may name (everything a capture records as a torch-level call).
+_ALLOWED_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch._C._nn.", "torch._C._VariableFunctions.",
+                     "torch.linalg.", "torch.fft.", "torch.special.", "torch._C._linalg.", "torch._C._fft.",
+                     "torch._C._special.", "torch.functional.", "torch.ops.aten.", "torch._C.TensorBase.")
+_SYNTHETIC = (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND)
+
+
+class NotReplayable(Exception):
+    """An op validation cannot call again; `check` names the finding it becomes."""
+
+    def __init__(self, message: str, check: str = "not_replayable_offline") -> None:
+        super().__init__(message)
+        self.check = check
+
+
+def has_call_templates(trace: Trace) -> bool:
+    """True when some call op of `trace` carries a stored call template."""
+    return any("args" in op.attrs for op in trace.ops if op.kind not in _SYNTHETIC)
+
+
+def resolve_callable(path: Any) -> Any:
+    """The torch callable a stored dotted path names; raises `NotReplayable` for anything else."""
+    if not isinstance(path, str) or not (path.startswith(_ALLOWED_PREFIXES) or _top_level_builtin(path)):
+        raise NotReplayable(f"not replayable offline: the call {path!r} is not a torch function "
+                            "(a foreign callable cannot be stored in a trace file)")
+    parts = path.split(".")
+    obj: Any = torch
+    for i, part in enumerate(parts[1:], start=1):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            try:
+                obj = importlib.import_module(".".join(parts[:i + 1]))
+            except ImportError:
+                raise NotReplayable(f"not replayable offline: {path!r} does not exist in this torch") from None
+    if not callable(obj):
+        raise NotReplayable(f"not replayable offline: {path!r} is not callable")
+    return obj
+
+
+def _top_level_builtin(path: str) -> bool:
+    """`torch.<name>` where the name is one of torch's own builtin ops (torch.add, torch.where)."""
+    parts = path.split(".")
+    if len(parts) != 2 or parts[0] != "torch":
+        return False
+    obj = getattr(torch, parts[1], None)
+    return obj is not None and getattr(torch._C._VariableFunctions, parts[1], None) is obj
+
+
+class OfflineCalls:
+    """Decodes op call templates into `(func, args, kwargs)`, once per call."""
+
+    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None) -> None:
+        self.trace = trace
+        self.params = dict(params or {})
+        self._aliases = {alias: rec.address for rec in trace.params.values() for alias in rec.tied}
+        self._calls: dict[int, tuple] = {}
+        self._param_cache: dict[str, torch.Tensor] = {}
+
+    def call(self, op: Op) -> tuple:
+        hit = self._calls.get(op.func_call_id)
+        if hit is None:
+            hit = self._decode(op)
+            self._calls[op.func_call_id] = hit
+        return hit
+
+    def _decode(self, op: Op) -> tuple:
+        template = op.attrs
+        if "args" not in template:
+            raise NotReplayable("not replayable offline: the trace file holds no call template for it")
+        if template.get("call") is None:
+            raise NotReplayable(f"not replayable offline: {op.func} is not a torch function, and a trace file "
+                                "cannot store a foreign callable")
+        func = resolve_callable(template["call"])
+        edges = {e.position: e.source for e in op.parents}
+        args = tuple(self._value(a, edges) for a in template["args"])
+        kwargs = {str(k): self._value(v, edges) for k, v in template["kwargs"].items()}
+        return func, args, kwargs
+
+    def _value(self, a: Any, edges: Mapping[str, str]) -> Any:
+        if a is None or isinstance(a, (bool, int, float, str)):
+            return a
+        if isinstance(a, list):
+            return [self._value(b, edges) for b in a]
+        if isinstance(a, dict) and "before" in a:  # a buffer's value before this op wrote it
+            if a.get("value") is None:
+                raise NotReplayable(f"not replayable offline: the value of buffer {a['before']!r} before this "
+                                    "write was too large to store in the template")
+            return tensor_from_value(a["value"])
+        if not isinstance(a, dict) or len(a) != 1:
+            raise NotReplayable(f"not replayable offline: malformed template value {a!r}")
+        (tag, v), = a.items()
+        if tag == "edge":
+            source = edges.get(v)
+            if source is None or source not in self.trace.values:
+                raise NotReplayable(f"not replayable offline: the parent at argument {v} was not saved")
+            return self.trace.values[source]
+        if tag == "param":
+            return self._param(str(v))
+        if tag == "tensor":
+            raise NotReplayable(f"not replayable offline: argument {v} is a tensor the trace does not know")
+        if tag == "opaque":
+            raise NotReplayable(f"not replayable offline: an argument is a {v} object, which a trace file "
+                                "cannot store")
+        return _decode_atom(tag, v, lambda b: self._value(b, edges))
+
+    def _param(self, address: str) -> torch.Tensor:
+        hit = self._param_cache.get(address)
+        if hit is not None:
+            return hit
+        canonical = self._aliases.get(address, address)
+        rec = self.trace.params.get(canonical)
+        names = [address, canonical, *(rec.tied if rec is not None else ())]
+        found = next((self.params[n] for n in names if n in self.params), None)
+        if found is None:
+            raise NotReplayable(f"not replayable offline: parameter {address!r} was not supplied "
+                                "(validate(trace, params=model.state_dict()))")
+        t = found.detach()
+        if rec is not None and rec.requires_grad and (t.is_floating_point() or t.is_complex()):
+            t = t.requires_grad_(True)  # kernels choose their algorithm by it, as in the capture
+        self._param_cache[address] = t
+        return t
+
+
+def _decode_atom(tag: str, v: Any, value: Any) -> Any:
+    if tag == "tuple":
+        return tuple(value(b) for b in v)
+    if tag == "size":
+        return torch.Size(int(x) for x in v)
+    if tag == "slice":
+        return slice(*v)
+    if tag == "ellipsis":
+        return Ellipsis
+    if tag == "float":
+        return float(v)
+    if tag == "complex":
+        return complex(v[0], v[1])
+    if tag == "dtype":
+        return _torch_attr(v, torch.dtype)
+    if tag == "layout":
+        return _torch_attr(v, torch.layout)
+    if tag == "memory_format":
+        return _torch_attr(v, torch.memory_format)
+    if tag == "device":
+        return torch.device(str(v))
+    if tag == "dict":
+        return {str(k): value(b) for k, b in v.items()}
+    raise NotReplayable(f"not replayable offline: unknown template tag {tag!r}")
+
+
+def _torch_attr(name: Any, kind: type) -> Any:
+    obj = getattr(torch, str(name), None)
+    if not isinstance(obj, kind):
+        raise NotReplayable(f"not replayable offline: {name!r} is not a torch {kind.__name__}")
+    return obj
+
+
+def tensor_from_value(v: Any) -> torch.Tensor:
+    """A tensor from `call_template.tensor_value` data."""
+    if not isinstance(v, dict):
+        raise NotReplayable("not replayable offline: a stored tensor value is missing")
+    dtype = _torch_attr(v["dtype"], torch.dtype)
+    data = [float(x) if isinstance(x, str) else x for x in v["data"]]
+    return torch.tensor(data, dtype=dtype).reshape([int(s) for s in v["shape"]])
+
+
+__all__ = ["NotReplayable", "OfflineCalls", "has_call_templates", "resolve_callable", "tensor_from_value"]
