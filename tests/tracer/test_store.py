@@ -108,7 +108,7 @@ def test_consistent_but_broken_graph_refuses(gpt2_trace, tmp_path):
 
     folder = _saved(gpt2_trace, tmp_path)
     doc = json.loads((folder / STRUCTURE_FILE).read_text())
-    doc["trace"]["ops"][2]["parents"] = [["no_such_op", "0"]]
+    doc["trace"]["ops"][2]["parents"] = [{"source": "no_such_op", "position": "0"}]
     doc["digest"]["structure"] = _digest(doc["trace"])
     (folder / STRUCTURE_FILE).write_text(json.dumps(doc))
     with pytest.raises(errors.TraceFileCorruptError, match="no_such_op"):

@@ -1,0 +1,115 @@
+"""Trace structure <-> JSON bytes with msgspec: IR dataclasses are encoded and decoded field by field.
+
+Decoding goes straight into the IR classes, so every field is type-checked against its annotation
+(a new Op field is persisted and checked with no change here); bounds and references are checked
+afterwards by `integrity`. Provenance goes through `provenance_to_json` / `provenance_from_json` alone.
+"""
+from __future__ import annotations
+
+import gc
+import math
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
+
+import msgspec
+
+from ..errors import TraceSaveFailedError, TraceStructureInvalidError
+from ..ir import ModuleScope, Op, ParamRecord, Trace
+from .format import MAX_JSON_DEPTH, MAX_JSON_INT
+
+
+class Body(msgspec.Struct, forbid_unknown_fields=True):
+    """The `trace` member of trace.json."""
+
+    model_class: str
+    ops: tuple[Op, ...]
+    modules: tuple[ModuleScope, ...]
+    params: tuple[ParamRecord, ...]
+    provenance: dict[str, Any]
+    warnings: tuple[str, ...]
+    envelope: dict[str, Any] | None
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=str)
+
+
+def provenance_to_json(provenance: Any) -> dict[str, Any]:
+    """The JSON form of a trace's provenance (values JSON cannot hold are written as their `str`)."""
+    return plain_json(dict(provenance))
+
+
+def provenance_from_json(data: dict[str, Any]) -> dict[str, Any]:
+    """A trace's provenance from its JSON form (already checked by `integrity`)."""
+    return data
+
+
+def plain_json(value: Any, depth: int = 0) -> Any:
+    """`value` as plain JSON data the loader accepts: tuples become lists, keys strings, numbers JSON
+    cannot carry (NaN, huge ints) and other objects their `str`; nesting past MAX_JSON_DEPTH a `str`."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return int(value) if abs(value) <= MAX_JSON_INT else str(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else str(value)
+    if depth < MAX_JSON_DEPTH - 1:
+        if isinstance(value, Mapping):
+            return {str(k): plain_json(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain_json(v, depth + 1) for v in value]
+    return str(value)
+
+
+def encode_body(trace: Trace) -> bytes:
+    """The JSON bytes of a trace's structure (values, output and live calls are not part of it)."""
+    body = Body(model_class=trace.model_class, ops=trace.ops, modules=tuple(trace.modules.values()),
+                params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
+                warnings=tuple(trace.warnings),
+                envelope=None if trace.envelope is None else _envelope_json(trace.envelope))
+    try:
+        return _without_gc(_ENCODER.encode, body)
+    except (TypeError, ValueError, OverflowError):  # an op's attrs hold keys or numbers JSON cannot carry
+        ops = tuple(_plain_attrs(op) for op in trace.ops)
+    try:
+        return _without_gc(_ENCODER.encode, msgspec.structs.replace(body, ops=ops))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
+
+
+def decode_body(raw: bytes, site: str) -> Body:
+    """Decode body bytes into IR records, refusing any field of the wrong type (site names its path)."""
+    try:
+        return _without_gc(msgspec.json.decode, raw, type=Body)
+    except msgspec.ValidationError as exc:
+        raise TraceStructureInvalidError(f"{site}: {exc}".replace("`$", "`trace"), site=site) from None
+    except (msgspec.DecodeError, RecursionError, ValueError, TypeError) as exc:
+        raise TraceStructureInvalidError(f"{site} is not valid JSON ({exc.__class__.__name__}: {exc})",
+                                         site=site) from None
+
+
+def _envelope_json(envelope: Any) -> dict[str, Any]:
+    """The envelope's dict (built by tracer.claims from plain data: a msgspec round trip makes it plain)."""
+    return msgspec.json.decode(_ENCODER.encode(envelope.to_dict()))
+
+
+def _plain_attrs(op: Op) -> Op:
+    import dataclasses
+
+    return dataclasses.replace(op, attrs=plain_json(dict(op.attrs))) if op.attrs else op
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC: building a million small acyclic objects otherwise triggers it over and over."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _without_gc(fn, *args, **kwargs):
+    with gc_paused():
+        return fn(*args, **kwargs)
