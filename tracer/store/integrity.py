@@ -8,6 +8,9 @@ Any failure raises `TraceStructureInvalidError` (or `TraceLimitError`) naming th
 from __future__ import annotations
 
 import math
+import operator
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from ..errors import TraceLimitError, TraceStructureInvalidError
@@ -22,7 +25,9 @@ def check_body(ops: tuple[Op, ...], modules: tuple[ModuleScope, ...], params: tu
     modules_by = _unique(modules, "modules", site)
     addresses = _param_addresses(params_by, site)
     _check_module_tree(modules_by, site)
-    _check_ops(ops, modules_by, addresses, site)
+    if not _ops_look_right(ops, modules_by, addresses):
+        _check_ops(ops, modules_by, addresses, site)  # op by op, to name the first offending record
+        raise _bad(site, "ops", "fail a structural check")
     _check_module_records(modules_by, ops, addresses, site)
     check_plain(provenance, "provenance", site)
     check_plain(envelope, "envelope", site)
@@ -101,6 +106,44 @@ def _check_module_tree(modules: dict[str, ModuleScope], site: str) -> None:
     if len(seen) != len(modules):
         stray = next(a for a in modules if a not in seen)
         raise _bad(site, f"modules[{stray!r}]", "is not reachable from the root module")
+
+
+def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str]) -> bool:
+    """Every op check of `_check_ops`, column by column (C-level iteration over 100,000s of ops)."""
+    n = len(ops)
+    labels = list(map(_LABEL, ops))
+    if list(map(_INDEX, ops)) != list(range(n)) or len(set(labels)) != n:
+        return False
+    position = dict(zip(labels, range(n)))
+    edges = [(e.source, i) for i, op in enumerate(ops) for e in op.parents]
+    if edges and any(map(operator.ge, map(position.get, [s for s, _ in edges], repeat(n)), [i for _, i in edges])):
+        return False
+    call_ids, n_out, out_idx = list(map(_CALL_ID, ops)), list(map(_N_OUT, ops)), list(map(_OUT_IDX, ops))
+    if n and (min(call_ids) < 0 or max(call_ids) > MAX_INT or min(n_out) < 1 or max(n_out) > MAX_INT
+              or min(out_idx) < 0 or any(map(operator.ge, out_idx, n_out))):
+        return False
+    try:
+        for shape in {out.shape for out in map(_OUT, ops) if out is not None}:
+            _shape(shape, "", "")
+        enclosing: dict = {}
+        for module, call, stack in set(zip(map(_MODULE, ops), map(_MODULE_CALL, ops), map(_STACK, ops))):
+            _check_stack(stack, modules, enclosing, "", "")
+            if (stack and (module, call) != stack[-1]) or (not stack and (module != "" or call != 0)):
+                return False
+        lines = [src.line for src in map(_SOURCE, ops) if src is not None]
+        if lines and (min(lines) < 0 or max(lines) > MAX_INT):
+            return False
+        for attrs in filter(None, map(_ATTRS, ops)):
+            check_plain(attrs, "", "")
+    except (TraceStructureInvalidError, TraceLimitError):
+        return False
+    used = set().union(*map(_PARAMS, ops), *map(_WRITES, ops))
+    return used <= params
+
+
+_LABEL, _INDEX, _CALL_ID, _N_OUT, _OUT_IDX, _OUT, _MODULE, _MODULE_CALL, _STACK, _SOURCE, _ATTRS, _PARAMS, _WRITES = (
+    attrgetter(name) for name in ("label", "index", "func_call_id", "num_outputs", "output_index", "out", "module",
+                                  "module_call", "module_stack", "source", "attrs", "params", "buffer_writes"))
 
 
 def _check_ops(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str], site: str) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -101,31 +103,20 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
     buf = _read_all(path)
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
-    entries, start = _entries(buf, site, metas)
-    if not entries:
+    labels, dtypes, shapes, begins, start = _entries(buf, site, metas)
+    if not labels:
         return {}
     data = torch.frombuffer(buf, dtype=torch.uint8)
     values: dict[str, torch.Tensor] = {}
     i = 0
-    while i < len(entries):
-        j = _run_end(entries, i)
-        b, _, _, dtype, shape = entries[i]
-        block = data[start + b:start + entries[j - 1][1]]
-        if (start + b) % dtype.itemsize:
+    for (dtype, shape), run in groupby(range(len(labels)), key=list(zip(dtypes, shapes)).__getitem__):
+        k = len(list(run))
+        block = data[start + begins[i]:start + begins[i + k - 1] + math.prod(shape) * dtype.itemsize]
+        if (start + begins[i]) % dtype.itemsize:
             block = block.clone()  # a tensor not aligned to its dtype (another writer's file)
-        for (_, _, label, _, _), t in zip(entries[i:j], block.view(dtype).view(j - i, *shape).unbind(0)):
-            values[label] = t
-        i = j
+        values.update(zip(labels[i:i + k], block.view(dtype).view(k, *shape).unbind(0)))
+        i += k
     return values
-
-
-def _run_end(entries: list, i: int) -> int:
-    """End of the run of tensors from `i` that share dtype and shape (read as one block)."""
-    _, _, _, dtype, shape = entries[i]
-    j = i + 1
-    while j < len(entries) and entries[j][3] is dtype and entries[j][4] == shape:
-        j += 1
-    return j
 
 
 def _read_all(path: Path) -> bytearray:
@@ -140,8 +131,12 @@ def _read_all(path: Path) -> bytearray:
     return buf
 
 
-def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[list, int]:
-    """(begin, end, label, dtype, shape) per tensor, sorted by offset, covering the data with no gap."""
+def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[list, list, list, list, int]:
+    """Labels, dtypes, shapes and begin offsets of the tensors in file order, and where the data starts.
+
+    Each entry must name an op with the same shape and dtype, and the byte ranges must cover the data
+    back to back (checked column by column, then entry by entry only to name an offender).
+    """
     if len(buf) < 8:
         raise TraceFileCorruptError(f"{site} is too short for a safetensors file", site=site)
     n = int.from_bytes(buf[:8], "little")
@@ -154,22 +149,28 @@ def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) 
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
     header.pop("__metadata__", None)
-    entries = []
-    for label, spec in header.items():
-        dtype, meta = DTYPES.get(spec.dtype), metas.get(label)
-        if meta is None or dtype is None or spec.shape != meta.shape or _DTYPE_TEXT[dtype] != meta.dtype:
-            raise TraceFileCorruptError(f"the saved value of {label!r} disagrees with its recorded shape/dtype "
-                                        f"(or there is no such op)", site=site)
-        b, e = spec.data_offsets
-        if b < 0 or e - b != math.prod(meta.shape) * dtype.itemsize:
-            raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape", site=site)
-        entries.append((b, e, label, dtype, meta.shape))
-    entries.sort(key=lambda x: (x[0], x[1]))
-    end = 0
-    for b, e, label, _, _ in entries:
-        if b != end:
-            raise TraceFileCorruptError(f"{site}: the bytes of {label!r} do not follow the previous tensor's", site=site)
-        end = e
-    if end != len(buf) - 8 - n:
-        raise TraceFileCorruptError(f"{site}: the tensors cover {end:,} of {len(buf) - 8 - n:,} data bytes", site=site)
-    return entries, 8 + n
+    specs = sorted(header.items(), key=lambda kv: kv[1].data_offsets)
+    labels = [label for label, _ in specs]
+    entries = [spec for _, spec in specs]
+    found = list(map(metas.get, labels))
+    dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
+    offsets = list(map(_OFFSETS, entries))
+    if (None in found or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
+            or list(map(_SHAPE, entries)) != list(map(_SHAPE, found))):
+        bad = next(label for label, spec, meta in zip(labels, entries, found)
+                   if meta is None or spec.shape != meta.shape or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
+        raise TraceFileCorruptError(f"the saved value of {bad!r} disagrees with its recorded shape/dtype (or there "
+                                    f"is no such op)", site=site)
+    sizes = {shape: math.prod(shape) for shape in set(map(_SHAPE, entries))}
+    ends = [b + sizes[shape] * dtype.itemsize for (b, _), shape, dtype in zip(offsets, map(_SHAPE, entries), dtypes)]
+    expected = [0, *ends[:-1]]
+    if [o for o, _ in offsets] != expected or [e for _, e in offsets] != ends or (ends[-1] if ends else 0) != len(buf) - 8 - n:
+        for label, (b, e), want_b, want_e in zip(labels, offsets, expected, ends):
+            if (b, e) != (want_b, want_e):
+                raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
+                                            f"follow the previous tensor's", site=site)
+        raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
+    return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n
+
+
+_DTYPE, _SHAPE, _OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
