@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -115,8 +115,9 @@ def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params
     if list(map(_INDEX, ops)) != list(range(n)) or len(set(labels)) != n:
         return False
     position = dict(zip(labels, range(n)))
-    edges = [(e.source, i) for i, op in enumerate(ops) for e in op.parents]
-    if edges and any(map(operator.ge, map(position.get, [s for s, _ in edges], repeat(n)), [i for _, i in edges])):
+    sources = map(_EDGE_SOURCE, chain.from_iterable(map(_PARENTS_OF, ops)))
+    readers = chain.from_iterable(map(repeat, range(n), map(len, map(_PARENTS_OF, ops))))
+    if any(map(operator.ge, map(position.get, sources, repeat(n)), readers)):  # a parent must precede its reader
         return False
     call_ids, n_out, out_idx = list(map(_CALL_ID, ops)), list(map(_N_OUT, ops)), list(map(_OUT_IDX, ops))
     if n and (min(call_ids) < 0 or max(call_ids) > MAX_INT or min(n_out) < 1 or max(n_out) > MAX_INT
@@ -141,6 +142,7 @@ def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params
     return used <= params
 
 
+_PARENTS_OF, _EDGE_SOURCE = attrgetter("parents"), attrgetter("source")
 _LABEL, _INDEX, _CALL_ID, _N_OUT, _OUT_IDX, _OUT, _MODULE, _MODULE_CALL, _STACK, _SOURCE, _ATTRS, _PARAMS, _WRITES = (
     attrgetter(name) for name in ("label", "index", "func_call_id", "num_outputs", "output_index", "out", "module",
                                   "module_call", "module_stack", "source", "attrs", "params", "buffer_writes"))

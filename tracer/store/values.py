@@ -10,7 +10,7 @@ import hashlib
 import math
 import os
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -149,9 +149,11 @@ def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) 
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
     header.pop("__metadata__", None)
-    specs = sorted(header.items(), key=lambda kv: kv[1].data_offsets)
-    labels = [label for label, _ in specs]
-    entries = [spec for _, spec in specs]
+    labels, entries = list(header), list(header.values())
+    begins = list(map(_FIRST, map(_OFFSETS, entries)))
+    if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
+        order = sorted(range(len(begins)), key=begins.__getitem__)
+        labels, entries = list(map(labels.__getitem__, order)), list(map(entries.__getitem__, order))
     found = list(map(metas.get, labels))
     dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
     offsets = list(map(_OFFSETS, entries))
@@ -173,4 +175,4 @@ def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) 
     return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n
 
 
-_DTYPE, _SHAPE, _OFFSETS = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets")
+_DTYPE, _SHAPE, _OFFSETS, _FIRST = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets"), itemgetter(0)
