@@ -80,9 +80,8 @@ def test_existing_files_and_bad_paths_refuse(traces, tmp_path):
     a, _ = traces
     (tmp_path / "file").write_text("x")
     for bad in (tmp_path / "file", tmp_path / "file" / "below", tmp_path / "t.safetensors", None, 7, "a\x00b"):
-        with pytest.raises((errors.TraceSavePathError, errors.TraceFileNotFoundError)) as e:
+        with pytest.raises(errors.TraceSavePathError):
             a.save(bad)
-        assert isinstance(e.value, errors.StoreError)
     assert (tmp_path / "file").read_text() == "x"
     (tmp_path / "empty").mkdir()
     assert tracer.load(a.save(tmp_path / "empty")).ops == a.ops  # an empty folder is a fine target

@@ -184,7 +184,7 @@ def test_special_files_and_bad_paths_refuse(saved, tmp_path):
     loop.mkdir()
     os.symlink(loop / STRUCTURE_FILE, loop / STRUCTURE_FILE)
     _refuses(loop, errors.TraceFileUnsafeError)
-    for bad in (None, 3, "a\x00b"):
+    for bad in (None, 3, "a\x00b", b"bytes"):
         with pytest.raises(errors.TraceFileNotFoundError):
             tracer.load(bad)
 

@@ -7,15 +7,16 @@ import stat
 import zlib
 from pathlib import Path
 
-from ..errors import TraceFileCorruptError, TraceFileNotFoundError, TraceFileUnsafeError, TraceLimitError
+from ..errors import StoreError, TraceFileCorruptError, TraceFileNotFoundError, TraceFileUnsafeError, TraceLimitError
 from .format import MAX_STRUCTURE_BYTES, STRUCTURE_FILE, STRUCTURE_FILE_GZ
 
 
-def as_path(path: object, what: str) -> Path:
-    """`path` as a Path, refusing what is not a path at all (None, numbers, NUL bytes)."""
-    if not isinstance(path, (str, os.PathLike)) or "\x00" in os.fspath(path):
-        raise TraceFileNotFoundError(f"{what} needs a folder path, got {type(path).__name__}", site=repr(path)[:200],
-                                     remedy="Pass the folder written by trace.save(path), as a str or Path.")
+def as_path(path: object, what: str, error: type[StoreError] = TraceFileNotFoundError) -> Path:
+    """`path` as a Path, refusing (with `error`) what is not a path at all (None, numbers, NUL bytes)."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str) or "\x00" in text:
+        raise error(f"{what} needs a folder path, got {type(path).__name__}", site=repr(path)[:200],
+                    remedy="Pass a folder path as a str or Path.")
     return Path(path)
 
 

@@ -27,7 +27,7 @@ _TEMP_MARK = ".saving-"
 
 def save_trace(trace: Trace, path: str | Path, *, compress: bool = False) -> Path:
     """Write `trace` as folder `path` (trace.json, or trace.json.gz with `compress`, + values); returns it."""
-    folder = _target(as_path(path, "Trace.save"))
+    folder = _target(as_path(path, "Trace.save", TraceSavePathError))
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
