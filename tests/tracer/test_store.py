@@ -212,3 +212,17 @@ def test_structure_file_written_once_and_byte_identical(gpt2_trace, tmp_path):
     b = tracer.load(a).save(tmp_path / "b")
     assert (a / STRUCTURE_FILE).read_bytes() == (b / STRUCTURE_FILE).read_bytes()
     assert (a / VALUES_FILE).read_bytes() == (b / VALUES_FILE).read_bytes()
+
+
+def test_free_form_values_are_saved_so_that_they_load(gpt2_trace, tmp_path):
+    """attrs and provenance holding NaN, huge ints, tuples, non-string keys or objects still load back."""
+    import dataclasses
+
+    odd = {"nan": float("nan"), "big": 10**30, "tuple": (1, 2), 3: "int key", "obj": object(), "ok": [1.5, None]}
+    ops = tuple(dataclasses.replace(op, attrs=odd) if op.index == 3 else op for op in gpt2_trace.ops)
+    t = tracer.Trace(ops=ops, modules=gpt2_trace.modules, params=gpt2_trace.params, model_class="M",
+                     provenance={**gpt2_trace.provenance, "odd": odd})
+    loaded = tracer.load(t.save(tmp_path / "odd"))
+    attrs = loaded.ops[3].attrs
+    assert attrs["big"] == str(10**30) and attrs["tuple"] == [1, 2] and attrs["3"] == "int key"
+    assert attrs["nan"] == "nan" and attrs["ok"] == [1.5, None] and loaded.provenance["odd"] == attrs

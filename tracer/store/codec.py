@@ -6,9 +6,11 @@ afterwards by `integrity`. Provenance goes through `provenance_to_json` / `prove
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import Any, Iterator, Mapping
 
 import msgspec
@@ -61,17 +63,19 @@ def plain_json(value: Any, depth: int = 0) -> Any:
 
 
 def encode_body(trace: Trace) -> bytes:
-    """The JSON bytes of a trace's structure (values, output and live calls are not part of it)."""
-    body = Body(model_class=trace.model_class, ops=trace.ops, modules=tuple(trace.modules.values()),
+    """The JSON bytes of a trace's structure (values, output and live calls are not part of it).
+
+    Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
+    """
+    ops = trace.ops
+    if any(map(attrgetter("attrs"), ops)):
+        ops = tuple(dataclasses.replace(op, attrs=plain_json(dict(op.attrs))) if op.attrs else op for op in ops)
+    body = Body(model_class=trace.model_class, ops=ops, modules=tuple(trace.modules.values()),
                 params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
                 warnings=tuple(trace.warnings),
                 envelope=None if trace.envelope is None else _envelope_json(trace.envelope))
     try:
         return _without_gc(_ENCODER.encode, body)
-    except (TypeError, ValueError, OverflowError):  # an op's attrs hold keys or numbers JSON cannot carry
-        ops = tuple(_plain_attrs(op) for op in trace.ops)
-    try:
-        return _without_gc(_ENCODER.encode, msgspec.structs.replace(body, ops=ops))
     except (TypeError, ValueError, OverflowError) as exc:
         raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
 
@@ -90,12 +94,6 @@ def decode_body(raw: bytes, site: str) -> Body:
 def _envelope_json(envelope: Any) -> dict[str, Any]:
     """The envelope's dict (built by tracer.claims from plain data: a msgspec round trip makes it plain)."""
     return msgspec.json.decode(_ENCODER.encode(envelope.to_dict()))
-
-
-def _plain_attrs(op: Op) -> Op:
-    import dataclasses
-
-    return dataclasses.replace(op, attrs=plain_json(dict(op.attrs))) if op.attrs else op
 
 
 @contextmanager
