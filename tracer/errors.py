@@ -251,7 +251,8 @@ class TraceStructureInvalidError(TraceFileCorruptError):
 
 class TraceLimitError(TraceFileCorruptError):
     code = "trace_limit_exceeded"
-    default_remedy = "A size, depth or count in the file is beyond what any real trace needs; it is refused unread."
+    default_remedy = ("A size, depth or count in the file is beyond this build's limits (tracer/store/format.py: "
+                      "e.g. modules nested deeper than 512, JSON values nested deeper than 64); it is refused.")
 
 
 class TraceFileUnsafeError(StoreError):
