@@ -342,8 +342,13 @@ def mutate_folder(rng: random.Random, base: Base, folder: Path) -> str:
     steps = []
     raw_body: bytes | None = None
     for _ in range(1 if rng.random() < 0.7 else rng.randint(2, 3)):
-        fn = MUTATIONS[names.index(rng.choices(names, weights)[0])][1]
-        result = fn(rng, body, values)
+        name = rng.choices(names, weights)[0]
+        fn = MUTATIONS[names.index(name)][1]
+        try:
+            result = fn(rng, body, values)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, StopIteration):
+            steps.append(f"{name} (not applicable after the previous edit)")  # the mutator, not the store, gave up
+            continue
         if isinstance(result, tuple):
             desc, new = result
             if fn is m_bytes:
