@@ -243,3 +243,14 @@ def test_deep_module_trees_load_up_to_the_limit_and_refuse_beyond(tmp_path):
             b["modules"].append(parent)
     saved = t.save(tmp_path / "nest2")
     _refuses(_edit(saved, tmp_path, chain), errors.TraceLimitError, match="deeper than")
+
+
+def test_values_file_larger_than_the_trace_refuses_unread(saved, tmp_path):
+    """A (sparse) 64 GiB values file is refused from its size alone: nothing is read or allocated."""
+    folder = tmp_path / "big"
+    folder.mkdir()
+    (folder / STRUCTURE_FILE).write_bytes((saved / STRUCTURE_FILE).read_bytes())
+    with open(folder / VALUES_FILE, "wb") as fh:
+        fh.truncate(64 << 30)
+    err = _refuses(folder, errors.TraceLimitError, match="more than the trace's recorded outputs")
+    assert err.code == "trace_limit_exceeded"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections import Counter
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -100,7 +101,7 @@ class _Entry(msgspec.Struct):
 def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, torch.Tensor]:
     """Read, verify and split `path`; every tensor must match its op's recorded shape and dtype."""
     site = str(path)
-    buf = _read_all(path)
+    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + _largest_data(metas))
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
     labels, dtypes, shapes, begins, start = _entries(buf, site, metas)
@@ -119,15 +120,27 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
     return values
 
 
-def _read_all(path: Path) -> bytearray:
+def _largest_data(metas: Mapping[str, TensorMeta | None]) -> int:
+    """Bytes of every recorded op output together: no values file of this trace can hold more data."""
+    itemsize = {text: dtype.itemsize for dtype, text in _DTYPE_TEXT.items()}
+    shapes = Counter((m.shape, m.dtype) for m in metas.values() if m is not None)
+    return sum(math.prod(shape) * itemsize.get(dtype, 0) * n for (shape, dtype), n in shapes.items())
+
+
+def _read_all(path: Path, limit: int) -> bytearray:
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise TraceLimitError(f"{path} holds {size:,} bytes, more than the trace's recorded outputs "
+                                      f"({limit:,})", site=str(path))
             buf = bytearray(size)
             if fh.readinto(buf) != size:
                 raise OSError("short read")
     except OSError as exc:
         raise TraceFileCorruptError(f"{path} cannot be read ({exc})", site=str(path)) from None
+    except MemoryError:
+        raise TraceLimitError(f"{path} ({size:,} bytes) does not fit in memory", site=str(path)) from None
     return buf
 
 
