@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from tracer.errors import InvalidInputError, TracerError
+from tracer.errors import ConfigInvalidError, InvalidInputError, TracerError
 
 from .limits import current
 
@@ -25,8 +25,7 @@ T = TypeVar("T")
 
 def invalid(path: Path, why: str) -> InvalidInputError:
     """The refusal for a config that cannot be used (`config_invalid`)."""
-    return InvalidInputError(f"{path.name} is not a usable config: {why}", site=str(path), code="config_invalid",
-                             remedy=REMEDY)
+    return ConfigInvalidError(f"{path.name} is not a usable config: {why}", site=str(path), remedy=REMEDY)
 
 
 def read_config(path: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Refusals of the explorer app (its inputs and its twin), next to the app; documented in docs/errors.md."""
 from __future__ import annotations
 
-from tracer.errors import AdmissionError
+from tracer.errors import AdmissionError, InvalidInputError
 
 
 class SourceNotFoundError(AdmissionError):
@@ -42,3 +42,8 @@ class ModelFactoryError(AdmissionError):
 class PortUnavailableError(AdmissionError):
     code = "port_unavailable"
     default_remedy = "Pick another port between 1 and 65535, or leave --port out to take a free one."
+
+
+class TokenIdOutOfRangeError(InvalidInputError):
+    code = "token_id_out_of_range"
+    default_remedy = "Use token ids from 0 to the config's vocab_size - 1, or a tokenizer made for this config."

@@ -14,7 +14,7 @@ from tracer.errors import DischargePreflightError, InvalidInputError
 from tracer.estimates import dtype_bytes
 
 from .config_check import build_checked, read_config
-from .errors import TwinTooLargeError
+from .errors import TokenIdOutOfRangeError, TwinTooLargeError
 from .limits import current as current_limits
 from .sources import parse_shape, resolve_config, token_shape
 
@@ -260,9 +260,9 @@ def twin_inputs(spec: TwinSpec) -> Any:
         return torch.randint(0, vocab, shape, generator=gen)
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
         bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
-        raise InvalidInputError(f"token id {bad} is outside the vocabulary 0..{vocab - 1}", site="discharge panel: ids",
-                                code="token_id_out_of_range",
-                                remedy=f"Use ids from 0 to {vocab - 1}, or a tokenizer made for this config.")
+        raise TokenIdOutOfRangeError(f"token id {bad} is outside the vocabulary 0..{vocab - 1}",
+                                     site="discharge panel: ids",
+                                     remedy=f"Use ids from 0 to {vocab - 1}, or a tokenizer made for this config.")
     return ids
 
 

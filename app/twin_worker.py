@@ -79,12 +79,13 @@ def capture_isolated(spec: Any, progress: Callable[[float, str], None]) -> Any:
 
 
 def _rebuild(message: dict) -> TracerError:
-    from tracer import errors
+    from tracer.errors import all_error_classes
+
+    from . import errors as _app_errors  # noqa: F401  (the app's classes are TracerError subclasses too)
 
     data = message["error"]
-    cls = getattr(errors, message.get("class", ""), None)
-    if not (isinstance(cls, type) and issubclass(cls, TracerError)):
-        cls = TracerError
+    by_name = {c.__name__: c for c in all_error_classes()}
+    cls = by_name.get(message.get("class", ""), TracerError)
     return cls(data["message"], site=data.get("site"), remedy=data.get("remedy"), code=data["code"],
                **(data.get("findings") or {}))
 

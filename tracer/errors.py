@@ -230,6 +230,34 @@ class TraceSchemaError(StoreError):
     default_remedy = "This file was written by another format or version of torchlens-explore."
 
 
+class TraceStructureInvalidError(TraceFileCorruptError):
+    code = "trace_structure_invalid"
+    default_remedy = ("A record of the trace has the wrong type or refers to something that is not there; the "
+                      "file was edited or written by a broken tool. Save the trace again.")
+
+
+class TraceLimitError(TraceFileCorruptError):
+    code = "trace_limit_exceeded"
+    default_remedy = ("A size, depth or count in the file is beyond this build's limits (tracer/store/format.py: "
+                      "e.g. modules nested deeper than 512, JSON values nested deeper than 64); it is refused.")
+
+
+class TraceFileUnsafeError(StoreError):
+    code = "trace_file_unsafe"
+    default_remedy = "Trace files must be regular files inside the trace folder (links may not leave it); copy the files in."
+
+
+class TraceSavePathError(StoreError):
+    code = "trace_save_path_invalid"
+    default_remedy = ("Pass a folder path that is new, empty or an earlier trace folder (a trace is saved as a folder "
+                      "holding trace.json and values.safetensors).")
+
+
+class TraceSaveFailedError(StoreError):
+    code = "trace_save_failed"
+    default_remedy = "Nothing was changed at the target; free space or fix permissions and save again."
+
+
 # -- validation ------------------------------------------------------------------------
 class StructureOnlyValidationError(ValidationFailedError):
     code = "structure_only_not_replayable"

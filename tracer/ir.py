@@ -163,7 +163,7 @@ class Op:
     num_outputs: int = 1
     module: str = ""
     module_call: int = 0
-    module_stack: Sequence[tuple[str, int]] = ()  # a ModuleStack from a capture, a tuple from a file
+    module_stack: tuple[tuple[str, int], ...] = ()  # a capture stores a ModuleStack (reads like this tuple); a file this tuple
     params: tuple[str, ...] = ()
     buffer_writes: tuple[str, ...] = ()
     inplace: bool = False

@@ -108,7 +108,7 @@ def test_consistent_but_broken_graph_refuses(gpt2_trace, tmp_path):
 
     folder = _saved(gpt2_trace, tmp_path)
     doc = json.loads((folder / STRUCTURE_FILE).read_text())
-    doc["trace"]["ops"][2]["parents"] = [["no_such_op", "0"]]
+    doc["trace"]["ops"][2]["parents"] = [{"source": "no_such_op", "position": "0"}]
     doc["digest"]["structure"] = _digest(doc["trace"])
     (folder / STRUCTURE_FILE).write_text(json.dumps(doc))
     with pytest.raises(errors.TraceFileCorruptError, match="no_such_op"):
@@ -123,3 +123,106 @@ def test_no_pickle_in_the_package():
         for path in (root / pkg).rglob("*.py"):
             text = path.read_text()
             assert "import pickle" not in text and "torch.load(" not in text, path
+
+
+# -- round trips across architectures, compression, values of every dtype ----------------------------
+from tests.models import tiny_bert, tiny_llama, tiny_resnet  # noqa: E402
+from tracer.store import STRUCTURE_FILE_GZ, save_trace  # noqa: E402
+
+
+def _llama_twin_structure():
+    with torch.device("meta"):
+        twin = type(tiny_llama())(tiny_llama().config).eval()
+    return tracer.trace(twin, (torch.zeros(1, 5, dtype=torch.long, device="meta"),),
+                        capture=tracer.CaptureOptions(structure_only=True))
+
+
+ROUND_TRIPS = {
+    "llama": lambda: tracer.trace(tiny_llama(), (torch.randint(0, 100, (1, 5)),)),
+    "bert": lambda: tracer.trace(tiny_bert(), (torch.randint(0, 100, (1, 5)),)),
+    "resnet": lambda: tracer.trace(tiny_resnet(), (torch.randn(1, 3, 16, 16),)),
+    "llama-structure-only": _llama_twin_structure,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIPS))
+@pytest.mark.parametrize("compress", [False, True])
+def test_round_trip_across_architectures(name, compress, tmp_path):
+    t = ROUND_TRIPS[name]()
+    folder = save_trace(t, tmp_path / name, compress=compress)
+    assert (folder / (STRUCTURE_FILE_GZ if compress else STRUCTURE_FILE)).is_file()
+    loaded = tracer.load(folder)
+    assert_traces_equal(t, loaded)
+    if t.envelope is not None:  # the envelope comes back verified and reset to HYPOTHESIS
+        assert loaded.envelope.claims == t.envelope.claims and loaded.ladder_state == "HYPOTHESIS"
+
+
+def test_values_of_every_dtype_and_layout_round_trip(gpt2_trace, tmp_path):
+    """Scalars, empty, non-contiguous, bf16, bool, fp8, complex: written in blocks, read back exactly."""
+    from tracer.store.values import read_values, write_values
+
+    g = torch.Generator().manual_seed(0)
+    values = {
+        "a": torch.randn(3, 4, generator=g), "b": torch.randn(3, 4, generator=g).t(), "c": torch.tensor(2.5),
+        "d": torch.zeros(0, 5), "e": torch.randn(2, 3, generator=g).to(torch.bfloat16),
+        "f": torch.rand(4, generator=g) > 0.5, "g": torch.arange(7), "h": torch.randn(5, generator=g).to(torch.float8_e4m3fn),
+        "i": torch.randn(3, dtype=torch.complex64, generator=g), "j": torch.randint(0, 255, (3, 1), dtype=torch.uint8),
+        "k": torch.randn(2, 3, dtype=torch.float16, generator=g), "l": torch.randn(3, 4, generator=g),
+    }
+    metas = {k: tracer.TensorMeta(tuple(v.shape), str(v.dtype).replace("torch.", ""), "cpu") for k, v in values.items()}
+    digest = write_values(values, tmp_path / "v.safetensors")
+    back = read_values(tmp_path / "v.safetensors", digest, metas)
+    assert back.keys() == values.keys()
+    for k, v in values.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape
+        assert torch.equal(back[k].view(torch.uint8) if v.dtype == torch.float8_e4m3fn else back[k],
+                           v.contiguous().view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v), k
+
+
+def test_values_file_is_plain_safetensors(gpt2_trace, tmp_path):
+    """Our streaming writer's file loads with the safetensors library, and its files load with ours."""
+    from safetensors.torch import load_file, save_file
+    from tracer.store.values import read_values
+
+    folder = _saved(gpt2_trace, tmp_path)
+    theirs = load_file(str(folder / VALUES_FILE))
+    assert theirs.keys() == gpt2_trace.values.keys()
+    assert all(torch.equal(theirs[k], gpt2_trace.values[k]) for k in theirs)
+    other = tmp_path / "other.safetensors"
+    save_file({k: v.clone().contiguous() for k, v in gpt2_trace.values.items()}, str(other))
+    import hashlib
+
+    digest = hashlib.sha256(other.read_bytes()).hexdigest()
+    ours = read_values(other, digest, {op.label: op.out for op in gpt2_trace.ops})
+    assert all(torch.equal(ours[k], gpt2_trace.values[k]) for k in gpt2_trace.values)
+
+
+def test_schema_1_files_refuse_with_a_remedy(gpt2_trace, tmp_path):
+    folder = _saved(gpt2_trace, tmp_path)
+    raw = (folder / STRUCTURE_FILE).read_bytes().replace(b'"schema_version":2', b'"schema_version":1', 1)
+    (folder / STRUCTURE_FILE).write_bytes(raw)
+    with pytest.raises(errors.TraceSchemaError, match="schema version 1") as e:
+        tracer.load(folder)
+    assert "again" in e.value.remedy
+
+
+def test_structure_file_written_once_and_byte_identical(gpt2_trace, tmp_path):
+    """The digest covers the body bytes as written: a resave of a loaded trace gives the same bytes."""
+    a = _saved(gpt2_trace, tmp_path)
+    b = tracer.load(a).save(tmp_path / "b")
+    assert (a / STRUCTURE_FILE).read_bytes() == (b / STRUCTURE_FILE).read_bytes()
+    assert (a / VALUES_FILE).read_bytes() == (b / VALUES_FILE).read_bytes()
+
+
+def test_free_form_values_are_saved_so_that_they_load(gpt2_trace, tmp_path):
+    """attrs and provenance holding NaN, huge ints, tuples, non-string keys or objects still load back."""
+    import dataclasses
+
+    odd = {"nan": float("nan"), "big": 10**30, "tuple": (1, 2), 3: "int key", "obj": object(), "ok": [1.5, None]}
+    ops = tuple(dataclasses.replace(op, attrs=odd) if op.index == 3 else op for op in gpt2_trace.ops)
+    t = tracer.Trace(ops=ops, modules=gpt2_trace.modules, params=gpt2_trace.params, model_class="M",
+                     provenance=gpt2_trace.provenance.replace(summary=odd))
+    loaded = tracer.load(t.save(tmp_path / "odd"))
+    attrs = loaded.ops[3].attrs
+    assert attrs["big"] == str(10**30) and attrs["tuple"] == [1, 2] and attrs["3"] == "int key"
+    assert attrs["nan"] == "nan" and attrs["ok"] == [1.5, None] and loaded.provenance["summary"] == attrs

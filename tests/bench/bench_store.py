@@ -1,0 +1,160 @@
+"""Save and load of an op-dense trace: medians with spread, and the JSON libraries compared.
+
+Run: `python tests/bench/bench_store.py [--ops 100000] [--repeats 5]`. The trace is a loop of
+`tanh(x * 0.5 + 0.1)` on a 2x4 tensor, then a Linear, captured with every value saved (one small
+tensor per op: the per-op costs dominate). Prints markdown rows for docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import tracer  # noqa: E402
+from tracer.ir import Op  # noqa: E402
+from tracer.store import save_trace  # noqa: E402
+
+
+class TanhLoop(torch.nn.Module):
+    """`steps` rounds of tanh(x * 0.5 + 0.1) (three ops each), then a Linear."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.steps):
+            x = torch.tanh(x * 0.5 + 0.1)
+        return self.lin(x)
+
+
+def timed(fn: Callable[[], object], repeats: int, before: Callable[[], object] | None = None) -> list[float]:
+    """Wall times of `fn`, each with the cyclic GC paused (as the store does) and its deferred collection
+    included, so libraries that allocate many objects are not charged for collections of the benchmark's data."""
+    times = []
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        gc.collect()
+        gc.disable()
+        start = time.perf_counter()
+        try:
+            result = fn()
+            gc.collect(0)
+            times.append(time.perf_counter() - start)
+        finally:
+            gc.enable()
+        del result
+    return times
+
+
+def spread(times: list[float]) -> str:
+    return f"{statistics.median(times):.3f} s (min {min(times):.3f}, max {max(times):.3f}, n={len(times)})"
+
+
+def _op_dict(op: Op) -> dict:
+    """An op as plain JSON data, field by field (what the standard library needs; faster than asdict)."""
+    out = op.out
+    return {
+        "index": op.index, "label": op.label, "kind": op.kind, "func": op.func,
+        "parents": [{"source": e.source, "position": e.position} for e in op.parents],
+        "out": None if out is None else {"shape": list(out.shape), "dtype": out.dtype, "device": out.device,
+                                         "requires_grad": out.requires_grad},
+        "func_call_id": op.func_call_id, "output_index": op.output_index, "num_outputs": op.num_outputs,
+        "module": op.module, "module_call": op.module_call, "module_stack": [list(e) for e in op.module_stack],
+        "params": list(op.params), "buffer_writes": list(op.buffer_writes), "inplace": op.inplace,
+        "source": None if op.source is None else {"file": op.source.file, "line": op.source.line,
+                                                  "function": op.source.function},
+        "io_path": op.io_path, "attrs": dict(op.attrs),
+    }
+
+
+def json_libraries(trace: tracer.Trace, repeats: int) -> list[tuple[str, list[float], list[float], int]]:
+    """(library, encode times, decode-to-IR times, bytes) for the ops of `trace`."""
+    rows = []
+    ops = trace.ops
+
+    def stdlib_encode() -> bytes:
+        return json.dumps([_op_dict(op) for op in ops], separators=(",", ":")).encode()
+
+    def to_ops(items: list[dict]) -> tuple:
+        return tuple(Op(**{**d, "parents": tuple(tracer.Edge(**e) for e in d["parents"]),
+                           "out": tracer.TensorMeta(**{**d["out"], "shape": tuple(d["out"]["shape"])}) if d["out"] else None,
+                           "module_stack": tuple(map(tuple, d["module_stack"])), "params": tuple(d["params"]),
+                           "buffer_writes": tuple(d["buffer_writes"]),
+                           "source": tracer.SourceSite(**d["source"]) if d["source"] else None}) for d in items)
+
+    data = stdlib_encode()
+    rows.append(("json (stdlib)", timed(stdlib_encode, repeats), timed(lambda: to_ops(json.loads(data)), repeats),
+                 len(data)))
+    try:
+        import orjson
+    except ImportError:
+        rows.append(("orjson", [], [], 0))
+    else:
+        data = orjson.dumps(ops)
+        rows.append(("orjson", timed(lambda: orjson.dumps(ops), repeats),
+                     timed(lambda: to_ops(orjson.loads(data)), repeats), len(data)))
+    import msgspec
+
+    data = msgspec.json.encode(ops)
+    rows.append(("msgspec (chosen)", timed(lambda: msgspec.json.encode(ops), repeats),
+                 timed(lambda: msgspec.json.decode(data, type=tuple[Op, ...]), repeats), len(data)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-json-compare", action="store_true")
+    args = parser.parse_args()
+    model = TanhLoop(max(1, (args.ops - 4) // 3))
+    trace = tracer.trace(model, (torch.randn(2, 4, generator=torch.Generator().manual_seed(0)),))
+    work = Path(tempfile.mkdtemp(prefix="tlx-bench-store-"))
+    try:
+        rows = []
+        for compress in (False, True):
+            folder = work / f"t{int(compress)}"
+            save_times = timed(lambda: save_trace(trace, folder, compress=compress), args.repeats,
+                               before=lambda: shutil.rmtree(folder, ignore_errors=True))
+            load_times = timed(lambda: tracer.load(folder), args.repeats)
+            size = sum(p.stat().st_size for p in folder.iterdir())
+            rows.append(("trace.json.gz" if compress else "trace.json", save_times, load_times, size))
+        assert tracer.load(work / "t0").ops == trace.ops
+        print(f"{len(trace):,} ops, {len(trace.values):,} values; torch {torch.__version__}, python "
+              f"{platform.python_version()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        print()
+        print("| structure file | save | load | folder size |")
+        print("|---|---|---|---|")
+        for name, s, l, size in rows:
+            print(f"| {name} | {spread(s)} | {spread(l)} | {size / 1e6:.1f} MB |")
+        if not args.no_json_compare:
+            print()
+            print("| JSON library (ops only) | encode | decode into IR | bytes |")
+            print("|---|---|---|---|")
+            for name, enc, dec, size in json_libraries(trace, args.repeats):
+                if not enc:
+                    print(f"| {name} | not installed | | |")
+                else:
+                    print(f"| {name} | {spread(enc)} | {spread(dec)} | {size / 1e6:.1f} MB |")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Trace structure <-> JSON bytes with msgspec: IR dataclasses are encoded and decoded field by field.
+
+Decoding goes straight into the IR classes, so every field is type-checked against its annotation
+(a new Op field is persisted and checked with no change here); bounds and references are checked
+afterwards by `integrity`. Provenance goes through `provenance_to_json` / `provenance_from_json` alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+from contextlib import contextmanager
+from operator import attrgetter
+from typing import Any, Iterator, Mapping
+
+import msgspec
+
+from ..errors import TraceSaveFailedError, TraceStructureInvalidError
+from ..ir import ModuleScope, ModuleStack, Op, ParamRecord, Trace
+from ..provenance import Provenance
+from .format import MAX_JSON_DEPTH, MAX_JSON_INT
+
+
+class Body(msgspec.Struct, forbid_unknown_fields=True):
+    """The `trace` member of trace.json."""
+
+    model_class: str
+    ops: tuple[Op, ...]
+    modules: tuple[ModuleScope, ...]
+    params: tuple[ParamRecord, ...]
+    provenance: dict[str, Any]
+    warnings: tuple[str, ...]
+    envelope: dict[str, Any] | None
+
+
+def _encode_other(value: Any) -> Any:
+    """What msgspec cannot encode itself: a linked module stack as its pairs, anything else as `str`."""
+    if isinstance(value, ModuleStack):
+        return tuple(value)
+    return str(value)
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_encode_other)
+
+
+def provenance_to_json(provenance: Provenance) -> dict[str, Any]:
+    """The JSON form of a trace's provenance (values JSON cannot hold are written as their `str`)."""
+    return plain_json(provenance.to_dict())
+
+
+def provenance_from_json(data: dict[str, Any], site: str) -> Provenance:
+    """A trace's typed provenance from its JSON form (plain and shallow already, checked by `integrity`)."""
+    try:
+        return Provenance.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise TraceStructureInvalidError(f"provenance: {exc}", site=site) from None
+
+
+def plain_json(value: Any, depth: int = 0) -> Any:
+    """`value` as plain JSON data the loader accepts: tuples become lists, keys strings, numbers JSON
+    cannot carry (NaN, huge ints) and other objects their `str`; nesting past MAX_JSON_DEPTH a `str`."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return int(value) if abs(value) <= MAX_JSON_INT else str(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else str(value)
+    if depth < MAX_JSON_DEPTH - 1:
+        if isinstance(value, Mapping):
+            return {str(k): plain_json(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain_json(v, depth + 1) for v in value]
+    return str(value)
+
+
+def encode_body(trace: Trace) -> bytes:
+    """The JSON bytes of a trace's structure (values, output and live calls are not part of it).
+
+    Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
+    """
+    ops = trace.ops
+    if any(map(attrgetter("attrs"), ops)):
+        ops = tuple(dataclasses.replace(op, attrs=plain_json(dict(op.attrs))) if op.attrs else op for op in ops)
+    body = Body(model_class=trace.model_class, ops=ops, modules=tuple(trace.modules.values()),
+                params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
+                warnings=tuple(trace.warnings),
+                envelope=None if trace.envelope is None else _envelope_json(trace.envelope))
+    try:
+        return _without_gc(_ENCODER.encode, body)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
+
+
+def decode_body(raw: bytes, site: str) -> Body:
+    """Decode body bytes into IR records, refusing any field of the wrong type (site names its path)."""
+    try:
+        return _without_gc(msgspec.json.decode, raw, type=Body)
+    except msgspec.ValidationError as exc:
+        raise TraceStructureInvalidError(f"{site}: {exc}".replace("`$", "`trace"), site=site) from None
+    except (msgspec.DecodeError, RecursionError, ValueError, TypeError) as exc:
+        raise TraceStructureInvalidError(f"{site} is not valid JSON ({exc.__class__.__name__}: {exc})",
+                                         site=site) from None
+
+
+def _envelope_json(envelope: Any) -> dict[str, Any]:
+    """The envelope's dict (built by tracer.claims from plain data: a msgspec round trip makes it plain)."""
+    return msgspec.json.decode(_ENCODER.encode(envelope.to_dict()))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC: building a million small acyclic objects otherwise triggers it over and over."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _without_gc(fn, *args, **kwargs):
+    with gc_paused():
+        return fn(*args, **kwargs)

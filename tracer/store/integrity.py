@@ -1,0 +1,247 @@
+"""Structural checks of a decoded trace body, in linear passes: bounds, references and the module tree.
+
+Types were checked by decoding into the IR classes; here every number is bounded, every reference
+resolves (op parents, modules, params, calls), the modules form one tree rooted at "" whose addresses
+extend their parent's, and free-form values (attrs, provenance, envelope) are plain, finite and shallow.
+Any failure raises `TraceStructureInvalidError` (or `TraceLimitError`) naming the record.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from itertools import chain, repeat
+from operator import attrgetter
+from typing import Any
+
+from ..errors import TraceLimitError, TraceStructureInvalidError
+from ..ir import ModuleScope, Op, ParamRecord
+from .format import MAX_DIM, MAX_DIMS, MAX_INT, MAX_JSON_DEPTH, MAX_JSON_INT, MAX_MODULE_DEPTH, MAX_NUMEL
+
+
+def check_body(ops: tuple[Op, ...], modules: tuple[ModuleScope, ...], params: tuple[ParamRecord, ...],
+               provenance: Any, envelope: Any, site: str) -> tuple[dict[str, ModuleScope], dict[str, ParamRecord]]:
+    """Check everything; returns the modules and params keyed by address."""
+    params_by = _unique(params, "params", site)
+    modules_by = _unique(modules, "modules", site)
+    addresses = _param_addresses(params_by, site)
+    _check_module_tree(modules_by, site)
+    if not _ops_look_right(ops, modules_by, addresses):
+        _check_ops(ops, modules_by, addresses, site)  # op by op, to name the first offending record
+        raise _bad(site, "ops", "fail a structural check")
+    _check_module_records(modules_by, ops, addresses, site)
+    check_plain(provenance, "provenance", site)
+    check_plain(envelope, "envelope", site)
+    return modules_by, params_by
+
+
+def _bad(site: str, where: str, what: str) -> TraceStructureInvalidError:
+    return TraceStructureInvalidError(f"{site}: {where} {what}", site=f"{site}: {where}")
+
+
+def _unique(records: tuple, name: str, site: str) -> dict:
+    by = {r.address: r for r in records}
+    if len(by) != len(records):
+        raise _bad(site, name, "lists an address twice")
+    return by
+
+
+def _shape(shape: tuple, where: str, site: str) -> None:
+    if len(shape) > MAX_DIMS:
+        raise TraceLimitError(f"{site}: {where} has {len(shape)} dimensions", site=f"{site}: {where}")
+    numel = 1
+    for d in shape:
+        if d < 0 or d > MAX_DIM:
+            raise _bad(site, where, f"has a dimension of {d} (0 to {MAX_DIM} allowed)")
+        numel *= d
+    if numel > MAX_NUMEL:
+        raise TraceLimitError(f"{site}: {where} has {numel:,} elements", site=f"{site}: {where}")
+
+
+def _count(value: int, where: str, site: str, low: int = 0) -> None:
+    if not low <= value <= MAX_INT:
+        raise _bad(site, where, f"is {value} (expected {low} to {MAX_INT})")
+
+
+def _param_addresses(params: dict[str, ParamRecord], site: str) -> frozenset[str]:
+    """Every address a parameter answers to (its own and its tied aliases)."""
+    names = set(params)
+    for addr, rec in params.items():
+        where = f"params[{addr!r}]"
+        _shape(rec.shape, where + ".shape", site)
+        for alias in rec.tied:
+            if alias in names:
+                raise _bad(site, where, f"ties {alias!r}, which is already an address")
+            names.add(alias)
+    return frozenset(names)
+
+
+def _check_module_tree(modules: dict[str, ModuleScope], site: str) -> None:
+    """One tree rooted at "": each module is the child of exactly one parent, addresses extend the parent's."""
+    if not modules:
+        return
+    if "" not in modules:
+        raise _bad(site, "modules", 'have no root module ""')
+    seen = {""}
+    level = [""]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_MODULE_DEPTH:
+            raise TraceLimitError(f"{site}: modules nest deeper than {MAX_MODULE_DEPTH}", site=f"{site}: modules")
+        below = []
+        for addr in level:
+            prefix = addr + "." if addr else ""
+            for child in modules[addr].children:
+                where = f"modules[{addr!r}].children"
+                if child not in modules:
+                    raise _bad(site, where, f"names {child!r}, which is not a module")
+                name = child[len(prefix):]
+                if not child.startswith(prefix) or not name or "." in name:
+                    raise _bad(site, where, f"names {child!r}, which is not a direct sub-address")
+                if child in seen:
+                    raise _bad(site, where, f"names {child!r} a second time (the modules are not a tree)")
+                seen.add(child)
+                below.append(child)
+        level = below
+    if len(seen) != len(modules):
+        stray = next(a for a in modules if a not in seen)
+        raise _bad(site, f"modules[{stray!r}]", "is not reachable from the root module")
+
+
+def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str]) -> bool:
+    """Every op check of `_check_ops`, column by column (C-level iteration over 100,000s of ops)."""
+    n = len(ops)
+    labels = list(map(_LABEL, ops))
+    if list(map(_INDEX, ops)) != list(range(n)) or len(set(labels)) != n:
+        return False
+    position = dict(zip(labels, range(n)))
+    sources = map(_EDGE_SOURCE, chain.from_iterable(map(_PARENTS_OF, ops)))
+    readers = chain.from_iterable(map(repeat, range(n), map(len, map(_PARENTS_OF, ops))))
+    if any(map(operator.ge, map(position.get, sources, repeat(n)), readers)):  # a parent must precede its reader
+        return False
+    call_ids, n_out, out_idx = list(map(_CALL_ID, ops)), list(map(_N_OUT, ops)), list(map(_OUT_IDX, ops))
+    if n and (min(call_ids) < 0 or max(call_ids) > MAX_INT or min(n_out) < 1 or max(n_out) > MAX_INT
+              or min(out_idx) < 0 or any(map(operator.ge, out_idx, n_out))):
+        return False
+    try:
+        for shape in {out.shape for out in map(_OUT, ops) if out is not None}:
+            _shape(shape, "", "")
+        enclosing: dict = {}
+        for module, call, stack in set(zip(map(_MODULE, ops), map(_MODULE_CALL, ops), map(_STACK, ops))):
+            _check_stack(stack, modules, enclosing, "", "")
+            if (stack and (module, call) != stack[-1]) or (not stack and (module != "" or call != 0)):
+                return False
+        lines = [src.line for src in map(_SOURCE, ops) if src is not None]
+        if lines and (min(lines) < 0 or max(lines) > MAX_INT):
+            return False
+        for attrs in filter(None, map(_ATTRS, ops)):
+            check_plain(attrs, "", "")
+    except (TraceStructureInvalidError, TraceLimitError):
+        return False
+    used = set().union(*map(_PARAMS, ops), *map(_WRITES, ops))
+    return used <= params
+
+
+_PARENTS_OF, _EDGE_SOURCE = attrgetter("parents"), attrgetter("source")
+_LABEL, _INDEX, _CALL_ID, _N_OUT, _OUT_IDX, _OUT, _MODULE, _MODULE_CALL, _STACK, _SOURCE, _ATTRS, _PARAMS, _WRITES = (
+    attrgetter(name) for name in ("label", "index", "func_call_id", "num_outputs", "output_index", "out", "module",
+                                  "module_call", "module_stack", "source", "attrs", "params", "buffer_writes"))
+
+
+def _check_ops(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str], site: str) -> None:
+    labels: set[str] = set()
+    shapes_ok: set[tuple] = set()
+    stacks_ok: set[tuple] = set()
+    enclosing: dict[tuple[str, int], tuple[str, int] | None] = {}  # each module call runs inside one other
+    for i, op in enumerate(ops):
+        where = f"ops[{i}]"
+        if op.index != i:
+            raise _bad(site, where, f"has index {op.index} (ops are stored in execution order)")
+        if op.label in labels:
+            raise _bad(site, where, f"repeats the label {op.label!r}")
+        for edge in op.parents:
+            if edge.source not in labels:
+                raise _bad(site, where, f"reads {edge.source!r}, which does not precede it")
+        if op.out is not None and op.out.shape not in shapes_ok:
+            _shape(op.out.shape, where + ".out.shape", site)
+            shapes_ok.add(op.out.shape)
+        _count(op.func_call_id, where + ".func_call_id", site)
+        _count(op.num_outputs, where + ".num_outputs", site, low=1)
+        if not 0 <= op.output_index < op.num_outputs:
+            raise _bad(site, where, f"has output_index {op.output_index} of {op.num_outputs} outputs")
+        stack = op.module_stack
+        if stack not in stacks_ok:
+            _check_stack(stack, modules, enclosing, where, site)
+            stacks_ok.add(stack)
+        if stack:
+            if (op.module, op.module_call) != stack[-1]:
+                raise _bad(site, where, "has a module that is not the innermost of its module_stack")
+        elif op.module != "" or op.module_call != 0:
+            raise _bad(site, where, "names a module but has an empty module_stack")
+        for addr in op.params:
+            if addr not in params:
+                raise _bad(site, where, f"consumes unknown parameter {addr!r}")
+        for addr in op.buffer_writes:
+            if addr not in params:
+                raise _bad(site, where, f"writes unknown buffer {addr!r}")
+        if op.source is not None:
+            _count(op.source.line, where + ".source.line", site)
+        if op.attrs:
+            check_plain(op.attrs, where + ".attrs", site)
+        labels.add(op.label)
+
+
+def _check_stack(stack: tuple, modules: dict[str, ModuleScope], enclosing: dict, where: str, site: str) -> None:
+    """Known modules, bounded depth, and one nesting: a module call sits inside the same call in every op."""
+    if len(stack) > MAX_MODULE_DEPTH:
+        raise TraceLimitError(f"{site}: {where}.module_stack is deeper than {MAX_MODULE_DEPTH}", site=f"{site}: {where}")
+    outer = None
+    for entry in stack:
+        addr, call = entry
+        if addr not in modules:
+            raise _bad(site, where, f"runs inside unknown module {addr!r}")
+        _count(call, where + ".module_stack call", site)
+        if enclosing.setdefault(entry, outer) != outer or entry == outer:
+            raise _bad(site, where, f"places the call {addr!r}:{call} inside a different enclosing call than "
+                                    f"other ops do")
+        outer = entry
+    if len(set(stack)) != len(stack):
+        raise _bad(site, where, "lists one module call twice in its module_stack")
+
+
+def _check_module_records(modules: dict[str, ModuleScope], ops: tuple[Op, ...], params: frozenset[str],
+                          site: str) -> None:
+    labels = {op.label for op in ops}
+    last = len(ops) - 1
+    for addr, scope in modules.items():
+        where = f"modules[{addr!r}]"
+        for p in scope.params:
+            if p not in params:
+                raise _bad(site, where, f"owns unknown parameter {p!r}")
+        for call in scope.calls:
+            _count(call.call, where + ".calls.call", site)
+            if not ((call.first_op == call.last_op == -1) or 0 <= call.first_op <= call.last_op <= last):
+                raise _bad(site, where, f"has a call spanning ops {call.first_op}..{call.last_op}")
+            for label in (*call.inputs, *call.outputs):
+                if label not in labels:
+                    raise _bad(site, where, f"has a call reading or giving unknown op {label!r}")
+
+
+def check_plain(value: Any, where: str, site: str) -> None:
+    """Free-form JSON data: finite numbers, bounded integers, nesting at most MAX_JSON_DEPTH (iterative)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth >= MAX_JSON_DEPTH:
+                raise TraceLimitError(f"{site}: {where} nests deeper than {MAX_JSON_DEPTH}", site=f"{site}: {where}")
+            stack.extend((v, depth + 1) for v in (item.values() if kind is dict else item))
+        elif kind is float:
+            if not math.isfinite(item):
+                raise _bad(site, where, "holds a number that is not finite")
+        elif kind is int:
+            if abs(item) > MAX_JSON_INT:
+                raise _bad(site, where, f"holds an integer beyond {MAX_JSON_INT}")
+        elif item is not None and kind is not str and kind is not bool:
+            raise _bad(site, where, f"holds a {kind.__name__}")

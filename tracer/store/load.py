@@ -1,0 +1,59 @@
+"""Loading a trace folder: safe files, header and digests, typed decoding, structural checks, values."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import EnvelopeTamperedError, TraceFileCorruptError, TraceFileTamperedError
+from ..ir import Trace
+from .codec import Body, decode_body, gc_paused, provenance_from_json
+from .document import unframe
+from .files import as_path, checked_file, read_structure, structure_file, trace_folder
+from .format import VALUES_FILE
+from .integrity import check_body
+from .values import read_values
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Load and verify a trace folder (or its trace.json); anything invalid is refused with a typed StoreError."""
+    with gc_paused():
+        return _load(path)
+
+
+def _load(path: str | Path) -> Trace:
+    folder = trace_folder(as_path(path, "tracer.load"))
+    structure = checked_file(folder, structure_file(folder))
+    site = str(structure)
+    body_bytes, digests = unframe(read_structure(structure), site)
+    body = decode_body(body_bytes, site)
+    modules, params = check_body(body.ops, body.modules, body.params, body.provenance, body.envelope, site)
+    trace = Trace(ops=body.ops, modules=modules, params=params, model_class=body.model_class,
+                  provenance=provenance_from_json(body.provenance, site), warnings=body.warnings,
+                  envelope=_envelope(body, site))
+    trace.values = _values(folder, digests.values, trace)
+    return trace
+
+
+def _envelope(body: Body, site: str) -> Any:
+    if body.envelope is None:
+        return None
+    from ..claims import envelope_from_dict
+    from ..claims.join import TABLES
+
+    data = body.envelope
+    claims, digests = data.get("claims"), data.get("claim_digests")
+    if (not isinstance(claims, dict) or not isinstance(digests, dict) or not isinstance(data.get("history"), list)
+            or any(not isinstance(claims.get(name), list) for name, _ in TABLES)):
+        raise EnvelopeTamperedError("the evidence envelope's claim table is malformed", site=f"{site}: envelope")
+    return envelope_from_dict(data)
+
+
+def _values(folder: Path, expected: str | None, trace: Trace) -> dict[str, Any]:
+    path = folder / VALUES_FILE
+    if expected is None:
+        if path.exists() or path.is_symlink():
+            raise TraceFileTamperedError(f"{path} is not recorded in the trace's digest", site=str(path))
+        return {}
+    if not (path.exists() or path.is_symlink()):
+        raise TraceFileCorruptError(f"{path} is missing but the trace records saved values", site=str(path))
+    return read_values(checked_file(folder, path), expected, {op.label: op.out for op in trace.ops})

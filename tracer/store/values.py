@@ -1,0 +1,191 @@
+"""values.safetensors, written and read in one pass: the safetensors layout, our own streaming code.
+
+Layout: 8-byte little-endian header length, a JSON header `{label: {dtype, shape, data_offsets}}`
+(plus `__metadata__`), then every tensor's bytes back to back. The file is hashed while it is
+written and read; reading makes one buffer and views every tensor into it.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections import Counter
+from itertools import groupby
+from operator import attrgetter, itemgetter
+from pathlib import Path
+from typing import Any, Mapping
+
+import msgspec
+import torch
+from torch._utils import _flatten_dense_tensors
+
+from ..errors import TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError
+from ..ir import TensorMeta
+from .format import FORMAT, MAX_VALUES_HEADER_BYTES
+
+DTYPES: dict[str, torch.dtype] = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "U16": torch.uint16,
+    "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64, "U64": torch.uint64, "F16": torch.float16,
+    "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64, "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2, "C64": torch.complex64,
+}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_DTYPE_TEXT = {dtype: str(dtype).replace("torch.", "") for dtype in _NAMES}  # as TensorMeta.dtype writes it
+_CHUNK_BYTES = 64 << 20
+
+
+# -- write ------------------------------------------------------------------------------
+def write_values(values: Mapping[str, Any], path: Path) -> str:
+    """Write `values` (label -> tensor) to `path`; returns the file's SHA-256 (hex).
+
+    Tensors of one dtype and shape are stored next to each other (widest dtype first, so every
+    tensor is aligned) and copied out in blocks of about _CHUNK_BYTES, not one by one.
+    """
+    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+    for label, value in values.items():
+        _check_storable(label, value)
+        groups.setdefault((value.dtype, tuple(value.shape)), []).append((label, value))
+    order = sorted(groups, key=lambda k: (-k[0].itemsize, _NAMES[k[0]], k[1]))
+    header: dict[str, Any] = {}
+    offset = 0
+    for dtype, shape in order:
+        name, nbytes = _NAMES[dtype], math.prod(shape) * dtype.itemsize
+        for label, _ in groups[(dtype, shape)]:
+            header[label] = {"dtype": name, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+    header["__metadata__"] = {"format": FORMAT}
+    head = msgspec.json.encode(header)
+    head += b" " * (-len(head) % 8)
+    hasher = hashlib.sha256()
+    with open(path, "wb") as fh:
+        emit(fh, hasher, len(head).to_bytes(8, "little") + head)
+        for key in order:
+            for block in _blocks([t for _, t in groups[key]], math.prod(key[1]) * key[0].itemsize):
+                emit(fh, hasher, block)
+    return hasher.hexdigest()
+
+
+def emit(fh: Any, hasher: Any, data: Any) -> None:
+    """Write one block and add it to the digest (one function, so a test can stop a save mid-write)."""
+    fh.write(data)
+    hasher.update(data)
+
+
+def _check_storable(label: str, value: Any) -> None:
+    if not isinstance(value, torch.Tensor) or value.dtype not in _NAMES or value.is_meta:
+        raise TraceSaveFailedError(f"the saved value of {label!r} cannot be stored ({type(value).__name__}, "
+                                   f"{getattr(value, 'dtype', '?')})", site=label,
+                                   remedy=f"Keep values of these dtypes: {', '.join(str(d) for d in _NAMES)}.")
+
+
+def _blocks(tensors: list[torch.Tensor], nbytes: int):
+    """The bytes of same-dtype, same-shape tensors, flattened together about _CHUNK_BYTES at a time."""
+    if nbytes == 0:
+        return
+    step = max(1, _CHUNK_BYTES // nbytes)
+    with torch.no_grad():
+        for i in range(0, len(tensors), step):
+            flat = _flatten_dense_tensors(tensors[i:i + step]).cpu()
+            yield memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+# -- read -------------------------------------------------------------------------------
+class _Entry(msgspec.Struct):
+    """One header entry (`__metadata__` decodes as an entry with no dtype and is skipped)."""
+
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    data_offsets: tuple[int, int] = (-1, -1)
+
+
+def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, torch.Tensor]:
+    """Read, verify and split `path`; every tensor must match its op's recorded shape and dtype."""
+    site = str(path)
+    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + _largest_data(metas))
+    if hashlib.sha256(buf).hexdigest() != expected_digest:
+        raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
+    labels, dtypes, shapes, begins, start = _entries(buf, site, metas)
+    if not labels:
+        return {}
+    data = torch.frombuffer(buf, dtype=torch.uint8)
+    values: dict[str, torch.Tensor] = {}
+    i = 0
+    for (dtype, shape), run in groupby(range(len(labels)), key=list(zip(dtypes, shapes)).__getitem__):
+        k = len(list(run))
+        block = data[start + begins[i]:start + begins[i + k - 1] + math.prod(shape) * dtype.itemsize]
+        if (start + begins[i]) % dtype.itemsize:
+            block = block.clone()  # a tensor not aligned to its dtype (another writer's file)
+        values.update(zip(labels[i:i + k], block.view(dtype).view(k, *shape).unbind(0)))
+        i += k
+    return values
+
+
+def _largest_data(metas: Mapping[str, TensorMeta | None]) -> int:
+    """Bytes of every recorded op output together: no values file of this trace can hold more data."""
+    itemsize = {text: dtype.itemsize for dtype, text in _DTYPE_TEXT.items()}
+    shapes = Counter((m.shape, m.dtype) for m in metas.values() if m is not None)
+    return sum(math.prod(shape) * itemsize.get(dtype, 0) * n for (shape, dtype), n in shapes.items())
+
+
+def _read_all(path: Path, limit: int) -> bytearray:
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise TraceLimitError(f"{path} holds {size:,} bytes, more than the trace's recorded outputs "
+                                      f"({limit:,})", site=str(path))
+            buf = bytearray(size)
+            if fh.readinto(buf) != size:
+                raise OSError("short read")
+    except OSError as exc:
+        raise TraceFileCorruptError(f"{path} cannot be read ({exc})", site=str(path)) from None
+    except MemoryError:
+        raise TraceLimitError(f"{path} ({size:,} bytes) does not fit in memory", site=str(path)) from None
+    return buf
+
+
+def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[list, list, list, list, int]:
+    """Labels, dtypes, shapes and begin offsets of the tensors in file order, and where the data starts.
+
+    Each entry must name an op with the same shape and dtype, and the byte ranges must cover the data
+    back to back (checked column by column, then entry by entry only to name an offender).
+    """
+    if len(buf) < 8:
+        raise TraceFileCorruptError(f"{site} is too short for a safetensors file", site=site)
+    n = int.from_bytes(buf[:8], "little")
+    if n > MAX_VALUES_HEADER_BYTES:
+        raise TraceLimitError(f"{site} declares a {n:,}-byte header", site=site)
+    if 8 + n > len(buf):
+        raise TraceFileCorruptError(f"{site} is truncated inside its header", site=site)
+    try:
+        header = msgspec.json.decode(memoryview(buf)[8:8 + n], type=dict[str, _Entry])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
+    header.pop("__metadata__", None)
+    labels, entries = list(header), list(header.values())
+    begins = list(map(_FIRST, map(_OFFSETS, entries)))
+    if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
+        order = sorted(range(len(begins)), key=begins.__getitem__)
+        labels, entries = list(map(labels.__getitem__, order)), list(map(entries.__getitem__, order))
+    found = list(map(metas.get, labels))
+    dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
+    offsets = list(map(_OFFSETS, entries))
+    if (None in found or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
+            or list(map(_SHAPE, entries)) != list(map(_SHAPE, found))):
+        bad = next(label for label, spec, meta in zip(labels, entries, found)
+                   if meta is None or spec.shape != meta.shape or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
+        raise TraceFileCorruptError(f"the saved value of {bad!r} disagrees with its recorded shape/dtype (or there "
+                                    f"is no such op)", site=site)
+    sizes = {shape: math.prod(shape) for shape in set(map(_SHAPE, entries))}
+    ends = [b + sizes[shape] * dtype.itemsize for (b, _), shape, dtype in zip(offsets, map(_SHAPE, entries), dtypes)]
+    expected = [0, *ends[:-1]]
+    if [o for o, _ in offsets] != expected or [e for _, e in offsets] != ends or (ends[-1] if ends else 0) != len(buf) - 8 - n:
+        for label, (b, e), want_b, want_e in zip(labels, offsets, expected, ends):
+            if (b, e) != (want_b, want_e):
+                raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
+                                            f"follow the previous tensor's", site=site)
+        raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
+    return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n
+
+
+_DTYPE, _SHAPE, _OFFSETS, _FIRST = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets"), itemgetter(0)
