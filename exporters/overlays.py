@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from tracer.errors import ExportError
 from tracer.estimates import op_flops, op_output_bytes
@@ -61,7 +61,8 @@ def available(trace: Trace) -> tuple[str, ...]:
     return STRUCTURE_OVERLAYS + (VALUE_OVERLAYS if trace.values else ())
 
 
-def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | None = None) -> Overlay:
+def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | None = None, *,
+                  stats: Mapping[str, Mapping[str, float]] | None = None) -> Overlay:
     """The overlay named `spec` (one of `BUILTIN`) or a user overlay `{op label or module path: number}`."""
     if isinstance(spec, Mapping):
         return _user_overlay(trace, spec, title or TITLES["user"])
@@ -74,10 +75,17 @@ def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | No
         return Overlay(spec, f"{TITLES[spec]} ({state})", {op.label: state for op in trace.ops}, categorical=True)
     if spec in VALUE_OVERLAYS:
         key = spec[4:]
-        stats = activation_stats(trace)
+        stats = activation_stats(trace) if stats is None else stats
         return Overlay(spec, title or TITLES[spec], {label: s[key] for label, s in stats.items()})
     value = op_value_fn(trace, spec)
     return Overlay(spec, title or TITLES[spec], {op.label: value(op) for op in trace.ops})
+
+
+def build_overlays(trace: Trace, names: Iterable[str]) -> list[Overlay]:
+    """Several built-in overlays, reducing saved activations once for all four statistics."""
+    names = list(names)
+    stats = activation_stats(trace) if any(n in VALUE_OVERLAYS for n in names) else None
+    return [build_overlay(trace, n, stats=stats) for n in names]
 
 
 def op_value_fn(trace: Trace, name: str) -> Callable[[Op], int]:
