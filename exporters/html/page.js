@@ -202,8 +202,12 @@
   }
 
   // pan and zoom
-  function apply() { vp.setAttribute("transform", `translate(${T.x},${T.y}) scale(${T.k})`); svg.classList.toggle("small", T.k * 11 < 5.5); status(); }
+  function apply() { vp.setAttribute("transform", `translate(${T.x},${T.y}) scale(${T.k})`); svg.classList.toggle("small", T.k * 11 < 4.5); status(); }
   function fit() { const v = D.views[cur], r = svg.getBoundingClientRect(); T.k = Math.min(r.width / v.w, r.height / v.h, 1.5); T.x = (r.width - v.w * T.k) / 2; T.y = Math.max(0, (r.height - v.h * T.k) / 2); apply(); }
+  function start() {  // fit when labels stay legible, else the top of the graph at a readable zoom
+    fit(); if (T.k >= 0.55) return;
+    const v = D.views[cur], r = svg.getBoundingClientRect(); T.k = Math.min(0.8, r.width / v.w); T.x = (r.width - v.w * T.k) / 2; T.y = 10; apply();
+  }
   function show(x0, y0, x1, y1, maxK) {
     const r = svg.getBoundingClientRect(); T.k = Math.min(r.width / (x1 - x0 + 40), r.height / (y1 - y0 + 40), maxK);
     T.x = r.width / 2 - (x0 + x1) / 2 * T.k; T.y = r.height / 2 - (y0 + y1) / 2 * T.k; apply();
@@ -225,7 +229,7 @@
   svg.addEventListener("click", () => { if (!moved) clearSel(); });
   window.addEventListener("keydown", (e) => { if (e.key === "Escape") clearSel(); });
   $("fit").addEventListener("click", fit);
-  $("reset").addEventListener("click", () => { setView(0); fit(); });
+  $("reset").addEventListener("click", () => { setView(0); start(); });
 
   // selection and inspector
   function mark(id, nb) {
@@ -290,7 +294,7 @@
   for (const s of [ovSel, scSel, ruSel]) s.addEventListener("change", () => { paint(); if (sel && sel.op != null) selectOp(sel.op, false); else if (sel) selectNode(sel.node); });
 
   const m = /^#op=(.+)$/.exec(location.hash);
-  setView(0); fit(); search(); clearSel();
+  setView(0); start(); search(); clearSel();
   if (m && opIdx.has(decodeURIComponent(m[1]))) goOp(opIdx.get(decodeURIComponent(m[1])));
   document.body.setAttribute("data-ready", "1");
 })();
