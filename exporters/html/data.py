@@ -28,6 +28,7 @@ def page_data(trace: Trace, *, overlay: Mapping[str, float] | None = None, title
     labels = [op.label for op in trace.ops]
     index = {label: i for i, label in enumerate(labels)}
     views = [engine.layout(exp) for exp in view_expansions(engine)]
+    drawn = [_view(lay, index, trace) for lay in views]
     return {
         "title": title or trace.model_class,
         "model_class": trace.model_class,
@@ -37,8 +38,8 @@ def page_data(trace: Trace, *, overlay: Mapping[str, float] | None = None, title
                    "edges": trace.num_edges},
         "ops": _ops(trace, index),
         "modules": _modules(trace),
-        "views": [_view(lay, index, trace) for lay in views],
-        "where": _where(views, index, trace),
+        "views": drawn,
+        "where": _where(drawn, len(index)),
         "overlays": _overlays(trace, overlay),
         "edge_colors": EDGE_COLORS,
     }
@@ -112,11 +113,12 @@ def _view(lay: Layout, index: dict[str, int], trace: Trace) -> dict[str, Any]:
         nodes.append([n.id, n.kind, n.label, _r(n.x), _r(n.y), _r(n.width), _r(n.height), n.module or "", n.repeat,
                       _ranges(inside.get(n.id, [])), fill, list(n.members)])
     colors = {c: i for i, c in enumerate(EDGE_COLORS)}
-    edges = [[e.source, e.target, [_r(v) for p in e.points for v in p], colors.get(c, 0)]
+    edges = [[e.source, e.target, [round(v) for p in e.points for v in p], colors.get(c, 0)]
              for e, c in zip(lay.edges, edge_colors(lay.edges))]
     frames = [[f.address, f.label, f.depth, _r(f.x0), _r(f.y0), _r(f.x1), _r(f.y1), f.call] for f in lay.frames]
+    own = {n.id: index[n.id] for n in lay.nodes if n.kind in ("op", "io") and n.id in index}
     return {"expanded": sorted(lay.expanded), "w": _r(lay.width), "h": _r(lay.height), "nodes": nodes,
-            "frames": frames, "edges": edges}
+            "frames": frames, "edges": edges, "index": own}
 
 
 def _r(v: float) -> float:
@@ -135,26 +137,25 @@ def _ranges(ids: Iterable[int]) -> list[list[int]]:
     return out
 
 
-def _where(views: list[Layout], index: dict[str, int], trace: Trace) -> list[list]:
-    """For each op, [view, node id]: a view where it is its own box, else the one that opens most of its modules."""
-    best: list[tuple[int, int, str] | None] = [None] * len(index)
-    for vi, lay in enumerate(views):
-        depths: dict[str, int] = {}
-        for label, node_id in lay.visible.items():
-            i = index[label]
-            module = trace[label].module
-            depth = depths.get(module)
-            if depth is None:
-                depth = depths[module] = sum(1 for a in lay.expanded if _within(module, a))
-            score = (2 if node_id == label else 1, depth)
-            cur = best[i]
-            if cur is None or score > (cur[0], cur[1]):
-                best[i] = (score[0], score[1], f"{vi}\t{node_id}")
-    out = []
-    for b in best:
-        vi, node_id = b[2].split("\t", 1) if b else ("0", "")
-        out.append([int(vi), node_id])
-    return out
+def _where(views: list[dict[str, Any]], n_ops: int) -> list[list]:
+    """For each op, [view, node id]: a view where it is its own box, else the one drawing it in the innermost module."""
+    best: list[tuple] = [(-1, 0, 0, 0, "")] * n_ops
+    for vi, view in enumerate(views):
+        size = -len(view["nodes"])
+        for n in view["nodes"]:
+            if n[1] in ("op", "io") and not n[9]:
+                i = view["index"].get(n[0])
+                if i is not None and (2, 99, size) > best[i][:3]:
+                    best[i] = (2, 99, size, vi, n[0])
+                continue
+            depth = n[7].count(".") + 1 if n[7] else 0
+            for first, last in n[9]:
+                for i in range(first, last + 1):
+                    if (1, depth, size) > best[i][:3]:
+                        best[i] = (1, depth, size, vi, n[0])
+    for view in views:
+        del view["index"]
+    return [[b[3], b[4]] if b[0] >= 0 else [0, ""] for b in best]
 
 
 def _overlays(trace: Trace, user: Mapping[str, float] | None) -> list[dict[str, Any]]:
