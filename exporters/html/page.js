@@ -237,7 +237,8 @@
     for (const x of nb) { const g = nodeEls.get(x); if (g && x !== id) g.classList.add("nb"); }
     const g = nodeEls.get(id); if (g) g.classList.add("sel");
   }
-  function clearSel() { sel = null; mark(null, []); $("right").replaceChildren(el("p", {class: "hint"}, "Nothing selected. Click a box, or search on the left.")); history.replaceState(null, "", location.pathname + location.search); }
+  function clearSel() { sel = null; mark(null, []); $("right").replaceChildren(el("p", {class: "hint"}, "Nothing selected. Click a box, or search on the left.")); setHash(""); }
+  function setHash(h) { try { history.replaceState(null, "", h ? "#" + h : location.pathname + location.search); } catch (e) { /* srcdoc or sandboxed frame */ } }
   const opLink = (i) => el("a", {on: {click: () => goOp(i)}}, O.label[i]);
   const row = (k, ...v) => el("tr", {}, el("td", {}, k), el("td", {}, ...v));
   function overlayRow(v) { const oi = +ovSel.value; return oi < 0 ? null : row(D.overlays[oi].title, fmt(v)); }
@@ -258,7 +259,7 @@
       O.io[i] ? row("io path", O.io[i]) : null,
       ov < 0 ? null : row(D.overlays[ov].title, fmt(D.overlays[ov].values[i])),
       id && id !== O.label[i] ? row("drawn in", id) : null));
-    history.replaceState(null, "", "#op=" + encodeURIComponent(O.label[i]));
+    setHash("op=" + encodeURIComponent(O.label[i]));
   }
   function selectNode(id) {
     const n = D.views[cur].nodes.find((n) => n[0] === id); if (!n) return;
