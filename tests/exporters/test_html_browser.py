@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import tracer
+from exporters import overlays
 from exporters.html import write_html
+from exporters.layout import LayoutEngine
 from tests.exporters.test_html import MARKUP, markup_model
 from tests.models import tiny_gpt2
 
@@ -40,9 +42,39 @@ def boxes(page) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def gpt2_html(tmp_path_factory):
+def gpt2(tmp_path_factory):
     trace = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 8)),))
-    return write_html(trace, tmp_path_factory.mktemp("html") / "gpt2.html")
+    return trace, write_html(trace, tmp_path_factory.mktemp("html") / "gpt2.html")
+
+
+@pytest.fixture(scope="module")
+def gpt2_html(gpt2):
+    return gpt2[1]
+
+
+def _rgb(color: str) -> tuple[int, ...]:
+    return tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def test_overlay_colours_on_the_canvas_match_the_python_overlay(browser, gpt2):
+    """The page's fills for FLOPs (linear, sum) equal exporters.overlays on the same layout, box by box."""
+    trace, path = gpt2
+    page, seen = open_offline(browser, path, 1366, 768)
+    page.select_option("#overlay", label="FLOPs (estimate)")
+    page.select_option("#rollup", "max")
+    drawn = dict(page.eval_on_selector_all(
+        "g.node", "els => els.map(e => [e.getAttribute('data-id'), e.querySelector('rect').getAttribute('fill')])"))
+    layout = LayoutEngine(trace).layout()
+    ov = overlays.build_overlay(trace, "flops")
+    values = overlays.node_values(layout, ov, "max")
+    scale = overlays.color_scale(values.values(), "linear")
+    assert set(drawn) == {n.id for n in layout.nodes}
+    for node_id, fill in drawn.items():
+        want = scale.color(values.get(node_id))
+        assert all(abs(a - b) <= 1 for a, b in zip(_rgb(fill), _rgb(want))), (node_id, fill, want)
+    assert len(set(drawn.values())) >= 3
+    assert not seen["errors"]
+    page.close()
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])

@@ -99,3 +99,16 @@ def test_figure_overlay_fills_and_legend(gpt2_trace, tmp_path):
     assert figures.snapshot_overlay_options(gpt2_trace, None) == {}
     with pytest.raises(overlays.OverlayOptionsError):
         figures.snapshot_overlay_options(gpt2_trace, "latency")
+
+
+def test_snapshot_overlay_arguments_parse_and_feed_build_scene(gpt2_trace):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    figures.add_overlay_arguments(parser)
+    ns = parser.parse_args(["--overlay", "output_bytes", "--overlay-scale", "log", "--rollup", "max"])
+    options = figures.snapshot_overlay_options(gpt2_trace, ns.overlay, ns.overlay_scale, ns.rollup)
+    scene = figures.build_scene(gpt2_trace, **options)
+    assert scene.legend["title"] == "output bytes (estimate) · modules: max · log"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--overlay", "latency"])
