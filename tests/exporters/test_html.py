@@ -17,6 +17,7 @@ from exporters.layout import LayoutEngine
 from tests.models import tiny_gpt2
 
 MARKUP = "<img src=x onerror=alert(1)>"
+ROOT_CLASS = "<svg onload=alert(2)>Net"
 
 
 def markup_model() -> nn.Module:
@@ -25,7 +26,7 @@ def markup_model() -> nn.Module:
         "__init__": lambda self: (nn.Module.__init__(self), setattr(self, "fc", nn.Linear(4, 4)))[0],
         "forward": lambda self, x: torch.relu(self.fc(x)) + x,
     })
-    root = nn.Sequential()
+    root = type(ROOT_CLASS, (nn.Sequential,), {})()
     root.add_module(MARKUP, block())
     root.add_module("out", nn.Linear(4, 2))
     return root.eval()
@@ -69,7 +70,8 @@ def test_page_needs_no_network(gpt2_trace):
 
 def test_markup_in_names_is_data_not_html(markup_trace):
     text = html_document(markup_trace)
-    assert "<script>alert" not in text and "<img" not in text  # names travel only inside the packed data
+    assert "<script>alert" not in text and "<img" not in text and "<svg" not in text  # names stay in the packed data
+    assert markup_trace.model_class == ROOT_CLASS
     data = unpack(text)
     assert MARKUP in data["ops"]["module"] or any(MARKUP in m for m in data["modules"])
     titled = html_document(markup_trace, title="<b>bold</b>")

@@ -10,7 +10,7 @@ import tracer
 from exporters import overlays
 from exporters.html import write_html
 from exporters.layout import LayoutEngine
-from tests.exporters.test_html import MARKUP, markup_model
+from tests.exporters.test_html import MARKUP, ROOT_CLASS, markup_model
 from tests.models import tiny_gpt2
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -117,6 +117,8 @@ def test_markup_names_show_as_text_and_run_nothing(browser, tmp_path):
     assert MARKUP in hits
     page.locator("#hits .hit.mod").first.click()
     assert page.locator("img").count() == 0
+    assert page.locator("#title").inner_text() == ROOT_CLASS  # the model class, shown as text
+    assert page.title().startswith(ROOT_CLASS)
     canvas_text = page.eval_on_selector("svg#canvas", "e => e.textContent") + page.locator("#crumbs").inner_text()
     assert "<script>alert('cls')</script>Block" in canvas_text or MARKUP in canvas_text
     assert not seen["dialogs"] and not seen["errors"]
