@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from tracer.errors import ExportError
+from tracer.errors import OverlayOptionsError
 from tracer.estimates import op_flops, op_output_bytes
 from tracer.ir import Op, Trace
 
@@ -35,14 +35,6 @@ PALETTE = ("#fff7bc", "#fee391", "#fec44f", "#fe9929", "#ec7014", "#cc4c02", "#8
 NO_VALUE = "#eeeeee"
 CLAIM_COLORS = {"OBSERVED": "#c8e6c9", "CORROBORATED": "#bbdefb", "HYPOTHESIS": "#fff59d", "REFUTED": "#ffcdd2"}
 CHUNK = 1 << 20  # elements per chunk when reducing a saved tensor
-
-
-class OverlayOptionsError(ExportError, ValueError):
-    """An overlay name, scale or roll-up that does not exist, or a user overlay that names nothing."""
-
-    code = "overlay_options_invalid"
-    default_remedy = f"pick an overlay from {BUILTIN} (activation ones need saved values), a scale from " \
-                     f"{SCALES}, a roll-up from {ROLLUPS}, or pass {{op label or module path: number}}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,19 +15,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from tracer.errors import ExportError
+from tracer.errors import HtmlWriteError
 from tracer.ir import Trace
 
 from .data import page_data, to_json
 
 __all__ = ["HtmlWriteError", "html_document", "write_html"]
-
-
-class HtmlWriteError(ExportError):
-    """The HTML file could not be written."""
-
-    code = "html_write_failed"
-    default_remedy = "pass a path in a writable folder"
 
 
 def html_document(trace: Trace, *, overlay: Mapping[str, float] | None = None, title: str | None = None) -> str:
