@@ -23,7 +23,8 @@ from tracer.errors import TracerError
 
 def _main_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="torchlens-explore", description="Explore a PyTorch model's traced graph in a browser.",
-                                epilog="Subcommand: torchlens-explore snapshot PATH --out fig.svg (headless figure export).")
+                                epilog="Subcommands: torchlens-explore snapshot PATH --out fig.svg (a paper figure); "
+                                       "torchlens-explore export-html PATH --out model.html (one self-contained file).")
     p.add_argument("path", nargs="?", help="saved trace (folder, trace.json, .zip), config JSON, or a shipped config name")
     p.add_argument("--model", help="trace your own model: package.module:factory (a function returning an nn.Module)")
     p.add_argument("--input-shape", default="1,8", help="input shape for --model or a config (default 1,8)")
@@ -56,6 +57,9 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     p.add_argument("--caption", default=None, metavar="TEXT", help="caption text (default: the ladder state, weights-free only)")
     p.add_argument("--no-caption", action="store_true", help="no caption")
     p.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
+    from exporters.figures import add_overlay_arguments
+
+    add_overlay_arguments(p)
     return p
 
 
@@ -65,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] == "snapshot":
             return snapshot(_snapshot_parser().parse_args(args[1:]))
+        if args and args[0] == "export-html":
+            from .export_html import export_html_main
+
+            return export_html_main(args[1:])
         return explore(_main_parser().parse_args(args))
     except TracerError as exc:
         print(f"torchlens-explore: refused [{exc.code}]: {exc.message}", file=sys.stderr)
@@ -179,7 +187,8 @@ def snapshot(ns: argparse.Namespace) -> int:
     expanded = engine.default_expansion() | set(ns.expand or ())
     caption = False if ns.no_caption else ns.caption
     scene = figures.build_scene(loaded.trace, expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide,
-                                engine=engine)
+                                engine=engine, **figures.snapshot_overlay_options(loaded.trace, ns.overlay,
+                                                                                   ns.overlay_scale, ns.rollup))
     size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
     written = figures.write_scene(scene, out, size, fmt, ns.dpi)
     done = time.perf_counter()

@@ -53,3 +53,19 @@ class FigureOptionsError(ExportError):
 class FigureWriteError(ExportError):
     code = "figure_write_failed"
     default_remedy = "Write the figure to a writable path (its folder is created if missing)."
+
+
+class OverlayOptionsError(ExportError, ValueError):
+    """An overlay name, scale or roll-up that does not exist, or a user overlay that names nothing."""
+
+    code = "overlay_options_invalid"
+    default_remedy = ("Pick an overlay from exporters.overlays.available(trace) (activation statistics need saved "
+                      "values), a scale 'linear' or 'log', a roll-up 'sum' or 'max', or pass "
+                      "{op label or module path: number}.")
+
+
+class HtmlWriteError(ExportError):
+    """The self-contained HTML file could not be written."""
+
+    code = "html_write_failed"
+    default_remedy = "Write the HTML file to a writable path (its folder is created if missing)."

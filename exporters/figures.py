@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 from xml.sax.saxutils import escape
 
 from .errors import FigureOptionsError, FigureWriteError
 from tracer.ir import Trace
 
+from . import overlays
 from .layout import Layout, LayoutEngine
 from .layout.dag import COMPACT
 from .layout.hiding import PLUMBING, hidden_ops
@@ -30,6 +31,7 @@ LINE_H = FONT_SIZE * 1.35
 ARROW = 5.0
 FRAME_FILLS = ("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")
 STROKE = "#555555"
+LEGEND_H = 2 * LINE_H + 6.0  # a title line and a row of swatches under the graph
 FONT_PT = 8.0  # labels print at this size unless the width or the height cap forces them smaller
 MIN_FONT_PT = 5.0  # below this a printed label is hard to read (`FigureSize.legible`)
 
@@ -42,6 +44,7 @@ class Scene:
     fills: dict[str, str]
     caption: str | None
     caption_lines: tuple[str, ...] = ()
+    legend: dict | None = None  # `exporters.overlays.legend` of the overlay drawn, if any
 
     @property
     def width(self) -> float:
@@ -49,7 +52,11 @@ class Scene:
 
     @property
     def height(self) -> float:
-        return self.layout.height + (len(self.caption_lines) * LINE_H + CAPTION_GAP if self.caption_lines else 0.0)
+        return self.caption_top + (len(self.caption_lines) * LINE_H + CAPTION_GAP if self.caption_lines else 0.0)
+
+    @property
+    def caption_top(self) -> float:
+        return self.layout.height + (LEGEND_H if self.legend else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +109,12 @@ def figure_size(scene: Scene, width: str | float = "column", max_height_in: floa
 def build_scene(
     trace: Trace, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
     caption: str | bool | None = None, hide: Iterable[str] = PLUMBING, engine: LayoutEngine | None = None,
+    overlay: str | Mapping[str, float] | None = None, overlay_scale: str = "linear", rollup: str = "sum",
 ) -> Scene:
     """The figure of `trace`: `expanded` defaults to `default_expansion`; `hide` names op families
     left out (see `exporters.layout.hiding`; () keeps every op); caption None = the ladder state for
-    weights-free traces only, True = always, False = never, a string = that text."""
+    weights-free traces only, True = always, False = never, a string = that text; `overlay` (a name
+    from `exporters.overlays` or `{op label or module path: number}`) fills boxes by value, with a legend."""
     hidden = hidden_ops(trace, hide)
     if engine is None or engine.trace is not trace or engine.hidden != hidden:
         engine = LayoutEngine(trace, hidden, COMPACT)
@@ -114,6 +123,9 @@ def build_scene(
     for n in layout.nodes:
         family = op_family(trace[n.op_label]) if n.kind == "op" and n.op_label else None
         fills[n.id] = fill_color(n.kind, family)
+    key = None
+    if overlay is not None:
+        fills, key = overlay_fills(trace, layout, overlay, overlay_scale, rollup)
     if caption is None:
         text = ladder_caption(trace.ladder_state) if trace.envelope is not None else None
     elif caption is True:
@@ -123,7 +135,34 @@ def build_scene(
     else:
         text = str(caption)
     lines = wrap_text(text, layout.width - 2 * CAPTION_GAP) if text else ()
-    return Scene(layout, fills, text, lines)
+    return Scene(layout, fills, text, lines, key)
+
+
+def overlay_fills(trace: Trace, layout: Layout, overlay: str | Mapping[str, float], scale: str = "linear",
+                  rollup: str = "sum") -> tuple[dict[str, str], dict]:
+    """Each box's fill for `overlay` (modules rolled up by `rollup`) and the legend that explains them."""
+    ov = overlays.build_overlay(trace, overlay)
+    values = overlays.node_values(layout, ov, rollup)
+    cs = overlays.color_scale(values.values(), scale)
+    fills = {n.id: cs.color(values.get(n.id)) for n in layout.nodes}
+    return fills, overlays.legend(ov, cs, rollup)
+
+
+def add_overlay_arguments(parser) -> None:
+    """Add `--overlay NAME`, `--overlay-scale` and `--rollup` to an argparse parser (the snapshot command's)."""
+    parser.add_argument("--overlay", choices=overlays.BUILTIN, default=None,
+                        help="fill boxes by this value, with a legend (activation statistics need saved values)")
+    parser.add_argument("--overlay-scale", choices=overlays.SCALES, default="linear", help="colour scale (default linear)")
+    parser.add_argument("--rollup", choices=overlays.ROLLUPS, default="sum",
+                        help="a collapsed module's value from the ops inside it (default sum)")
+
+
+def snapshot_overlay_options(trace: Trace, name: str | None, scale: str = "linear", rollup: str = "sum") -> dict:
+    """`build_scene` keyword arguments for `snapshot --overlay NAME` (empty when no overlay is asked for)."""
+    if not name:
+        return {}
+    overlays.build_overlay(trace, name)  # refuse an unknown name before any layout work
+    return {"overlay": name, "overlay_scale": scale, "rollup": rollup}
 
 
 def wrap_text(text: str, width: float) -> tuple[str, ...]:
@@ -185,8 +224,9 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
             f'<g class="node" data-id="{escape(n.id)}" data-kind="{n.kind}">{extra}<rect x="{x0:.1f}" y="{y0:.1f}" '
             f'width="{n.width:.1f}" height="{n.height:.1f}" rx="{rx}" fill="{scene.fills[n.id]}" stroke="{STROKE}" '
             f'stroke-width="0.7"/><text x="{n.x:.1f}" y="{n.y:.1f}" text-anchor="middle" '
-            f'dominant-baseline="central">{escape(n.label)}</text></g>'
+            f'dominant-baseline="central"{_ink(scene.fills[n.id])}>{escape(n.label)}</text></g>'
         )
+    out.extend(_legend_svg(scene))
     for i, line in enumerate(scene.caption_lines):
         out.append(f'<text class="caption" x="{w / 2:.1f}" y="{_caption_baseline(scene, i):.1f}" '
                    f'text-anchor="middle" font-style="italic">{escape(line)}</text>')
@@ -194,8 +234,63 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
     return "\n".join(out) + "\n"
 
 
+def _ink(fill: str) -> str:
+    """A white-text attribute on a dark overlay fill (nothing on the default light fills)."""
+    return ' fill="#ffffff"' if overlays.text_color(fill) == "#ffffff" else ""
+
+
 def _caption_baseline(scene: Scene, line: int) -> float:
-    return scene.layout.height + CAPTION_GAP / 2 + (line + 1) * LINE_H - LINE_H * 0.3
+    return scene.caption_top + CAPTION_GAP / 2 + (line + 1) * LINE_H - LINE_H * 0.3
+
+
+def _legend_items(scene: Scene) -> tuple[str, list[tuple[str, str]]]:
+    """The legend's title and its (text, colour) swatches."""
+    key = scene.legend or {}
+    return key.get("title", ""), [(t, c) for t, c in key.get("stops", key.get("items", []))]
+
+
+def _legend_cells(scene: Scene) -> tuple[float, float, float, list[tuple[float, str, str]]]:
+    """Where the legend sits: its title baseline, the swatch row's top, swatch size, and each swatch's x."""
+    _, items = _legend_items(scene)
+    top = scene.layout.height + 2
+    size = LINE_H * 0.8
+    def place(chosen):
+        x, cells = 6.0, []
+        for text, color in chosen:
+            cells.append((x, text, color))
+            x += size + 4 + text_width(text) + 10
+        return x, cells
+
+    end, cells = place(items)
+    if end > scene.width and len(items) > 2:  # a narrow figure keeps the two ends of the scale
+        end, cells = place([items[0], items[-1]])
+    return top + LINE_H * 0.8, top + LINE_H + 2, size, cells
+
+
+def _legend_svg(scene: Scene) -> list[str]:
+    if not scene.legend:
+        return []
+    title, _ = _legend_items(scene)
+    base, row, size, cells = _legend_cells(scene)
+    out = [f'<g class="legend"><text x="6" y="{base:.1f}" font-weight="bold">'
+           f'{escape(fit_text(title, scene.width - 12))}</text>']
+    for x, text, color in cells:
+        out.append(f'<rect x="{x:.1f}" y="{row:.1f}" width="{size:.1f}" height="{size:.1f}" fill="{color}" '
+                   f'stroke="{STROKE}" stroke-width="0.5"/><text x="{x + size + 4:.1f}" y="{row + size * 0.85:.1f}">'
+                   f'{escape(text)}</text>')
+    out.append("</g>")
+    return out
+
+
+def _legend_png(scene: Scene, d, p, k: float, font, bold) -> None:
+    if not scene.legend:
+        return
+    title, _ = _legend_items(scene)
+    base, row, size, cells = _legend_cells(scene)
+    d.text(p(6, base), fit_text(title, scene.width - 12), fill="black", font=bold, anchor="ls")
+    for x, text, color in cells:
+        d.rectangle([p(x, row), p(x + size, row + size)], fill=color, outline=STROKE, width=max(1, round(0.5 * k)))
+        d.text(p(x + size + 4, row + size * 0.85), text, fill="black", font=font, anchor="ls")
 
 
 def export_svg(
@@ -256,7 +351,8 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
             d.rounded_rectangle(shadow, radius=5 * k, fill=scene.fills[n.id], outline=STROKE, width=line)
         d.rounded_rectangle(box, radius=(3 if n.kind in ("op", "io") else 5) * k, fill=scene.fills[n.id],
                             outline=STROKE, width=line)
-        d.text(p(n.x, n.y), n.label, fill="black", font=font, anchor="mm")
+        d.text(p(n.x, n.y), n.label, fill=overlays.text_color(scene.fills[n.id]), font=font, anchor="mm")
+    _legend_png(scene, d, p, k, font, bold)
     italic = _font(FONT_SIZE * k, italic=True)
     for i, text in enumerate(scene.caption_lines):
         d.text(p(scene.width / 2, _caption_baseline(scene, i)), text, fill="black", font=italic, anchor="ms")

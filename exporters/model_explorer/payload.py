@@ -19,22 +19,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tracer.estimates import op_flops, op_output_bytes, trace_totals
+from tracer.estimates import trace_totals
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
 from tracer.module_tree import module_param_counts
 
+from .. import overlays
+from ..overlays import CLAIM_COLORS
 from .check import validate_payload
 
 NODE_DATA_METRICS = ("parameters", "output_bytes", "flops", "claim_state")
 IO_GROUP_MIN = 3  # this many model outputs (or inputs) under one top-level name fold into one layer
 
-# Node colours for the claim-state overlay: only OBSERVED/CORROBORATED look settled.
-CLAIM_COLORS = {
-    "OBSERVED": "#c8e6c9",
-    "CORROBORATED": "#bbdefb",
-    "HYPOTHESIS": "#fff59d",
-    "REFUTED": "#ffcdd2",
-}
 _GRADIENT = [{"stop": 0, "bgColor": "#ffffff"}, {"stop": 1, "bgColor": "#e6550d"}]
 
 
@@ -226,25 +221,25 @@ class _Layers:
 
 # -- the node-data overlay ------------------------------------------------------------------
 def node_data(trace: Trace, metric: str) -> dict[str, Any]:
-    """One metric as Model Explorer node data (`{graph id: GraphNodeData}`), keyed by node id.
+    """One overlay as Model Explorer node data (`{graph id: GraphNodeData}`), keyed by node id.
 
-    Metrics: `parameters` (elements of the parameters the op read), `output_bytes` and
-    `flops` (estimates from shapes, see tracer.estimates) and `claim_state` (a string).
+    Metrics: `parameters`, `output_bytes`, `flops`, `claim_state` and, for traces with saved values,
+    the activation statistics; values come from `exporters.overlays` (one implementation for every view).
     """
-    if metric not in NODE_DATA_METRICS:
-        raise ValueError(f"unknown node-data metric {metric!r}; pick one of {NODE_DATA_METRICS}")
-    ladder = trace.ladder_state
-    if metric == "claim_state":
-        color = CLAIM_COLORS.get(ladder, "#eeeeee")
-        results = {op.label: {"value": ladder, "bgColor": color} for op in trace.ops}
-        name, gradient = f"claim state ({ladder})", []
+    if metric not in NODE_DATA_METRICS and metric not in overlays.available(trace):
+        raise overlays.OverlayOptionsError(f"unknown node-data metric {metric!r}; pick one of {overlays.available(trace)}",
+                                           site="exporters.model_explorer.node_data", overlay=metric)
+    ov = overlays.build_overlay(trace, metric)
+    if ov.categorical:
+        results = {label: {"value": v, "bgColor": overlays.CLAIM_COLORS.get(v, overlays.NO_VALUE)}
+                   for label, v in ov.ops.items()}
+        gradient = []
     else:
-        value = _metric_fn(trace, metric)
-        results = {op.label: {"value": value(op)} for op in trace.ops}
-        name, gradient = _metric_name(metric), [dict(g) for g in _GRADIENT]
+        results = {label: {"value": v} for label, v in ov.ops.items()}
+        gradient = [dict(g) for g in _GRADIENT]
     # Every field the vendor's GraphNodeData writes, with its defaults spelled out.
     data = {
-        "results": results, "name": name, "thresholds": [], "gradient": gradient,
+        "results": results, "name": ov.title, "thresholds": [], "gradient": gradient,
         "hideInAggregatedStatsTable": False, "hideInChildrenStatsTable": False,
         "showExpandedSummaryOnGroupNode": False, "showLabelCountColumnsInChildrenStatsTable": False,
     }
@@ -261,20 +256,3 @@ def export_node_data(trace: Trace, path: str | Path, metrics: tuple[str, ...] = 
         out.write_text(json.dumps(node_data(trace, metric)), encoding="utf-8")
         written[metric] = out
     return written
-
-
-def _metric_name(metric: str) -> str:
-    return {"parameters": "parameters read", "output_bytes": "output bytes (estimate)",
-            "flops": "FLOPs (estimate)"}[metric]
-
-
-def _metric_fn(trace: Trace, metric: str):
-    if metric == "output_bytes":
-        return op_output_bytes
-    if metric == "flops":
-        return lambda op: op_flops(op, trace)
-    numel = {}
-    for rec in trace.params.values():
-        for address in (rec.address, *rec.tied):
-            numel[address] = 0 if rec.is_buffer else rec.numel
-    return lambda op: sum(numel.get(p, 0) for p in op.params)

@@ -124,3 +124,19 @@ def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert list(tmp_path.glob("tlx-*")) == []
+
+
+def test_the_console_script_dispatches_export_html_and_snapshot_overlays(tmp_path):
+    """`export-html` and `snapshot --overlay` are reachable from the one console entry point."""
+    from app.cli import main
+
+    page = tmp_path / "gpt2.html"
+    assert main(["export-html", "gpt2", "--out", str(page)]) == 0
+    assert page.stat().st_size > 10_000 and "<script" in page.read_text()
+    fig = tmp_path / "gpt2.svg"
+    assert main(["snapshot", "gpt2", "--out", str(fig), "--overlay", "flops", "--overlay-scale", "log"]) == 0
+    plain = tmp_path / "plain.svg"
+    assert main(["snapshot", "gpt2", "--out", str(plain)]) == 0
+    assert fig.read_text() != plain.read_text()  # the overlay changed the fills and added a legend
+    # activation statistics need saved values: a weights-free trace refuses typed (exit 2)
+    assert main(["snapshot", "gpt2", "--out", str(fig), "--overlay", "act_mean"]) == 2

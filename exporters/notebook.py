@@ -1,0 +1,39 @@
+"""The self-contained explorer page inline in a notebook: an object whose `_repr_html_` is an iframe.
+
+The page is the one `exporters.html` writes, passed as the iframe's `srcdoc`, so it needs no server,
+no kernel round trip and no network; it shows in JupyterLab, classic Notebook, VS Code and in a
+notebook saved as HTML.
+"""
+from __future__ import annotations
+
+import html
+from typing import Mapping
+
+from tracer.ir import Trace
+
+from .html import html_document
+
+
+class ExplorerView:
+    """An inline explorer of one trace; display it (last expression of a cell) or call `save`."""
+
+    def __init__(self, page: str, height: int = 720) -> None:
+        self.page = page
+        self.height = int(height)
+
+    def _repr_html_(self) -> str:
+        return (f'<iframe class="tlx-explorer" srcdoc="{html.escape(self.page, quote=True)}" '
+                f'style="width:100%;height:{self.height}px;border:1px solid #d7dde6" '
+                'sandbox="allow-scripts" title="torchlens-explore"></iframe>')
+
+    def save(self, path) -> None:
+        """Write the page as a standalone HTML file."""
+        from pathlib import Path
+
+        Path(path).write_text(self.page, encoding="utf-8")
+
+
+def explore(trace: Trace, *, overlay: Mapping[str, float] | None = None, title: str | None = None,
+            height: int = 720) -> ExplorerView:
+    """The explorer of `trace` for a notebook cell (graph, search, inspector, banner, overlays), offline."""
+    return ExplorerView(html_document(trace, overlay=overlay, title=title), height)

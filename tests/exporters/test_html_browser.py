@@ -1,0 +1,125 @@
+"""The self-contained HTML file opened from disk in Chromium with every non-file request aborted."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracer
+from exporters import overlays
+from exporters.html import write_html
+from exporters.layout import LayoutEngine
+from tests.exporters.test_html import MARKUP, ROOT_CLASS, markup_model
+from tests.models import tiny_gpt2
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+
+def open_offline(browser, path: Path, width: int, height: int):
+    """A fresh page at width x height that may load file: URLs only; records dialogs, errors and requests."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    seen = {"dialogs": [], "errors": [], "blocked": []}
+    page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+
+    def gate(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            seen["blocked"].append(route.request.url)
+            route.abort()
+
+    page.route("**/*", gate)
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+    return page, seen
+
+
+def boxes(page) -> list[str]:
+    return page.eval_on_selector_all("g.node", "els => els.map(e => e.getAttribute('data-id'))")
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    trace = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 8)),))
+    return trace, write_html(trace, tmp_path_factory.mktemp("html") / "gpt2.html")
+
+
+@pytest.fixture(scope="module")
+def gpt2_html(gpt2):
+    return gpt2[1]
+
+
+def _rgb(color: str) -> tuple[int, ...]:
+    return tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def test_overlay_colours_on_the_canvas_match_the_python_overlay(browser, gpt2):
+    """The page's fills for FLOPs (linear, sum) equal exporters.overlays on the same layout, box by box."""
+    trace, path = gpt2
+    page, seen = open_offline(browser, path, 1366, 768)
+    page.select_option("#overlay", label="FLOPs (estimate)")
+    page.select_option("#rollup", "max")
+    drawn = dict(page.eval_on_selector_all(
+        "g.node", "els => els.map(e => [e.getAttribute('data-id'), e.querySelector('rect').getAttribute('fill')])"))
+    layout = LayoutEngine(trace).layout()
+    ov = overlays.build_overlay(trace, "flops")
+    values = overlays.node_values(layout, ov, "max")
+    scale = overlays.color_scale(values.values(), "linear")
+    assert set(drawn) == {n.id for n in layout.nodes}
+    for node_id, fill in drawn.items():
+        want = scale.color(values.get(node_id))
+        assert all(abs(a - b) <= 1 for a, b in zip(_rgb(fill), _rgb(want))), (node_id, fill, want)
+    assert len(set(drawn.values())) >= 3
+    assert not seen["errors"]
+    page.close()
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
+def test_expand_search_inspect_and_overlay_offline(browser, gpt2_html, size):
+    page, seen = open_offline(browser, gpt2_html, *size)
+    assert "mod:transformer.h.0" in boxes(page)
+    assert page.evaluate("document.documentElement.scrollHeight <= innerHeight && "
+                         "document.documentElement.scrollWidth <= innerWidth")  # no page scroll
+    page.dispatch_event("g.node[data-id='mod:transformer.h.0']", "dblclick")  # expand a block
+    shown = boxes(page)
+    assert "mod:transformer.h.0.attn" in shown and "mod:transformer.h.0" not in shown
+    page.fill("#search", "addmm")
+    page.locator("#hits .hit.op").first.click()
+    label = page.locator("#right h2").inner_text()
+    assert label.startswith("addmm")
+    assert page.locator("g.node.sel").count() == 1
+    inspector = page.locator("#right").inner_text()
+    for field in ("function", "output shape", "dtype", "module", "source", "attributes"):
+        assert field in inspector
+    page.select_option("#overlay", label="FLOPs (estimate)")
+    fills = set(page.eval_on_selector_all("g.node > rect", "els => els.map(e => e.getAttribute('fill'))"))
+    assert len(fills) >= 3  # boxes coloured by value, not one flat colour
+    assert "FLOPs (estimate)" in page.locator("#legend").inner_text()
+    page.select_option("#scale", "log")
+    assert "log scale" in page.locator("#legend").inner_text()
+    page.locator("#hits .hit.op").first.click()  # selected again, for the screenshot with the inspector
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(IMAGES / f"html_gpt2_{size[0]}x{size[1]}.png"))
+    page.keyboard.press("Escape")
+    assert page.locator("g.node.sel").count() == 0
+    assert not seen["errors"] and not seen["dialogs"] and not seen["blocked"]
+    page.close()
+
+
+def test_markup_names_show_as_text_and_run_nothing(browser, tmp_path):
+    trace = tracer.trace(markup_model(), (torch.randn(2, 4),))
+    page, seen = open_offline(browser, write_html(trace, tmp_path / "markup.html"), 1366, 768)
+    page.fill("#search", "onerror")
+    hits = page.locator("#hits").inner_text()
+    assert MARKUP in hits
+    page.locator("#hits .hit.mod").first.click()
+    assert page.locator("img").count() == 0
+    assert page.locator("#title").inner_text() == ROOT_CLASS  # the model class, shown as text
+    assert page.title().startswith(ROOT_CLASS)
+    canvas_text = page.eval_on_selector("svg#canvas", "e => e.textContent") + page.locator("#crumbs").inner_text()
+    assert "<script>alert('cls')</script>Block" in canvas_text or MARKUP in canvas_text
+    assert not seen["dialogs"] and not seen["errors"]
+    page.close()
