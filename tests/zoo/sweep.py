@@ -1,0 +1,85 @@
+"""Run the zoo sweep and write its results JSON (and docs/zoo.md from it).
+
+    python -m tests.zoo.sweep --out tests/zoo/results.json [--only llama,gpt2] [--limit 40] [--workers 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "tests" / "zoo" / "results.json"
+
+
+def transformers_tasks(only: list[str] | None, limit: int | None) -> list[tuple]:
+    from .hf import architectures, classes_of, sweep_class
+
+    archs = [a for a in architectures() if not only or a in only][:limit]
+    return [(sweep_class, (arch, cls)) for arch in archs for cls in classes_of(arch)]
+
+
+def nn_tasks(only: list[str] | None) -> list[tuple]:
+    from .nn_layers import LAYERS, sweep_layer
+
+    return [(sweep_layer, (name,)) for name in sorted(LAYERS) if not only or name in only]
+
+
+def conditions(workers: int) -> dict[str, Any]:
+    """Versions and host of the run."""
+    import torch
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "cpus": os.cpu_count(), "workers": workers,
+            "threads_per_worker": 1, "host": f"{platform.system()} {platform.machine()}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--only", default="", help="comma-separated model types / layer names")
+    parser.add_argument("--limit", type=int, default=None, help="first N transformers architectures")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--limit-s", type=float, default=120.0, help="wall-clock limit per task")
+    parser.add_argument("--skip-nn", action="store_true")
+    parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument("--docs", default=str(ROOT / "docs" / "zoo.md"), help="write docs/zoo.md ('' to skip)")
+    opts = parser.parse_args(argv)
+    only = [s for s in opts.only.split(",") if s] or None
+    from .runner import run_tasks
+
+    started = time.monotonic()
+    results: dict[str, Any] = {"conditions": conditions(opts.workers)}
+    done = [0]
+
+    def progress(row: dict[str, Any]) -> None:
+        done[0] += 1
+        if done[0] % 25 == 0:
+            print(f"  {done[0]} rows, {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+
+    if not opts.skip_transformers:
+        results["transformers"] = run_tasks(transformers_tasks(only, opts.limit), workers=opts.workers,
+                                            limit_s=opts.limit_s, on_row=progress)
+    if not opts.skip_nn:
+        results["torch_nn"] = run_tasks(nn_tasks(only), workers=opts.workers, limit_s=opts.limit_s, on_row=progress)
+    results["conditions"]["wall_seconds"] = round(time.monotonic() - started, 1)
+    Path(opts.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    if opts.docs:
+        from .report import render
+
+        Path(opts.docs).write_text(render(results))
+    print(f"wrote {opts.out} in {results['conditions']['wall_seconds']}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
