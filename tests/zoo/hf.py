@@ -5,6 +5,7 @@ Nothing is downloaded: configs are the classes' own defaults, weights are random
 """
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from typing import Any
@@ -82,11 +83,17 @@ def make_inputs(model: torch.nn.Module, config: Any) -> dict[str, torch.Tensor]:
     vision = getattr(config, "vision_config", None) or config
     vocab = min(int(getattr(text, "vocab_size", None) or 100), 100)
     inputs: dict[str, torch.Tensor] = {}
-    if name == "pixel_values":
+    params = inspect.signature(model.forward).parameters
+    dual = {"input_ids", "pixel_values"} <= set(params) and not _has_image_tokens(config)
+    if name == "pixel_values" or dual:
         channels = int(getattr(vision, "num_channels", 3) or 3)
         size = getattr(vision, "image_size", IMAGE) or IMAGE
         size = size if isinstance(size, int) else IMAGE
-        inputs[name] = torch.randn(1, channels, size, size, generator=gen)
+        inputs["pixel_values"] = torch.randn(1, channels, size, size, generator=gen)
+    if dual:  # a dual encoder (CLIP-like): text and image together
+        inputs["input_ids"] = torch.randint(3, vocab, (1, SEQ), generator=gen)
+    elif name == "pixel_values":
+        pass
     elif name == "input_values":
         inputs[name] = torch.randn(1, 1600, generator=gen)
     elif name == "input_features":
@@ -97,6 +104,11 @@ def make_inputs(model: torch.nn.Module, config: Any) -> dict[str, torch.Tensor]:
     if getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = torch.randint(3, vocab, (1, SEQ // 2), generator=gen)
     return inputs
+
+
+def _has_image_tokens(config: Any) -> bool:
+    """True for models that splice image features at image-token positions (they need matched prompts)."""
+    return any(getattr(config, k, None) is not None for k in ("image_token_id", "image_token_index"))
 
 
 def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
