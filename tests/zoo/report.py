@@ -1,6 +1,7 @@
 """docs/zoo.md from the sweep's results JSON: a summary line, one table per sweep, every failure's reason."""
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -178,3 +179,27 @@ def _nn_section(rows: list) -> list[str]:
 
 def _esc(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def zoo_facts(results: dict[str, Any]) -> dict[str, Any]:
+    """The compact facts the doctor reads (tracer/compat/zoo_facts.json): summaries and each failure's class."""
+    cond = results.get("conditions", {})
+    hf_rows, nn_rows = results.get("transformers", []), results.get("torch_nn", [])
+    transformers: dict[str, Any] = {}
+    for row in hf_rows:
+        arch, cls = hf_name(row)
+        transformers[cls] = {"model_type": arch, "failures": {}}
+    for name, column, kind, outcome in failures(hf_rows, HF_COLUMNS, lambda r: hf_name(r)[1]):
+        transformers[name]["failures"][column] = f"{kind} ({outcome.get('code')})"
+    torch_nn: dict[str, Any] = {r.get("layer") or r.get("task", ["?"])[0]: {"failures": {}} for r in nn_rows}
+    for name, cell, kind, outcome in failures(nn_rows, NN_CELLS, lambda r: r.get("layer") or r.get("task", ["?"])[0]):
+        torch_nn[name]["failures"][cell] = kind
+    return {"source": "tests/zoo/results.json (python -m tests.zoo.sweep); docs/zoo.md",
+            "conditions": {k: cond.get(k) for k in ("torch", "transformers", "python", "host")},
+            "summary": {"transformers": hf_summary(hf_rows), "torch_nn": nn_summary(nn_rows)},
+            "transformers": transformers, "torch_nn": torch_nn}
+
+
+def facts_text(results: dict[str, Any]) -> str:
+    """zoo_facts as the canonical text written to tracer/compat/zoo_facts.json."""
+    return json.dumps(zoo_facts(results), indent=0, sort_keys=True, separators=(",", ":")) + "\n"

@@ -18,6 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tests" / "zoo" / "results.json"
+FACTS = ROOT / "tracer" / "compat" / "zoo_facts.json"
 
 
 def transformers_tasks(only: list[str] | None, limit: int | None) -> list[tuple]:
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-nn", action="store_true")
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--docs", default=str(ROOT / "docs" / "zoo.md"), help="write docs/zoo.md ('' to skip)")
+    parser.add_argument("--facts", default=str(FACTS), help="write the doctor's zoo facts ('' to skip)")
     opts = parser.parse_args(argv)
     only = [s for s in opts.only.split(",") if s] or None
     from .runner import run_tasks
@@ -73,10 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         results["torch_nn"] = run_tasks(nn_tasks(only), workers=opts.workers, limit_s=opts.limit_s, on_row=progress)
     results["conditions"]["wall_seconds"] = round(time.monotonic() - started, 1)
     Path(opts.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    if opts.docs:
-        from .report import render
+    from .report import facts_text, render
 
+    if opts.docs:
         Path(opts.docs).write_text(render(results))
+    if opts.facts:
+        Path(opts.facts).write_text(facts_text(results))
     print(f"wrote {opts.out} in {results['conditions']['wall_seconds']}s", file=sys.stderr)
     return 0
 

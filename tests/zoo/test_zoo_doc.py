@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from tests.zoo.defects import classify
-from tests.zoo.report import hf_summary, nn_summary, render
+from tests.zoo.report import facts_text, hf_summary, nn_summary, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -14,6 +14,8 @@ def test_docs_zoo_is_current_with_the_committed_results():
     results = json.loads((ROOT / "tests" / "zoo" / "results.json").read_text())
     assert (ROOT / "docs" / "zoo.md").read_text() == render(results), \
         "docs/zoo.md is stale: python -m tests.zoo.sweep (or render the committed results.json)"
+    assert (ROOT / "tracer" / "compat" / "zoo_facts.json").read_text() == facts_text(results), \
+        "tracer/compat/zoo_facts.json is stale: regenerate it from the committed results.json"
 
 
 def _hf_row(model_type, **columns):
