@@ -41,7 +41,21 @@ def conditions(workers: int) -> dict[str, Any]:
 
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "cpus": os.cpu_count(), "workers": workers,
-            "threads_per_worker": 1, "host": f"{platform.system()} {platform.machine()}"}
+            "threads_per_worker": 1, "host": f"{platform.system()} {platform.machine()}",
+            "load_average_start": round(os.getloadavg()[0], 1)}
+
+
+def write_outputs(results: dict[str, Any], docs: str, facts: str, *, full: bool) -> None:
+    """docs/zoo.md, the doctor's zoo facts and (for a full sweep) the compat-matrix block, from `results`."""
+    from .report import facts_text, render, with_compat_block
+
+    if docs:
+        Path(docs).write_text(render(results))
+    if facts:
+        Path(facts).write_text(facts_text(results))
+    if docs and facts and full:
+        matrix = ROOT / "docs" / "compat-matrix.md"
+        matrix.write_text(with_compat_block(matrix.read_text(), results))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,12 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N transformers architectures")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--limit-s", type=float, default=120.0, help="wall-clock limit per task")
+    parser.add_argument("--render-only", action="store_true",
+                        help="do not sweep: regenerate docs/zoo.md, the doctor's facts and the matrix from --out")
     parser.add_argument("--skip-nn", action="store_true")
     parser.add_argument("--skip-transformers", action="store_true")
     parser.add_argument("--docs", default=str(ROOT / "docs" / "zoo.md"), help="write docs/zoo.md ('' to skip)")
     parser.add_argument("--facts", default=str(FACTS), help="write the doctor's zoo facts ('' to skip)")
     opts = parser.parse_args(argv)
     only = [s for s in opts.only.split(",") if s] or None
+    if opts.render_only:
+        write_outputs(json.loads(Path(opts.out).read_text()), opts.docs, opts.facts, full=True)
+        return 0
     from .runner import run_tasks
 
     started = time.monotonic()
@@ -74,13 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.skip_nn:
         results["torch_nn"] = run_tasks(nn_tasks(only), workers=opts.workers, limit_s=opts.limit_s, on_row=progress)
     results["conditions"]["wall_seconds"] = round(time.monotonic() - started, 1)
+    results["conditions"]["load_average_end"] = round(os.getloadavg()[0], 1)
     Path(opts.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
-    from .report import facts_text, render
-
-    if opts.docs:
-        Path(opts.docs).write_text(render(results))
-    if opts.facts:
-        Path(opts.facts).write_text(facts_text(results))
+    write_outputs(results, opts.docs, opts.facts, full=not only and opts.limit is None)
     print(f"wrote {opts.out} in {results['conditions']['wall_seconds']}s", file=sys.stderr)
     return 0
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from tests.zoo.defects import classify
-from tests.zoo.report import facts_text, hf_summary, nn_summary, render
+from tests.zoo.report import COMPAT_BEGIN, facts_text, hf_summary, nn_summary, render, with_compat_block
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,6 +16,9 @@ def test_docs_zoo_is_current_with_the_committed_results():
         "docs/zoo.md is stale: python -m tests.zoo.sweep (or render the committed results.json)"
     assert (ROOT / "tracer" / "compat" / "zoo_facts.json").read_text() == facts_text(results), \
         "tracer/compat/zoo_facts.json is stale: regenerate it from the committed results.json"
+    matrix = (ROOT / "docs" / "compat-matrix.md").read_text()
+    assert COMPAT_BEGIN in matrix and matrix == with_compat_block(matrix, results), \
+        "docs/compat-matrix.md's zoo block is stale"
 
 
 def _hf_row(model_type, **columns):
