@@ -47,7 +47,7 @@ HF_KNOWN = {
     ("phi3", "validate"): "validate_untyped",
     ("bart", "weights_free"): "weights_free_refused (typed: value_dependent_branch, transformers reads a value)",
     ("wav2vec2", "weights_free"): "weights_free_refused (typed: mixed_substrate, weight_norm makes real tensors)",
-    ("deberta-v2", "weights_free"): "untyped (Tensor.item() on meta escapes the value-read guard)",
+    ("deberta-v2", "weights_free"): "untyped (Tensor.__contains__ reads a value but is not in VALUE_READ_NAMES)",
     ("mixtral", "weights_free"): "untyped (grouped_mm meta kernel refuses float32 on meta)",
     ("olmoe", "weights_free"): "untyped (grouped_mm meta kernel refuses float32 on meta)",
     ("qwen2_moe", "weights_free"): "untyped (grouped_mm meta kernel refuses float32 on meta)",

@@ -46,10 +46,14 @@ def hf_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                                           for r in rs)]
     all_pass = [a for a in forward_runs if all(all(o["result"] == "pass" for o in row_outcomes(r, HF_COLUMNS).values())
                                                for r in by_arch[a] if row_outcomes(r, HF_COLUMNS)["forward"]["result"] == "pass")]
+    without_reload = [a for a in forward_runs if all(
+        all(o["result"] == "pass" for c, o in row_outcomes(r, HF_COLUMNS).items() if c != "reload_validate")
+        for r in by_arch[a] if row_outcomes(r, HF_COLUMNS)["forward"]["result"] == "pass")]
     per_column = {c: sum(row_outcomes(r, HF_COLUMNS)[c]["result"] == "pass" for r in rows) for c in HF_COLUMNS}
     untyped = sum(o["result"] == "untyped" for r in rows for o in row_outcomes(r, HF_COLUMNS).values())
     return {"architectures": len(by_arch), "classes": len(rows), "forward_runs": len(forward_runs),
-            "all_columns_pass": len(all_pass), "per_column": per_column, "untyped": untyped}
+            "all_columns_pass": len(all_pass), "all_but_reload_pass": len(without_reload), "per_column": per_column,
+            "untyped": untyped}
 
 
 def nn_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -89,7 +93,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"**Summary:** transformers: {hs['architectures']} architectures ({hs['classes']} classes: base model and "
         f"main head); the plain forward runs for {hs['forward_runs']}; all five tracer columns pass for "
-        f"{hs['all_columns_pass']} of those ({_pct(hs['all_columns_pass'], hs['forward_runs'])}); untyped "
+        f"{hs['all_columns_pass']} of those ({_pct(hs['all_columns_pass'], hs['forward_runs'])}), every column but "
+        f"`reload_validate` for {hs['all_but_reload_pass']} ({_pct(hs['all_but_reload_pass'], hs['forward_runs'])}); untyped "
         f"exceptions: {hs['untyped']}. torch.nn: {ns['layers']} layers x {len(VARIANTS)} variants = {ns['cells']}; "
         f"capture bit-equal {ns['capture']}/{ns['cells']}, validate passes {ns['validate']}/{ns['cells']}; "
         f"untyped exceptions: {ns['untyped']}.",
@@ -99,7 +104,8 @@ def render(results: dict[str, Any]) -> str:
         f"Python {cond.get('python')}, {cond.get('host')}, {cond.get('cpus')} CPUs, {cond.get('workers')} worker "
         f"processes with {cond.get('threads_per_worker')} thread each, no GPU, no network (`HF_HUB_OFFLINE=1`); "
         f"wall time {cond.get('wall_seconds')} s (1-minute load average {cond.get('load_average_start', '?')} at the "
-        f"start, {cond.get('load_average_end', '?')} at the end: the host is shared).",
+        f"start, {cond.get('load_average_end', '?')} at the end: the host is shared)"
+        + (f"; CPU time of the sweep and its workers {cond['cpu_seconds']} s." if "cpu_seconds" in cond else "."),
         "",
         "## What each column runs",
         "",

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         results["torch_nn"] = run_tasks(nn_tasks(only), workers=opts.workers, limit_s=opts.limit_s, on_row=progress)
     results["conditions"]["wall_seconds"] = round(time.monotonic() - started, 1)
     results["conditions"]["load_average_end"] = round(os.getloadavg()[0], 1)
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    results["conditions"]["cpu_seconds"] = round(sum(u.ru_utime + u.ru_stime for u in used), 1)
     Path(opts.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     write_outputs(results, opts.docs, opts.facts, full=not only and opts.limit is None)
     print(f"wrote {opts.out} in {results['conditions']['wall_seconds']}s", file=sys.stderr)
