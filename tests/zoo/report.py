@@ -224,7 +224,8 @@ def compat_block(results: dict[str, Any]) -> str:
     lines = [COMPAT_BEGIN, "", "### Tested on: the zoo sweep", "",
              f"From `tests/zoo/results.json` (torch {cond.get('torch')}, transformers {cond.get('transformers')}, "
              f"CPU): {hs['architectures']} transformers architectures ({hs['classes']} classes); the plain forward ran "
-             f"for {hs['forward_runs']}, all five tracer columns passed for {hs['all_columns_pass']}; "
+             f"for {hs['forward_runs']}, all five tracer columns passed for {hs['all_columns_pass']} and every column "
+             f"but `reload_validate` (offline validation) for {hs['all_but_reload_pass']}; "
              f"{ns['layers']} torch.nn layers in 4 modes: capture bit-equal {ns['capture']}/{ns['cells']}, validate "
              f"{ns['validate']}/{ns['cells']}. Full table: docs/zoo.md. The MoE families the sweep built "
              f"(`moe.router_logits` covers fused experts; these rows are the sweep's own columns):", "",
