@@ -109,9 +109,24 @@ def _shrink_lists(config: Any) -> None:
     for key, value in list(vars(config).items()):
         if not isinstance(value, list) or not value:
             continue
-        if key in ("layer_types", "block_types", "attention_layers", "mlp_only_layers") and layers is not None:
+        if key in ("layer_types", "block_types") and layers is not None:
+            kept = _keep_each_kind(value, layers)
+            _set(config, key, kept)
+            for layer_key in LAYER_KEYS:
+                if _int(config, layer_key) is not None and _int(config, layer_key) == layers:
+                    _set(config, layer_key, len(kept))
+        elif key in ("attention_layers", "mlp_only_layers") and layers is not None:
             _set(config, key, value[:layers])
         elif key in ("depths", "num_layers_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 1) for v in value])
         elif key in ("hidden_sizes", "embed_dims", "dims", "embed_dim_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 16 * (i + 1)) for i, v in enumerate(value)])
+
+
+def _keep_each_kind(kinds: list, layers: int) -> list:
+    """The first `layers` entries, widened so every kind of layer (sliding, full, linear ...) stays present."""
+    kept = list(kinds[:layers])
+    for kind in kinds:
+        if kind not in kept:
+            kept.append(kind)
+    return kept

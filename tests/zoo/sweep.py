@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated model types / layer names")
     parser.add_argument("--limit", type=int, default=None, help="first N transformers architectures")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--limit-s", type=float, default=120.0, help="wall-clock limit per task")
+    parser.add_argument("--limit-s", type=float, default=45.0, help="wall-clock limit per task")
     parser.add_argument("--render-only", action="store_true",
                         help="do not sweep: regenerate docs/zoo.md, the doctor's facts and the matrix from --out")
     parser.add_argument("--skip-nn", action="store_true")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from .runner import run_tasks
 
     started = time.monotonic()
-    results: dict[str, Any] = {"conditions": conditions(opts.workers)}
+    results: dict[str, Any] = {"conditions": {**conditions(opts.workers), "limit_s_per_task": opts.limit_s}}
     done = [0]
 
     def progress(row: dict[str, Any]) -> None:
