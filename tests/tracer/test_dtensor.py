@@ -59,7 +59,7 @@ def _refusal(model: nn.Module, args: tuple) -> dict:
     from tracer.compat.doctor import doctor
 
     row = doctor(model).row("distributed.tensor_parallel")
-    got["doctor"] = {"status": row.status, "severity": row.severity, "evidence": row.evidence}
+    got["doctor"] = {"status": row.status, "severity": row.severity, "evidence": " ".join(row.tests)}
     return got
 
 

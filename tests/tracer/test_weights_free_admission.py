@@ -167,6 +167,57 @@ def test_real_tensor_entering_as_a_plain_attribute_refuses_at_its_line():
     assert err.findings["device"] == "cpu" and "register_buffer" in err.remedy
 
 
+class Windowed(nn.Module):
+    """Makes constants from Python numbers inside forward, as transformers' sliding-window cache does."""
+
+    def __init__(self, stray: bool = False) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.stray = stray
+
+    def forward(self, x):
+        window = torch.tensor(3, dtype=torch.long)  # CONSTANT_LINE
+        scale = torch.tensor([0.5, 2.0]).sum() + 1  # computed from constants alone: a constant too
+        y = self.lin(x)[..., :3] * scale.to(x.device) + window.to(x.device)
+        if self.stray:
+            y = y * (window * self.table)  # a constant combined with data from outside the forward
+        return y
+
+
+def test_constants_from_python_numbers_are_admitted_and_recorded():
+    torch.manual_seed(0)
+    real = Windowed().eval()
+    with torch.device("meta"):
+        twin = Windowed().eval()
+    x = torch.randn(2, 4)
+    st = tracer.trace(twin, (x.to("meta"),), capture=SO)
+    constants = st.provenance["admission"]["constants"]
+    assert [(c["call"], c["shape"], c["device"]) for c in constants] == [
+        ("torch.tensor", [], "cpu"), ("torch.tensor", [2], "cpu"), ("torch.Tensor.sum", [], "cpu"),
+        ("torch.Tensor.add", [], "cpu")]
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# CONSTANT_LINE" in text)
+    assert constants[0]["site"].startswith(f"{__file__}:{line} in forward")
+    assert st.discharge_against(tracer.trace(real, (x,))).state == "CORROBORATED"
+
+
+def test_constant_does_not_launder_a_stray_real_tensor():
+    with torch.device("meta"):
+        model = Windowed(stray=True).eval()
+    model.table = torch.ones(3)
+    err = refuse(model, (torch.empty(2, 4, device="meta"),))
+    assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.findings["shape"] == (3,)
+    assert "register_buffer" in err.remedy
+
+
+def test_large_tensor_from_python_data_still_refuses():
+    class Big(nn.Module):
+        def forward(self, x):
+            return x + torch.tensor([1.0] * 100)
+
+    err = refuse(Big(), (torch.empty(2, 100, device="meta"),))
+    assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.findings["call"] == "torch.tensor"
+
+
 @pytest.mark.parametrize("what,call", [("item", "torch.Tensor.item"), ("bool", "torch.Tensor.__bool__"),
                                        ("nonzero", "torch.Tensor.nonzero")])
 def test_value_dependent_branches_refuse(what, call):

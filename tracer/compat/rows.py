@@ -1,16 +1,19 @@
-"""The built-in doctor rows: one detector per deployment path (see tracer.doctor).
+"""The ledger: one detector per deployment path, listed explicitly in `DETECTORS`.
 
-Each evidence sentence names the test that backs the row; docs/deployment.md is the same
-ledger in prose, and tests/tracer/test_doctor.py checks that the two agree.
+Each entry is the path's general row (evidence in words, the backing tests by id) and a detector
+that returns the row for a model taking that path. docs/deployment.md is the same ledger in prose;
+tests/tracer/test_doctor.py checks that the two agree and that every named test exists.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from .doctor import Row, register
+from .doctor import Detector, Row
+from .zoo import torch_nn_ledger, transformers_ledger, zoo_torch_nn, zoo_transformers
 
 T_VALIDATE = "tests/tracer/test_validate.py::test_real_models_replay_bit_exact_and_every_edge_carries_data"
 T_WITNESS = "tests/tracer/test_witness.py::test_hidden_computation_marks_the_trace_unverified"
@@ -22,6 +25,103 @@ T_INT8 = "tests/tracer/test_deploy_quantized.py::test_validation_refuses_8bit_on
 T_4BIT = "tests/tracer/test_deploy_quantized.py::test_validation_returns_false_for_4bit"
 T_LORA = "tests/tracer/test_deploy_quantized.py::test_peft_lora_parity_hierarchy_attribution_and_validation"
 T_DETECT = "tests/tracer/test_doctor.py::test_detectors_fire_on_the_paths_they_name"
+T_MOE = "tests/tracer/test_moe.py::test_router_logits_are_exact_outputs_and_experts_are_attributed"
+T_DTENSOR_MLP = "tests/tracer/test_dtensor.py::test_parallelize_module_mlp_refuses_on_every_rank"
+T_DTENSOR_TP = "tests/tracer/test_dtensor.py::test_tp_plan_auto_llama_is_sharded_matches_and_refuses"
+T_FOREIGN = "tests/tracer/test_foreign_kernels.py::test_function_is_one_boundary_op_with_its_inputs_outputs_and_name"
+T_FOREIGN_DEP = "tests/tracer/test_foreign_kernels.py::test_perturbation_excuses_exactly_the_declared_edges"
+T_ROUNDTRIP = "tests/tracer/test_foreign_kernels.py::test_round_trip_is_a_boundary_op_never_dropped"
+T_FLASH = "tests/gpu/test_flash_attention.py::test_flash_attention_2_capture_matches_and_validates"
+T_FLASH_DETECT = "tests/gpu/test_flash_attention.py::test_doctor_detects_flash_packages_without_importing_them"
+MOE_TESTED = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM")
+FLASH_PACKAGES = ("flash_attn", "flash_attn_interface")
+
+
+# -- the general row of each path -------------------------------------------------------------
+TORCH_CAPTURE = Row(
+    "torch.capture", "pass", "info",
+    f"torch {torch.__version__}: eager capture replays bit for bit and every recorded edge carries data on tiny "
+    f"GPT-2, Llama, BERT and ResNet; a completeness witness flags computation outside recorded ops",
+    tests=(T_VALIDATE, T_WITNESS))
+DISPATCH = Row(
+    "accelerate.dispatch", "pass", "info",
+    "accelerate dispatch_model on one device: op labels equal the plain twin's and validation passes",
+    tests=(T_OFFLOAD,))
+CPU_OFFLOAD = Row(
+    "accelerate.cpu_offload", "pass", "info",
+    "accelerate cpu_offload: outputs equal, hook weight loading never recorded, weights attributed, validation "
+    "passes; meta parameters without an offload hook are refused",
+    tests=(T_OFFLOAD, T_OFFLOAD_REFUSE))
+DISK_OFFLOAD = Row(
+    "accelerate.disk_offload", "pass", "info",
+    "accelerate disk_offload: outputs equal, validation passes, replay reloads weights from disk",
+    tests=(T_OFFLOAD,))
+MULTI_DEVICE = Row(
+    "accelerate.multi_device", "known_broken", "error",
+    "a device_map over several accelerators is not exercised (one device here): detection only; cross-device "
+    "moves happen inside hooks the capture suspends, so edges across devices are not proven",
+    tests=(T_DETECT,))
+BUFFER_OFFLOAD = Row(
+    "accelerate.buffer_offload", "pass", "info",
+    "accelerate offload_buffers=True: a buffer a hook loads for the call is attributed to its address; "
+    "validation passes on a small model",
+    tests=(T_BUFFERS, T_BUFFERS_VALID))
+INT8 = Row(
+    "bitsandbytes.int8", "pass", "warning",
+    "bitsandbytes 8-bit (Linear8bitLt): outputs equal; int8 state reads disclosed in one warning; not verified: "
+    "validation raises trace_invariant_violated because the weight is never attributed",
+    tests=(T_INT8,))
+FOUR_BIT = Row(
+    "bitsandbytes.4bit", "pass", "warning",
+    "bitsandbytes 4-bit (Linear4bit): outputs equal; quant_state reads disclosed in one warning; not verified: "
+    "validation returns False",
+    tests=(T_4BIT,))
+LORA = Row(
+    "peft.lora", "pass", "info",
+    "PEFT LoRA on GPT-2: output parity, adapter modules in the hierarchy, adapter parameters attributed, "
+    "validation passes; other adapter types are not tested",
+    tests=(T_LORA,))
+GPTQ_AWQ = Row(
+    "quant.gptq_awq", "not_tested", "warning",
+    "GPTQ and AWQ kernels are not installed or exercised here; the path is detected from "
+    "quantization_config.quant_method or the module's package",
+    tests=(T_DETECT,))
+CUDA_GRAPHS = Row(
+    "cuda.graphs", "not_tested", "info",
+    "CUDA graph replay is neither captured nor tested (no accelerator in CI); trace the eager model",
+    tests=(T_DETECT,))
+SERVING = Row(
+    "serving.engines", "scope", "warning",
+    "vLLM and SGLang models are out of scope: trace the Hugging Face twin built from the same config",
+    tests=(T_DETECT,))
+TENSOR_PARALLEL = Row(
+    "distributed.tensor_parallel", "scope", "error",
+    "DTensor and tensor-parallel models are refused at capture entry (distributed_capture_unsupported), state "
+    "unchanged, on every rank of a 2-process gloo mesh for parallelize_module and tp_plan='auto'; capture the "
+    "unsharded model",
+    tests=(T_DTENSOR_MLP, T_DTENSOR_TP))
+MOE = Row(
+    "moe.router_logits", "pass", "info",
+    "fused MoE experts (3-D gate_up_proj/down_proj) on tiny Mixtral, Qwen2-MoE and OLMoE under eager and sdpa: "
+    "exact output including router logits, each router-logit tensor an output op, expert weights attributed, "
+    "validation passes",
+    tests=(T_MOE,))
+FOREIGN = Row(
+    "foreign.kernels", "pass", "warning",
+    "autograd Functions and torch.library custom ops become one boundary op each, replayed by calling them "
+    "again; numpy and DLPack round trips are boundary ops that replay refuses (foreign_kernel_not_replayable); "
+    "the perturbation check excuses only declared per-output dependence",
+    tests=(T_FOREIGN, T_ROUNDTRIP, T_FOREIGN_DEP))
+FLASH = Row(
+    "attention.flash_attention", "not_tested", "warning",
+    "FlashAttention needs a CUDA GPU: not verified on this CPU machine; flash-attn packages are detected "
+    "without importing them; a GPU script exists (skipped without CUDA)",
+    tests=(T_FLASH_DETECT, T_FLASH))
+META = Row(
+    "meta.structure_only", "scope", "info",
+    "weights-free (meta) model: structure-only capture, claims start as HYPOTHESIS until discharged against a "
+    "real capture; replay validation is refused (structure_only_not_replayable)",
+    tests=(T_DETECT,))
 
 
 def _hooks(model: nn.Module) -> list[Any]:
@@ -37,15 +137,16 @@ def _offload_storage(model: nn.Module) -> set[str]:
             if getattr(h, "offload", False) and getattr(h, "weights_map", None) is not None}
 
 
-@register("torch.capture")
+def _devices(model: nn.Module) -> set[str]:
+    return {p.device.type if p.device.type != "cuda" else str(p.device) for p in model.parameters()
+            if not p.is_meta}
+
+
+# -- detectors: the row for a model that takes the path, else None ------------------------------
 def torch_capture(model: nn.Module, inputs: Any) -> Row:
-    return Row("torch.capture", "pass", "info",
-               f"torch {torch.__version__}: eager capture with replay validation ({T_VALIDATE}); "
-               f"completeness witness via TorchDispatchMode ({T_WITNESS})",
-               detail="TorchFunctionMode capture, forward replay, dispatch census")
+    return replace(TORCH_CAPTURE, detail="TorchFunctionMode capture, forward replay, dispatch census")
 
 
-@register("accelerate.dispatch")
 def accelerate_dispatch(model: nn.Module, inputs: Any) -> Row | None:
     devices = _devices(model)
     device_map = getattr(model, "hf_device_map", None)
@@ -53,157 +154,105 @@ def accelerate_dispatch(model: nn.Module, inputs: Any) -> Row | None:
         return None
     if device_map and len({str(d) for d in device_map.values()}) > 1:
         return None
-    return Row("accelerate.dispatch", "pass", "info",
-               f"dispatch_model on one device: labels equal the plain twin, validation passes ({T_OFFLOAD}[dispatch])",
-               detail=f"single device {sorted(devices)[0] if devices else '?'}")
+    return replace(DISPATCH, detail=f"single device {sorted(devices)[0] if devices else '?'}")
 
 
-@register("accelerate.cpu_offload")
 def accelerate_cpu_offload(model: nn.Module, inputs: Any) -> Row | None:
     if "cpu" not in _offload_storage(model):
         return None
-    return Row("accelerate.cpu_offload", "pass", "info",
-               f"cpu_offload: outputs equal, hook loading never recorded, weights attributed, validation passes "
-               f"({T_OFFLOAD}[cpu]); meta params without a hook refuse ({T_OFFLOAD_REFUSE})",
-               detail="parameter records are shape-only outside a forward")
+    return replace(CPU_OFFLOAD, detail="parameter records are shape-only outside a forward")
 
 
-@register("accelerate.disk_offload")
 def accelerate_disk_offload(model: nn.Module, inputs: Any) -> Row | None:
     if "disk" not in _offload_storage(model):
         return None
-    return Row("accelerate.disk_offload", "pass", "info",
-               f"disk_offload: outputs equal, validation passes, replay reloads from disk ({T_OFFLOAD}[disk])",
-               detail="parameter records are shape-only outside a forward")
+    return replace(DISK_OFFLOAD, detail="parameter records are shape-only outside a forward")
 
 
-@register("accelerate.multi_device")
 def accelerate_multi_device(model: nn.Module, inputs: Any) -> Row | None:
     device_map = getattr(model, "hf_device_map", None) or {}
     mapped = {str(d) for d in device_map.values() if str(d) not in ("cpu", "disk", "meta")}
     if len(mapped) < 2 and len(_devices(model)) < 2:
         return None
-    return Row("accelerate.multi_device", "known_broken", "error",
-               f"a device_map over several accelerators is not exercised (this CPU machine has one device); "
-               f"detection only ({T_DETECT})",
-               detail="cross-device hops are moved by hooks the capture suspends; edges may be broken")
+    return replace(MULTI_DEVICE, detail="cross-device hops are moved by hooks the capture suspends; edges may be broken")
 
 
-@register("accelerate.buffer_offload")
 def accelerate_buffer_offload(model: nn.Module, inputs: Any) -> Row | None:
     if not any(getattr(h, "offload_buffers", False) for h in _hooks(model)):
         return None
-    return Row("accelerate.buffer_offload", "pass", "info",
-               f"offload_buffers=True: a buffer a hook loads for the call is attributed to its address "
-               f"({T_BUFFERS}); validation passes on a small model ({T_BUFFERS_VALID})",
-               detail="verified at small scale only")
+    return replace(BUFFER_OFFLOAD, detail="verified at small scale only")
 
 
-@register("bitsandbytes.int8")
 def bnb_int8(model: nn.Module, inputs: Any) -> Row | None:
     if not any(type(m).__name__ == "Linear8bitLt" for m in model.modules()):
         return None
-    return Row("bitsandbytes.int8", "pass", "warning",
-               f"Linear8bitLt: outputs equal; int8 state reads disclosed in one warning; not verified; "
-               f"validation raises trace_invariant_violated ({T_INT8})",
-               detail="disclosed degradation: weights are not attributed")
+    return replace(INT8, detail="disclosed degradation: weights are not attributed")
 
 
-@register("bitsandbytes.4bit")
 def bnb_4bit(model: nn.Module, inputs: Any) -> Row | None:
     if not any(type(m).__name__ == "Linear4bit" for m in model.modules()):
         return None
-    return Row("bitsandbytes.4bit", "pass", "warning",
-               f"Linear4bit: outputs equal; quant_state reads disclosed in one warning; not verified; "
-               f"validation returns False ({T_4BIT})",
-               detail="disclosed degradation: dequantized values are not dense weights")
+    return replace(FOUR_BIT, detail="disclosed degradation: dequantized values are not dense weights")
 
 
-@register("peft.lora")
 def peft_lora(model: nn.Module, inputs: Any) -> Row | None:
     from ..bridges.peft import adapter_info
 
     info = adapter_info(model)
     if info is None:
         return None
-    tested = info["types"] == ["LORA"]
-    return Row("peft.lora", "pass" if tested else "not_tested", "info" if tested else "warning",
-               f"LoRA: output parity, adapter modules in the hierarchy, adapter params attributed, validation "
-               f"passes ({T_LORA})" if tested else f"{'/'.join(info['types'])} adapters are not tested",
-               detail=f"adapters {', '.join(info['adapters'])}")
+    detail = f"adapters {', '.join(info['adapters'])}"
+    if info["types"] == ["LORA"]:
+        return replace(LORA, detail=detail)
+    return replace(LORA, status="not_tested", severity="warning", detail=detail,
+                   evidence=f"{'/'.join(info['types'])} adapters are not tested; only LoRA is")
 
 
-@register("quant.gptq_awq")
 def gptq_awq(model: nn.Module, inputs: Any) -> Row | None:
     from ..bridges.bitsandbytes import quantization_method
 
     method = quantization_method(model)
     if method not in ("gptq", "awq"):
         return None
-    return Row("quant.gptq_awq", "not_tested", "warning",
-               f"{method.upper()} kernels are not installed or exercised here; detection from "
-               f"quantization_config.quant_method or the module's package ({T_DETECT})",
-               detail=f"quant_method={method}")
+    return replace(GPTQ_AWQ, detail=f"quant_method={method}")
 
 
-@register("cuda.graphs")
-def cuda_graphs(model: nn.Module, inputs: Any) -> Row:
-    return Row("cuda.graphs", "not_tested", "info",
-               f"CUDA graph replay is not captured or tested (no accelerator here); trace the eager model ({T_DETECT})")
+def cuda_graphs(model: nn.Module, inputs: Any) -> Row | None:
+    if not any(d.startswith("cuda") for d in _devices(model)):
+        return None
+    return replace(CUDA_GRAPHS, detail="the model is on a CUDA device; if it runs under CUDA graphs, trace it eagerly")
 
 
-@register("serving.engines")
 def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
     package = type(model).__module__.split(".")[0]
     if package not in ("vllm", "sglang"):
         return None
-    return Row("serving.engines", "scope", "warning",
-               f"{package} models are out of scope: trace the Hugging Face twin built from the same config ({T_DETECT})",
-               detail=f"{type(model).__module__}")
+    return replace(SERVING, detail=f"{type(model).__module__}")
 
 
-@register("distributed.tensor_parallel")
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
     from ..bridges.distributed import distributed_findings  # the detection capture refuses with
 
     found = distributed_findings(model, inputs if isinstance(inputs, tuple) else ())
     if found is None:
         return None
-    return Row("distributed.tensor_parallel", "scope", "error",
-               f"DTensor / tensor-parallel models are refused at capture entry (distributed_capture_unsupported, "
-               f"kinds {'/'.join(found['kinds'])}), state unchanged; verified on every rank of a 2-process gloo mesh "
-               f"for parallelize_module ({T_DTENSOR_MLP}) and tp_plan='auto' ({T_DTENSOR_TP}); capture the "
-               f"unsharded model", detail=f"refused: {found['num_dtensors']} DTensors on mesh {found['mesh']}")
+    return replace(TENSOR_PARALLEL, detail=f"refused: {found['num_dtensors']} DTensors on mesh {found['mesh']}, "
+                                           f"kinds {'/'.join(found['kinds'])}")
 
 
-# -- MoE, foreign kernels, FlashAttention -------------------------------------------
-T_MOE = "tests/tracer/test_moe.py::test_router_logits_are_exact_outputs_and_experts_are_attributed"
-T_DTENSOR_MLP = "tests/tracer/test_dtensor.py::test_parallelize_module_mlp_refuses_on_every_rank"
-T_DTENSOR_TP = "tests/tracer/test_dtensor.py::test_tp_plan_auto_llama_is_sharded_matches_and_refuses"
-T_FOREIGN = "tests/tracer/test_foreign_kernels.py::test_function_is_one_boundary_op_with_its_inputs_outputs_and_name"
-T_FOREIGN_DEP = "tests/tracer/test_foreign_kernels.py::test_perturbation_excuses_exactly_the_declared_edges"
-T_ROUNDTRIP = "tests/tracer/test_foreign_kernels.py::test_round_trip_is_a_boundary_op_never_dropped"
-T_FLASH = "tests/gpu/test_flash_attention.py"
-MOE_TESTED = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM")
-FLASH_PACKAGES = ("flash_attn", "flash_attn_interface")
-
-
-@register("moe.router_logits")
 def moe_router_logits(model: nn.Module, inputs: Any) -> Row | None:
     experts = [m for m in model.modules() if type(m).__name__.endswith("Experts")
                and getattr(m, "gate_up_proj", None) is not None]
     if not experts:
         return None
-    tested = type(model).__name__ in MOE_TESTED
-    return Row("moe.router_logits", "pass" if tested else "not_tested", "info" if tested else "warning",
-               f"fused MoE experts (3-D gate_up_proj/down_proj): exact output incl. router logits, each router-logit "
-               f"tensor an output op, expert weights attributed, validation passes for tiny Mixtral, Qwen2-MoE and "
-               f"OLMoE under eager and sdpa ({T_MOE})" if tested else
-               f"{type(model).__name__} has fused experts but is not among the tested MoE models ({T_MOE})",
-               detail=f"{len(experts)} fused expert modules")
+    detail = f"{len(experts)} fused expert modules"
+    if type(model).__name__ in MOE_TESTED:
+        return replace(MOE, detail=detail)
+    return replace(MOE, status="not_tested", severity="warning", detail=detail,
+                   evidence=f"{type(model).__name__} has fused experts but is not among the tested MoE models "
+                            f"(Mixtral, Qwen2-MoE, OLMoE)")
 
 
-@register("foreign.kernels")
 def foreign_kernels(model: nn.Module, inputs: Any) -> Row | None:
     from ..replay.interpreter import FOREIGN_DEPENDENCE
 
@@ -211,24 +260,23 @@ def foreign_kernels(model: nn.Module, inputs: Any) -> Row | None:
     if not kernels:
         return None
     declared = sorted(k for k in FOREIGN_DEPENDENCE if any(k.endswith(n.replace("::", ".")) for n in kernels))
-    return Row("foreign.kernels", "pass", "warning",
-               f"autograd Functions become one boundary op, replayed by calling apply again ({T_FOREIGN}); "
-               f"numpy/DLPack round trips are boundary ops that replay refuses (foreign_kernel_not_replayable) "
-               f"({T_ROUNDTRIP}); the perturbation check excuses only declared per-output dependence ({T_FOREIGN_DEP})",
-               detail=f"{len(kernels)} foreign kernels in the model's code ({', '.join(kernels[:6])}); "
-                      f"{len(declared)} with declared dependence")
+    return replace(FOREIGN, detail=f"{len(kernels)} foreign kernels in the model's code ({', '.join(kernels[:6])}); "
+                                   f"{len(declared)} with declared dependence")
 
 
-@register("attention.flash_attention")
 def flash_attention(model: nn.Module, inputs: Any) -> Row | None:
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
     found = flash_packages()
     if "flash" not in impl and not found:
         return None
     where = ", ".join(f"{k} {v}" for k, v in found.items()) or "no flash-attn package installed"
-    return Row("attention.flash_attention", "not_tested", "warning",
-               f"FlashAttention needs a CUDA GPU; not verified on this CPU machine ({where}); a GPU script is "
-               f"{T_FLASH} (skipped without CUDA)", detail=f"attn_implementation={impl or '?'}")
+    return replace(FLASH, detail=f"attn_implementation={impl or '?'}; {where}")
+
+
+def meta_structure_only(model: nn.Module, inputs: Any) -> Row | None:
+    if _hooks(model) or not any(p.is_meta for p in model.parameters()):
+        return None
+    return replace(META, detail="structure only")
 
 
 def flash_packages() -> dict[str, str]:
@@ -276,15 +324,25 @@ def _foreign_kernels_in(model: nn.Module) -> list[str]:
     return sorted(names)
 
 
-@register("meta.structure_only")
-def meta_structure_only(model: nn.Module, inputs: Any) -> Row | None:
-    if _hooks(model) or not any(p.is_meta for p in model.parameters()):
-        return None
-    return Row("meta.structure_only", "scope", "info",
-               f"weights-free model: structure-only capture (claims start as HYPOTHESIS); replay validation is "
-               f"refused (structure_only_not_replayable) ({T_DETECT})", detail="structure only")
-
-
-def _devices(model: nn.Module) -> set[str]:
-    return {p.device.type if p.device.type != "cuda" else str(p.device) for p in model.parameters()
-            if not p.is_meta}
+# -- the ledger, in display order: every path a user asks about has a row ----------------------
+DETECTORS: tuple[Detector, ...] = (
+    Detector(TORCH_CAPTURE, torch_capture),
+    Detector(transformers_ledger(), zoo_transformers),
+    Detector(torch_nn_ledger(), zoo_torch_nn),
+    Detector(DISPATCH, accelerate_dispatch),
+    Detector(CPU_OFFLOAD, accelerate_cpu_offload),
+    Detector(DISK_OFFLOAD, accelerate_disk_offload),
+    Detector(BUFFER_OFFLOAD, accelerate_buffer_offload),
+    Detector(MULTI_DEVICE, accelerate_multi_device),
+    Detector(INT8, bnb_int8),
+    Detector(FOUR_BIT, bnb_4bit),
+    Detector(GPTQ_AWQ, gptq_awq),
+    Detector(LORA, peft_lora),
+    Detector(MOE, moe_router_logits),
+    Detector(FOREIGN, foreign_kernels),
+    Detector(FLASH, flash_attention),
+    Detector(CUDA_GRAPHS, cuda_graphs),
+    Detector(SERVING, serving_engines),
+    Detector(TENSOR_PARALLEL, tensor_parallel),
+    Detector(META, meta_structure_only),
+)

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from ..capture.functions import FuncInfo
 from ..capture.session import CallGuard, CaptureSession
 from ..errors import RealTensorInStructureCaptureError, ValueDependentBranchError
+from .constants import ConstantLedger
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
@@ -30,9 +31,14 @@ class StructureOnlyGuard(CallGuard):
         self.transformers = type(model).__module__.startswith("transformers")
         config = getattr(model, "config", None)
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
+        self.constants = ConstantLedger()  # small tensors made from Python numbers in the forward
+        self._constant_call = False
+        admission["constants"] = self.constants.records
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> None:
-        real = _first_real_tensor(args, kwargs)
+        reals = _real_tensors(args, kwargs)
+        self._constant_call = self.constants.makes_constant(info.qualname, args, kwargs, reals)
+        real = next((t for t in reals if not self.constants.holds(t)), None)
         if real is not None:
             raise RealTensorInStructureCaptureError(
                 f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
@@ -55,7 +61,8 @@ class StructureOnlyGuard(CallGuard):
 
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for t in outputs:
-            if t.device.type != "meta":
+            if t.device.type != "meta" and not (
+                    self._constant_call and self.constants.admit(t, info.qualname, session.site_text())):
                 raise RealTensorInStructureCaptureError(
                     f"{info.qualname} created a tensor on {t.device} (shape {tuple(t.shape)}) during a "
                     f"structure-only capture",
@@ -64,17 +71,16 @@ class StructureOnlyGuard(CallGuard):
                 )
 
 
-def _first_real_tensor(args: tuple, kwargs: dict) -> Tensor | None:
-    """The first argument tensor (top level, or inside a list/tuple) that is not on meta."""
+def _real_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
+    """The argument tensors (top level, or inside a list/tuple) that are not on meta."""
+    found = []
     for a in (*args, *kwargs.values()):
         if isinstance(a, Tensor):
             if a.device.type != "meta":
-                return a
+                found.append(a)
         elif type(a) in (list, tuple):
-            for b in a:
-                if isinstance(b, Tensor) and b.device.type != "meta":
-                    return b
-    return None
+            found += [b for b in a if isinstance(b, Tensor) and b.device.type != "meta"]
+    return found
 
 
 def _module_of(session: CaptureSession) -> str:

@@ -1,0 +1,1 @@
+"""The model-zoo sweep: transformers architectures and torch.nn layers through every tracer column."""

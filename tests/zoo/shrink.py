@@ -1,0 +1,132 @@
+"""A tiny config from a transformers config class's own defaults: small widths, depths, vocab, images, audio.
+
+Every field is derived from the defaults by a rule (no per-family table), so a new architecture
+in transformers is shrunk the same way.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+WIDTH = 32
+HEADS = 4
+FFN = 64
+LAYERS = 2
+VOCAB = 256
+IMAGE = 32
+POSITIONS = 64
+
+WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "word_embed_proj_dim",
+              "projection_dim", "text_embed_dim", "vision_embed_dim", "hidden_dim", "model_dim", "d_embed")
+HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
+             "n_heads", "attention_heads")
+KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
+FFN_KEYS = ("intermediate_size", "ffn_dim", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner",
+            "hidden_dim_ffn", "moe_intermediate_size", "shared_expert_intermediate_size", "ffn_hidden_size",
+            "mlp_dim", "dim_feedforward")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "n_layers",
+              "num_decoder_layers", "num_encoder_layers", "depth")
+VOCAB_KEYS = ("vocab_size",)
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
+                 "max_length")
+IMAGE_KEYS = ("image_size", "img_size")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def shrink_config(config: Any) -> Any:
+    """Shrink `config` in place (and its sub-configs); returns it."""
+    _shrink_one(config)
+    for name in _sub_config_names(config):
+        _shrink_one(getattr(config, name))
+    return config
+
+
+def _sub_config_names(config: Any) -> list[str]:
+    from transformers import PretrainedConfig
+
+    return [k for k, v in vars(config).items() if isinstance(v, PretrainedConfig)]
+
+
+def _set(config: Any, key: str, value: Any) -> None:
+    try:
+        setattr(config, key, value)
+    except Exception:  # a read-only property: leave the default
+        pass
+
+
+def _int(config: Any, key: str) -> int | None:
+    value = getattr(config, key, None) if key in vars(config) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _shrink_one(config: Any) -> None:
+    heads = HEADS
+    for key in HEAD_KEYS:
+        if _int(config, key) is not None:
+            heads = min(_int(config, key), HEADS) or 1
+            _set(config, key, heads)
+    for key in KV_KEYS:
+        kv = _int(config, key)
+        if kv is not None:
+            _set(config, key, 2 if heads % 2 == 0 and kv > 1 else 1)
+    for key in WIDTH_KEYS:
+        if _int(config, key) is not None and _int(config, key) > WIDTH:
+            _set(config, key, WIDTH)
+    if _int(config, "head_dim") is not None:
+        _set(config, "head_dim", WIDTH // heads)
+    for key in FFN_KEYS:
+        if _int(config, key) is not None and _int(config, key) > FFN:
+            _set(config, key, FFN)
+    for key in LAYER_KEYS:
+        if _int(config, key) is not None and _int(config, key) > LAYERS:
+            _set(config, key, LAYERS)
+    _shrink_lists(config)
+    for key in VOCAB_KEYS:
+        if _int(config, key) is not None and _int(config, key) > VOCAB:
+            _set(config, key, VOCAB)
+    vocab = _int(config, "vocab_size")
+    if vocab is not None:
+        for key, value in list(vars(config).items()):
+            if key.endswith("token_id") and isinstance(value, int) and value >= vocab:
+                _set(config, key, vocab - 1 - (hash(key) % 8))
+    for key in POSITION_KEYS:
+        if _int(config, key) is not None and _int(config, key) > POSITIONS:
+            _set(config, key, POSITIONS)
+    for key in IMAGE_KEYS:
+        if _int(config, key) is not None and _int(config, key) > IMAGE:
+            _set(config, key, IMAGE)
+    for key in EXPERT_KEYS:
+        if _int(config, key) is not None and _int(config, key) > 4:
+            _set(config, key, 4)
+    if _int(config, "num_experts_per_tok") is not None:
+        _set(config, "num_experts_per_tok", min(2, _int(config, "num_experts_per_tok")))
+    if _int(config, "sliding_window") is not None:
+        _set(config, "sliding_window", 4)
+
+
+def _shrink_lists(config: Any) -> None:
+    """Per-layer lists (layer_types, depths, hidden_sizes) cut to the shrunken depth; widths capped."""
+    layers = next((_int(config, k) for k in LAYER_KEYS if _int(config, k) is not None), None)
+    for key, value in list(vars(config).items()):
+        if not isinstance(value, list) or not value:
+            continue
+        if key in ("layer_types", "block_types") and layers is not None:
+            kept = _keep_each_kind(value, layers)
+            _set(config, key, kept)
+            for layer_key in LAYER_KEYS:
+                if _int(config, layer_key) is not None and _int(config, layer_key) == layers:
+                    _set(config, layer_key, len(kept))
+        elif key in ("attention_layers", "mlp_only_layers") and layers is not None:
+            _set(config, key, value[:layers])
+        elif key in ("depths", "num_layers_per_stage") and all(isinstance(v, int) for v in value):
+            _set(config, key, [min(v, 1) for v in value])
+        elif key in ("hidden_sizes", "embed_dims", "dims", "embed_dim_per_stage") and all(isinstance(v, int) for v in value):
+            _set(config, key, [min(v, 16 * (i + 1)) for i, v in enumerate(value)])
+
+
+def _keep_each_kind(kinds: list, layers: int) -> list:
+    """The first `layers` entries, widened so every kind of layer (sliding, full, linear ...) stays present."""
+    kept = list(kinds[:layers])
+    for kind in kinds:
+        if kind not in kept:
+            kept.append(kind)
+    return kept
