@@ -142,6 +142,15 @@ class RealTensorInStructureCaptureError(AdmissionError):
     )
 
 
+class MetaKernelUnavailableError(AdmissionError):
+    code = "meta_kernel_unavailable"
+    default_remedy = (
+        "A kernel in the forward has no meta implementation for these inputs (or refuses them on meta), so a "
+        "structure-only capture cannot go past it. Capture a small real twin eagerly, or choose a model "
+        "setting that avoids the kernel (another attention or experts implementation, another dtype)."
+    )
+
+
 class ValueDependentBranchError(AdmissionError):
     code = "value_dependent_branch"
     default_remedy = (

@@ -316,3 +316,46 @@ def test_init_empty_weights_with_buffers_is_admitted_and_without_gets_the_buffer
     assert isinstance(err, errors.MixedSubstrateError)
     assert err.findings["real_side"] == ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
     assert "include_buffers=True" in err.remedy
+
+
+@torch.library.custom_op("tlx_test::double_it", mutates_args=())
+def _double_it(x: torch.Tensor) -> torch.Tensor:
+    return x * 2  # a real kernel only: no fake (meta) implementation is registered
+
+
+class _NoMetaKernel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.ops.tlx_test.double_it(self.lin(x))
+
+
+class _ContainsCheck(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y if 3 in y else y + 1  # Tensor.__contains__ reads values
+
+
+def test_a_kernel_without_a_meta_implementation_refuses_typed_and_restores_state():
+    with torch.device("meta"):
+        model = _NoMetaKernel()
+    before = snapshot(model)
+    with pytest.raises(errors.MetaKernelUnavailableError) as info:
+        tracer.trace(model, (torch.zeros(2, 4, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
+    assert info.value.code == "meta_kernel_unavailable" and "double_it" in info.value.message
+    assert info.value.findings["module"] is not None and "forward" in (info.value.site or "")
+    assert_unchanged(before, snapshot(model))
+
+
+def test_membership_test_on_a_meta_tensor_is_a_value_read():
+    with torch.device("meta"):
+        model = _ContainsCheck()
+    with pytest.raises(errors.ValueDependentBranchError) as info:
+        tracer.trace(model, (torch.zeros(2, 4, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
+    assert "__contains__" in info.value.message

@@ -29,7 +29,7 @@ _METADATA_NAMES = frozenset(
 VALUE_READ_NAMES = frozenset(
     {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy",
      "__array__", "nonzero", "any", "all", "equal", "allclose", "unique", "unique_consecutive",
-     "masked_select", "bincount", "repeat_interleave", "argwhere", "_local_scalar_dense"}
+     "masked_select", "bincount", "repeat_interleave", "argwhere", "_local_scalar_dense", "__contains__"}
 )
 
 

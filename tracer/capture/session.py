@@ -70,6 +70,10 @@ class CallGuard:
     def after_call(self, info: FuncInfo, outputs: list, session: "CaptureSession") -> None:
         pass
 
+    def on_error(self, info: FuncInfo, exc: BaseException, session: "CaptureSession") -> BaseException | None:
+        """A typed refusal to raise instead of `exc` (raised by the call itself), or None to re-raise it."""
+        return None
+
 
 class CaptureSession:
     """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace."""
@@ -325,6 +329,9 @@ class CaptureSession:
             out = func(*args, **kwargs)
         except BaseException as exc:
             self._annotate(exc, info)
+            typed = guard.on_error(info, exc, self) if guard is not None else None
+            if typed is not None:
+                raise typed from exc
             raise
         # Outputs: one record per tensor produced.
         if isinstance(out, _Tensor):

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
 from ..capture.session import CallGuard, CaptureSession
-from ..errors import RealTensorInStructureCaptureError, ValueDependentBranchError
+from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
 from .constants import ConstantLedger
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
@@ -58,6 +58,14 @@ class StructureOnlyGuard(CallGuard):
                 site=site, remedy=remedy, call=info.qualname, module=_module_of(session),
                 attn_implementation=self.attn,
             )
+
+    def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession) -> BaseException | None:
+        """A kernel with no meta implementation (or one that refuses meta inputs) is a typed refusal."""
+        if isinstance(exc, TracerError) or not isinstance(exc, (RuntimeError, NotImplementedError)):
+            return None
+        return MetaKernelUnavailableError(
+            f"{info.qualname} cannot run on the meta device: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+            site=session.site_text(), call=info.qualname, module=_module_of(session))
 
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for t in outputs:
