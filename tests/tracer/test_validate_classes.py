@@ -283,3 +283,25 @@ def test_call_templates_survive_save_and_load(tmp_path):
     loaded = tracer.load(t.save(tmp_path / "tr"))
     assert next(op for op in loaded.ops if op.kind == "gelu").attrs["kwargs"] == {"approximate": "tanh"}
     assert [dict(op.attrs) for op in loaded.ops] == [json.loads(json.dumps(dict(op.attrs))) for op in t.ops]
+
+
+class _PoolAtIndex(nn.Module):
+    """CLIP-style pooling `h[arange(batch), ids.argmax(-1)]` and a rotary-style empty slice."""
+
+    def forward(self, h, ids):
+        pooled = h[torch.arange(h.shape[0]), ids.argmax(-1)]
+        rest = h[..., h.shape[-1]:]  # an empty slice (no pass-through dimensions left)
+        return pooled, rest
+
+
+def test_an_index_into_a_dimension_of_size_one_and_an_empty_output_are_not_false_alarms():
+    torch.manual_seed(0)
+    t = tracer.trace(_PoolAtIndex(), (torch.randn(1, 6, 4), torch.randint(0, 9, (1, 6))))
+    report = validation_report(t)
+    assert report.passed, report.to_text()
+    reasons = {why for _op, _pos, why in report.not_perturbable} | {why for _op, _pos, why in report.excused}
+    assert "indices into a dimension of size 1: the only valid index is 0" in reasons
+    assert "the output is empty: it holds no values to change" in reasons
+    # with a batch of 2 the arange index really selects rows: its edge must carry data
+    t2 = tracer.trace(_PoolAtIndex(), (torch.randn(2, 6, 4), torch.randint(0, 9, (2, 6))))
+    assert validation_report(t2).passed and validation_report(t2).edges_carrying > 0

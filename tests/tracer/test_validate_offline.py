@@ -118,3 +118,17 @@ def test_foreign_callables_and_python_objects_are_typed_offline_findings(tmp_pat
     assert "_Row" in by_label[getitem.label]["message"]
     assert t[getitem.label].attrs["args"][1] == {"opaque": "tests.tracer.test_validate_offline._Row"}
     assert report["ops_exact"] >= 2  # linear and add replayed offline
+
+
+def test_the_model_itself_supplies_non_persistent_buffers_offline(tmp_path):
+    """BERT's position_ids is a non-persistent buffer (absent from state_dict): params=model supplies it."""
+    from tests.models import tiny_bert
+
+    model = tiny_bert()
+    ids = torch.tensor([[5, 17, 3, 9]])
+    loaded = tracer.load(tracer.trace(model, (ids,)).save(tmp_path / "bert"))
+    assert "embeddings.position_ids" not in model.state_dict()
+    partial = tracer.validate(loaded, params=model.state_dict())
+    assert not partial.passed and "position_ids" in partial.findings[0].message
+    report = tracer.validate(loaded, params=model)
+    assert report.passed, report.to_text()

@@ -148,8 +148,11 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as folder:
             state["trace"].save(folder)
             loaded = tracer.load(folder)
-            if not tracer.validate(loaded):
-                return failed("validation_failed", "the loaded trace does not validate")
+            # offline: replay from the stored call templates; a trace file holds no parameters
+            report = tracer.validate(loaded, params=state["model"])
+            if not report.passed:
+                first = report.findings[0]
+                return failed("validation_failed", f"[{first.check}] {first.label}: {first.message}")
 
     def weights_free():
         import tracer

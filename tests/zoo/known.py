@@ -8,24 +8,12 @@ from __future__ import annotations
 
 # (layer, column) -> (failure class, variants)
 NN_KNOWN = {
-    ("AdaptiveLogSoftmaxWithLoss", "validate"): ("edge_false_alarm", ("train", "train_no_grad", "eval", "eval_no_grad")),
-    ("BCELoss", "validate"): ("edge_false_alarm", ("train", "train_no_grad", "eval", "eval_no_grad")),
-    ("BatchNorm1d", "validate"): ("inplace_not_saved", ("train", "train_no_grad")),
-    ("BatchNorm2d", "validate"): ("inplace_not_saved", ("train", "train_no_grad")),
-    ("BatchNorm3d", "validate"): ("inplace_not_saved", ("train", "train_no_grad")),
-    ("CrossMapLRN2d", "validate"): ("edge_false_alarm", ("train", "train_no_grad", "eval", "eval_no_grad")),
-    ("Identity", "validate"): ("no_live_calls", ("train", "train_no_grad", "eval", "eval_no_grad")),
-    ("KLDivLoss", "validate"): ("edge_false_alarm", ("train", "train_no_grad", "eval", "eval_no_grad")),
-    ("LSTM", "validate"): ("replay_not_bit_exact", ("train", "eval")),
-    ("LazyBatchNorm1d", "validate"): ("inplace_not_saved", ("train", "train_no_grad")),
-    ("LazyBatchNorm2d", "validate"): ("inplace_not_saved", ("train", "train_no_grad")),
-    ("LazyBatchNorm3d", "validate"): ("inplace_not_saved", ("train", "train_no_grad")),
-    ("MultiheadAttention", "validate"): ("validate_untyped", ("train", "train_no_grad", "eval", "eval_no_grad")),
-    **{(name, "capture"): ("fast_path_changed", ("eval_no_grad",)) for name in (
-        "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
-        "TransformerEncoderLayer")},
-    # train mode: dropout inside multi_head_attention_forward replays with another draw
-    **{(name, "validate"): ("replay_not_bit_exact", ("train", "train_no_grad")) for name in (
+    # x.new() and resize_as_ into uninitialised memory, then in-place writes through select views: a
+    # view written behind the capture is not saved, so its readers are typed "not replayable".
+    ("CrossMapLRN2d", "validate"): ("view_written_in_place", ("train", "train_no_grad", "eval", "eval_no_grad")),
+    # eval under no_grad the plain forward runs torch's fused kernel, capture the op-by-op path: not
+    # bit-equal, disclosed by the typed warning fast_path_not_taken and provenance.fast_paths.
+    **{(name, "capture"): ("fast_path_disclosed", ("eval_no_grad",)) for name in (
         "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
         "TransformerEncoderLayer")},
 }
@@ -35,20 +23,26 @@ HF_SAMPLE = ("albert", "bart", "bert", "bloom", "clip", "convnext", "deberta-v2"
              "gemma2", "gemma3_text", "gpt2", "gpt_neox", "llama", "mistral", "mixtral", "mobilenet_v2", "olmoe",
              "opt", "phi3", "qwen2", "qwen2_moe", "resnet", "roberta", "t5", "vit", "wav2vec2")
 
-# Every trace loaded from a file refuses validation today (offline validation is being added).
-HF_ALL_KNOWN = {"reload_validate": "offline_validation"}
+# Columns failing for every architecture (none since offline validation landed).
+HF_ALL_KNOWN: dict[str, str] = {}
 # (model type or class name, column) -> failure class (a model type covers its base model and head).
 HF_KNOWN = {
-    ("bart", "validate"): "edge_false_alarm",
-    ("CLIPModel", "validate"): "edge_false_alarm",
-    ("deberta-v2", "validate"): "edge_false_alarm",
-    ("roberta", "validate"): "edge_false_alarm",
-    ("t5", "validate"): "edge_false_alarm",
-    ("phi3", "validate"): "validate_untyped",
     ("bart", "weights_free"): "weights_free_refused (typed: value_dependent_branch, transformers reads a value)",
     ("wav2vec2", "weights_free"): "weights_free_refused (typed: mixed_substrate, weight_norm makes real tensors)",
-    ("deberta-v2", "weights_free"): "untyped (Tensor.__contains__ reads a value but is not in VALUE_READ_NAMES)",
-    ("mixtral", "weights_free"): "untyped (grouped_mm meta kernel refuses float32 on meta)",
-    ("olmoe", "weights_free"): "untyped (grouped_mm meta kernel refuses float32 on meta)",
-    ("qwen2_moe", "weights_free"): "untyped (grouped_mm meta kernel refuses float32 on meta)",
+    ("deberta-v2", "weights_free"): "weights_free_refused (typed: value_dependent_branch, Tensor.__contains__)",
+    ("mixtral", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
+    ("olmoe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
+    ("qwen2_moe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
+    # Offline replay from a saved trace: values are saved contiguous, so a kernel fed a non-contiguous
+    # input in the forward (permuted activations, expert slices) replays through another path and
+    # differs in the last bits; the trace records no strides yet.
+    ("convnext", "reload_validate"): "offline_layout (saved values lose their strides)",
+    ("mixtral", "reload_validate"): "offline_layout (saved values lose their strides)",
+    ("olmoe", "reload_validate"): "offline_layout (saved values lose their strides)",
+    ("qwen2_moe", "reload_validate"): "offline_layout (saved values lose their strides)",
+    ("wav2vec2", "reload_validate"): "offline_layout (saved values lose their strides)",
+    ("CLIPModel", "reload_validate"): "offline_layout (saved values lose their strides)",
+    # A model's own autograd.Function cannot be resolved from a file (only torch callables are): typed
+    # not_replayable_offline.
+    ("bloom", "reload_validate"): "offline_foreign_callable (GeLUFunction: typed not_replayable_offline)",
 }

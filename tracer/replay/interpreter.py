@@ -21,6 +21,8 @@ NONDETERMINISTIC_KINDS = frozenset({
     "normal_", "uniform_", "bernoulli", "bernoulli_", "multinomial", "exponential_", "random_",
     "cauchy_", "log_normal_", "geometric_", "empty", "empty_like", "new_empty", "empty_strided",
     "rrelu", "native_dropout",
+    "new",  # Tensor.new(*sizes): uninitialised memory of the caller's dtype and device
+    "resize_", "resize_as_",  # grown storage is uninitialised
 })
 # Kernels random only when their dropout probability is positive (and, where they take one, their
 # training flag is set): kind -> ((p position, p keyword, p default), (flag position, flag keyword, flag default)).
@@ -35,7 +37,8 @@ DROPOUT_KINDS: dict[str, tuple[tuple[int, str, float], tuple[int, str, bool] | N
 SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
     **{k: frozenset({"0"}) for k in ("zeros_like", "ones_like", "empty_like", "full_like", "rand_like",
                                      "randn_like", "randint_like", "new_zeros", "new_ones", "new_full",
-                                     "new_empty", "new_tensor")},
+                                     "new_empty", "new_tensor", "new")},
+    **{k: frozenset({"0", "1", "the_template"}) for k in ("resize_as_",)},
     **{k: frozenset({"1", "other"}) for k in ("expand_as", "view_as", "reshape_as", "type_as", "to")},
 }
 # Multi-output kernels where output k reads only item k of argument 0.
@@ -49,7 +52,9 @@ INDEXING_KINDS = frozenset({"gather", "index_select", "take", "take_along_dim", 
 
 # Kernels that leave memory uninitialised, and in-place writes that may fill such
 # memory: the write's target argument carries no data when it came from one of these.
-UNINITIALISED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided"})
+UNINITIALISED_KINDS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new", "resize_", "resize_as_"})
+# In-place kernels that replace every element of their target (argument 0) whatever it held.
+FULL_OVERWRITE_KINDS = frozenset({"zero_", "fill_", "copy_", "normal_", "uniform_", "random_"})
 OVERWRITE_KINDS = frozenset({"setitem", "copy_", "index_put_", "index_copy_", "scatter_", "fill_", "zero_",
                              "masked_fill_", "masked_scatter_"})
 # Kernels whose output is piecewise constant in their inputs (besides every op with an integer or
@@ -133,6 +138,8 @@ def dependence_declared_absent(op: Op, position: str) -> bool:
         return position not in reads and position.split(".", 1)[0] not in reads
     if op.kind in OVERWRITE_KINDS and position == "0" and _parent_kind(op, position) in UNINITIALISED_KINDS:
         return True  # writing into uninitialised memory: the write, not the garbage, is the data
+    if position == "out" or (op.kind in FULL_OVERWRITE_KINDS and position == "0"):
+        return True  # a write target whose every element the kernel replaces: its old values are not read
     return False
 
 

@@ -2,7 +2,7 @@
 
 A trace loaded from a file has its saved values and, per op, the call template written at
 capture (see `tracer.capture.call_template`). Parameters and buffers are not in a trace file:
-the caller supplies them (`params=model.state_dict()`). Only callables under `torch` resolve,
+the caller supplies them (`params=model`, or a mapping such as its state dict). Only callables under `torch` resolve,
 so a trace file can never name arbitrary code to run.
 """
 from __future__ import annotations
@@ -130,7 +130,7 @@ class OfflineCalls:
         found = next((self.params[n] for n in names if n in self.params), None)
         if found is None:
             raise NotReplayable(f"not replayable offline: parameter {address!r} was not supplied "
-                                "(validate(trace, params=model.state_dict()))")
+                                "(validate(trace, params=model))")
         t = found.detach()
         if rec is not None and rec.requires_grad and (t.is_floating_point() or t.is_complex()):
             t = t.requires_grad_(True)  # kernels choose their algorithm by it, as in the capture

@@ -114,12 +114,16 @@ class ValidationReport:
         return "\n".join(lines)
 
 
+Params = Mapping[str, torch.Tensor] | nn.Module | None
+
+
 def validate(trace: Trace, scope: str = "forward", *, raise_on_failure: bool = False,
-             perturb: bool = True, params: Mapping[str, torch.Tensor] | None = None) -> "ValidationReport":
+             perturb: bool = True, params: Params = None) -> "ValidationReport":
     """Replay and perturb `trace`; the report is truthy when every op reproduces and every edge carries data.
 
     Nothing is written into the trace: the returned `ValidationReport` is the whole result. A loaded
-    trace replays from its stored call templates with `params` (the model's state dict).
+    trace replays from its stored call templates with `params`: the model itself (every parameter and
+    buffer, non-persistent ones included) or a mapping such as its state dict.
     """
     report = validation_report(trace, scope, perturb=perturb, params=params)
     if not report.passed and raise_on_failure:
@@ -131,13 +135,15 @@ def validate(trace: Trace, scope: str = "forward", *, raise_on_failure: bool = F
 
 
 def validation_report(trace: Trace, scope: str = "forward", *, perturb: bool = True,
-                      params: Mapping[str, torch.Tensor] | None = None) -> ValidationReport:
+                      params: Params = None) -> ValidationReport:
     """The full `ValidationReport` for `trace` (raises typed for traces that cannot be replayed).
 
     A trace loaded from a file replays from its stored call templates; `params` (a state dict)
     supplies the parameters and buffers its ops read, which a trace file does not hold.
     """
     _admit(trace, scope)
+    if isinstance(params, nn.Module):
+        params = model_tensors(params)
     try:
         return _report(trace, scope, perturb, params)
     except TracerError:
@@ -178,11 +184,12 @@ def _admit(trace: Trace, scope: str) -> None:
             "a structure-only trace has no values to replay", site="validate(trace)")
     if not trace.values:
         raise ValuesMissingError("the trace holds no saved values", site="validate(trace)")
-    if not trace.live_calls and not has_call_templates(trace):
+    calls = any(op.kind not in (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND) for op in trace.ops)
+    if calls and not trace.live_calls and not has_call_templates(trace):  # no call at all: nothing to replay
         raise ReplayUnavailableError(
             "the trace holds neither live calls nor stored call templates", site="validate(trace)",
             remedy="Trace the model again in this process, or save and load it with a build that stores call "
-                   "templates, and pass params=model.state_dict() to validate.")
+                   "templates, and pass params=model to validate.")
 
 
 def _verification_findings(trace: Trace, report: ValidationReport) -> None:
@@ -339,7 +346,9 @@ def _perturb_edges(replayer: Replayer, ops: list[Op], report: ValidationReport, 
         parent = replayer.values[edge.source]
         why = ("the op varies between replays like a random kernel" if random else
                "declared shape-only in the kernel table") if not needing else (
-            "the parent is empty: it holds no values to carry" if parent.numel() == 0 else None)
+            "the parent is empty: it holds no values to carry" if parent.numel() == 0 else
+            "the output is empty: it holds no values to change" if all(_empty_output(op) for op in needing)
+            else None)
         if why:
             report.edges_excused += 1
             report.excused.append((ops[0].label, edge.position, why))
@@ -355,6 +364,10 @@ def _perturb_edges(replayer: Replayer, ops: list[Op], report: ValidationReport, 
             report.edges_excused += 1
             report.excused.append((unchanged[0].label, edge.position,
                                    "indices into an operand that holds one value everywhere"))
+        elif unchanged and _indexes_a_single_position(replayer, unchanged[0], edge.position, parent):
+            report.edges_not_perturbable += 1
+            report.not_perturbable.append((unchanged[0].label, edge.position,
+                                           "indices into a dimension of size 1: the only valid index is 0"))
         elif unchanged and is_piecewise_constant(unchanged[0]):
             op = unchanged[0]
             report.edges_not_perturbable += 1
@@ -485,6 +498,25 @@ def _indexes_uniform_operand(replayer: Replayer, op: Op, position: str, parent: 
     positions = {e.position: replayer.values[e.source] for e in op.parents}
     others = [positions.get(pos, t) for pos, t in _call_tensors(args, kwargs) if pos != position]
     return bool(others) and all(t.numel() > 0 and bool((t == t.reshape(-1)[0]).all()) for t in others)
+
+
+def _empty_output(op: Op) -> bool:
+    return op.out is not None and op.out.numel == 0
+
+
+def _indexes_a_single_position(replayer: Replayer, op: Op, position: str, parent: torch.Tensor) -> bool:
+    """An integer index tensor at `x[..., idx, ...]` (getitem position "1.k") into a dimension of size 1."""
+    if op.kind != "getitem" or parent.is_floating_point() or parent.dtype == torch.bool:
+        return False
+    head, _, k = position.partition(".")
+    if head != "1" or not k.isdigit():
+        return False
+    _func, args, _kwargs = replayer.call_of(op)
+    index = args[1] if len(args) > 1 else None
+    if not isinstance(index, tuple) or any(i is None or i is Ellipsis for i in index[:int(k)]):
+        return False  # the indexed dimension is not simply the k-th
+    source = next((replayer.values[e.source] for e in op.parents if e.position == "0"), None)
+    return source is not None and int(k) < source.dim() and source.shape[int(k)] == 1
 
 
 def _first_element_set(t: torch.Tensor, value: Any) -> torch.Tensor:
@@ -667,3 +699,9 @@ def _unattributed_parameter(trace: Trace) -> tuple[str | None, Op | None]:
             return (f"parameter {addr!r} of {scope.class_name} '{address}' was never attributed to an op, "
                     f"while the module computed from untracked tensors ({labels})"), constants[0]
     return None, None
+
+
+def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of `model` by each of its addresses (tied and non-persistent ones too)."""
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return {name: t for name, t in named}
