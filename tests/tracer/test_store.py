@@ -226,3 +226,30 @@ def test_free_form_values_are_saved_so_that_they_load(gpt2_trace, tmp_path):
     attrs = loaded.ops[3].attrs
     assert attrs["big"] == str(10**30) and attrs["tuple"] == [1, 2] and attrs["3"] == "int key"
     assert attrs["nan"] == "nan" and attrs["ok"] == [1.5, None] and loaded.provenance["summary"] == attrs
+
+
+def test_a_permuted_value_comes_back_in_its_layout_and_bad_strides_refuse(tmp_path):
+    """Offline replay feeds kernels the memory layout of the forward: dense permutations keep strides."""
+    import json
+
+    from tracer.store.values import read_values, write_values
+
+    base = torch.arange(24.0).reshape(2, 3, 4)
+    values = {"a_1": base.permute(2, 0, 1), "b_1": base, "c_1": base[:, :, :2]}  # permuted, contiguous, sliced
+    digest = write_values(values, tmp_path / "v.safetensors")
+    metas = {k: tracer.TensorMeta(tuple(v.shape), "float32", "cpu") for k, v in values.items()}
+    back = read_values(tmp_path / "v.safetensors", digest, metas)
+    assert back["a_1"].stride() == values["a_1"].stride() and torch.equal(back["a_1"], values["a_1"])
+    assert back["b_1"].is_contiguous() and torch.equal(back["c_1"], values["c_1"])  # a slice is stored dense
+    raw = bytearray((tmp_path / "v.safetensors").read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header["__metadata__"]["strides"] = json.dumps({"a_1": [1, 1, 1]})  # overlapping: not a dense layout
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    forged = len(head).to_bytes(8, "little") + head + bytes(raw[8 + n:])
+    (tmp_path / "f.safetensors").write_bytes(forged)
+    import hashlib
+
+    with pytest.raises(errors.TraceFileCorruptError):
+        read_values(tmp_path / "f.safetensors", hashlib.sha256(forged).hexdigest(), metas)

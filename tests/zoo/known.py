@@ -33,15 +33,11 @@ HF_KNOWN = {
     ("mixtral", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
     ("olmoe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
     ("qwen2_moe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
-    # Offline replay from a saved trace: values are saved contiguous, so a kernel fed a non-contiguous
-    # input in the forward (permuted activations, expert slices) replays through another path and
-    # differs in the last bits; the trace records no strides yet.
-    ("convnext", "reload_validate"): "offline_layout (saved values lose their strides)",
-    ("mixtral", "reload_validate"): "offline_layout (saved values lose their strides)",
-    ("olmoe", "reload_validate"): "offline_layout (saved values lose their strides)",
-    ("qwen2_moe", "reload_validate"): "offline_layout (saved values lose their strides)",
-    ("wav2vec2", "reload_validate"): "offline_layout (saved values lose their strides)",
-    ("CLIPModel", "reload_validate"): "offline_layout (saved values lose their strides)",
+    # Offline replay from a saved trace: dense permuted values keep their strides, but a value that was
+    # a non-dense view (a slice) is saved dense, so a kernel fed that view in the forward replays
+    # through another path and differs in the last bits.
+    ("wav2vec2", "reload_validate"): "offline_layout (a non-dense view is saved dense)",
+    ("CLIPModel", "reload_validate"): "offline_layout (a non-dense view is saved dense)",
     # A model's own autograd.Function cannot be resolved from a file (only torch callables are): typed
     # not_replayable_offline.
     ("bloom", "reload_validate"): "offline_foreign_callable (GeLUFunction: typed not_replayable_offline)",

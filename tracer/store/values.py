@@ -2,7 +2,10 @@
 
 Layout: 8-byte little-endian header length, a JSON header `{label: {dtype, shape, data_offsets}}`
 (plus `__metadata__`), then every tensor's bytes back to back. The file is hashed while it is
-written and read; reading makes one buffer and views every tensor into it.
+written and read; reading makes one buffer and views every tensor into it. A value that was a
+dense but non-contiguous tensor (a permuted activation) keeps its strides in `__metadata__`
+(`strides`: JSON `{label: [stride, ...]}`) and is read back in that layout, so an offline replay
+feeds each kernel the memory layout it saw in the forward.
 """
 from __future__ import annotations
 
@@ -54,6 +57,9 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
             header[label] = {"dtype": name, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
     header["__metadata__"] = {"format": FORMAT}
+    layouts = {label: list(v.stride()) for label, v in values.items() if _kept_layout(v)}
+    if layouts:
+        header["__metadata__"]["strides"] = msgspec.json.encode(layouts).decode()
     head = msgspec.json.encode(header)
     head += b" " * (-len(head) % 8)
     hasher = hashlib.sha256()
@@ -63,6 +69,25 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
             for block in _blocks([t for _, t in groups[key]], math.prod(key[1]) * key[0].itemsize):
                 emit(fh, hasher, block)
     return hasher.hexdigest()
+
+
+def _kept_layout(t: torch.Tensor) -> bool:
+    """True for a non-contiguous tensor whose elements tile its memory exactly (a permutation of dims)."""
+    if t.is_contiguous() or t.dim() < 2 or 0 in t.stride() or t.numel() < 2:
+        return False
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    return t.permute(order).is_contiguous()
+
+
+def _in_layout(value: torch.Tensor, stride: Any, label: str, site: str) -> torch.Tensor:
+    """`value` copied into the recorded strides (refused unless they describe a dense permutation)."""
+    if (not isinstance(stride, list) or len(stride) != value.dim()
+            or not all(type(s) is int and 0 < s <= value.numel() for s in stride)):
+        raise TraceFileCorruptError(f"{site}: the recorded strides of {label!r} do not fit its shape", site=site)
+    out = torch.empty_strided(tuple(value.shape), tuple(stride), dtype=value.dtype)
+    if not _kept_layout(out):
+        raise TraceFileCorruptError(f"{site}: the recorded strides of {label!r} are not a dense layout", site=site)
+    return out.copy_(value)
 
 
 def emit(fh: Any, hasher: Any, data: Any) -> None:
@@ -96,6 +121,7 @@ class _Entry(msgspec.Struct):
     dtype: str = ""
     shape: tuple[int, ...] = ()
     data_offsets: tuple[int, int] = (-1, -1)
+    strides: str = ""  # `__metadata__` only: JSON {label: [stride, ...]} of values kept non-contiguous
 
 
 def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, torch.Tensor]:
@@ -104,7 +130,7 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
     buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + _largest_data(metas))
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
-    labels, dtypes, shapes, begins, start = _entries(buf, site, metas)
+    labels, dtypes, shapes, begins, start, layouts = _entries(buf, site, metas)
     if not labels:
         return {}
     data = torch.frombuffer(buf, dtype=torch.uint8)
@@ -117,6 +143,10 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
             block = block.clone()  # a tensor not aligned to its dtype (another writer's file)
         values.update(zip(labels[i:i + k], block.view(dtype).view(k, *shape).unbind(0)))
         i += k
+    for label, stride in layouts.items():
+        if label not in values:
+            raise TraceFileCorruptError(f"{site}: strides recorded for {label!r}, which has no value", site=site)
+        values[label] = _in_layout(values[label], stride, label, site)
     return values
 
 
@@ -144,8 +174,10 @@ def _read_all(path: Path, limit: int) -> bytearray:
     return buf
 
 
-def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[list, list, list, list, int]:
-    """Labels, dtypes, shapes and begin offsets of the tensors in file order, and where the data starts.
+def _entries(buf: bytearray, site: str,
+             metas: Mapping[str, TensorMeta | None]) -> tuple[list, list, list, list, int, dict[str, Any]]:
+    """Labels, dtypes, shapes and begin offsets of the tensors in file order, where the data starts, and
+    the recorded strides of values kept in a non-contiguous layout.
 
     Each entry must name an op with the same shape and dtype, and the byte ranges must cover the data
     back to back (checked column by column, then entry by entry only to name an offender).
@@ -161,7 +193,8 @@ def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) 
         header = msgspec.json.decode(memoryview(buf)[8:8 + n], type=dict[str, _Entry])
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", None)
+    layouts = _recorded_layouts(meta.strides if meta is not None else "", site)
     labels, entries = list(header), list(header.values())
     begins = list(map(_FIRST, map(_OFFSETS, entries)))
     if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
@@ -185,7 +218,17 @@ def _entries(buf: bytearray, site: str, metas: Mapping[str, TensorMeta | None]) 
                 raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
                                             f"follow the previous tensor's", site=site)
         raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
-    return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n
+    return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n, layouts
+
+
+def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        layouts = msgspec.json.decode(text, type=dict[str, list[int]])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceFileCorruptError(f"{site} has unreadable strides metadata ({exc})", site=site) from None
+    return layouts
 
 
 _DTYPE, _SHAPE, _OFFSETS, _FIRST = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets"), itemgetter(0)
