@@ -40,7 +40,8 @@ class DischargePanel(pn.viewable.Viewer):
         self.dtype = pn.widgets.Select(label="dtype", options=list(twin.DTYPES), value=dtype, css_classes=["tlx-twin-dtype"])
         self.seed = pn.widgets.IntInput(label="seed (random weights)", value=0)
         self.checkpoint = pn.widgets.TextInput(label="or a local checkpoint folder", placeholder="empty: random weights")
-        self.shape = pn.widgets.TextInput(label="input shape", value=",".join(map(str, loaded.input_shape)))
+        self.shape = pn.widgets.TextInput(label="input shape", value=",".join(map(str, loaded.input_shape)),
+                                          css_classes=["tlx-twin-shape"])
         self.ids = pn.widgets.TextInput(label="token ids (optional)", placeholder="1, 2, 3, ...")
         self.text = pn.widgets.TextInput(label="text (optional)", placeholder="needs a tokenizer folder")
         self.tokenizer = pn.widgets.TextInput(label="tokenizer folder", placeholder="local folder with tokenizer.json")

@@ -86,18 +86,23 @@ def test_console_script_opens_the_browser_where_there_is_one(tmp_path):
     proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
     try:
-        url = None
         deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", proc.stdout.readline())
-            url = m.group(1) if m else None
-        assert url, "the URL was never printed"
+        url = _served_url(proc, deadline)
         while not opened.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert opened.read_text().strip() == url
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _served_url(proc: subprocess.Popen, deadline: float) -> str:
+    """The URL the console script prints once it serves (read from its output until `deadline`)."""
+    while time.monotonic() < deadline:
+        m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", proc.stdout.readline())
+        if m:
+            return m.group(1)
+    raise AssertionError("the URL was never printed")
 
 
 @pytest.mark.slow
@@ -107,12 +112,8 @@ def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path):
     proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
     try:
-        url = None
         deadline = time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", proc.stdout.readline())
-            url = m.group(1) if m else None
-        assert url, "the URL was never printed"
+        url = _served_url(proc, deadline)
         for _ in range(100):
             try:
                 urllib.request.urlopen(url, timeout=30).read()

@@ -253,3 +253,25 @@ def test_a_permuted_value_comes_back_in_its_layout_and_bad_strides_refuse(tmp_pa
 
     with pytest.raises(errors.TraceFileCorruptError):
         read_values(tmp_path / "f.safetensors", hashlib.sha256(forged).hexdigest(), metas)
+
+
+def test_size_one_dimensions_with_any_stride_round_trip(tmp_path):
+    """A permuted value whose size-1 dimension carries a large stride (as torch allows) still loads."""
+    from tracer.store.values import read_values, write_values
+
+    value = torch.arange(12.0).reshape(3, 4, 1).permute(2, 1, 0)  # shape (1, 4, 3), stride (1, 1, 4)
+    odd = value.as_strided(value.shape, (999, 1, 4))  # the size-1 dimension's stride is arbitrary
+    digest = write_values({"p_1": odd}, tmp_path / "v.safetensors")
+    meta = {"p_1": tracer.TensorMeta(tuple(odd.shape), "float32", "cpu")}
+    back = read_values(tmp_path / "v.safetensors", digest, meta)["p_1"]
+    assert torch.equal(back, odd)
+
+
+def test_a_one_element_value_with_an_odd_stride_saves(tmp_path):
+    from tracer.store.values import read_values, write_values
+
+    one = torch.arange(16, dtype=torch.int64).reshape(2, 8)[:1, :1].reshape(1)  # stride may be 8
+    one = one.as_strided((1,), (8,))
+    digest = write_values({"x_1": one}, tmp_path / "v.safetensors")
+    back = read_values(tmp_path / "v.safetensors", digest, {"x_1": tracer.TensorMeta((1,), "int64", "cpu")})
+    assert torch.equal(back["x_1"], one)

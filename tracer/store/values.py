@@ -35,6 +35,7 @@ DTYPES: dict[str, torch.dtype] = {
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _DTYPE_TEXT = {dtype: str(dtype).replace("torch.", "") for dtype in _NAMES}  # as TensorMeta.dtype writes it
 _CHUNK_BYTES = 64 << 20
+MAX_STRIDE = 1 << 62  # a recorded stride beyond this is not a layout this writer makes
 
 
 # -- write ------------------------------------------------------------------------------
@@ -82,7 +83,8 @@ def _kept_layout(t: torch.Tensor) -> bool:
 def _in_layout(value: torch.Tensor, stride: Any, label: str, site: str) -> torch.Tensor:
     """`value` copied into the recorded strides (refused unless they describe a dense permutation)."""
     if (not isinstance(stride, list) or len(stride) != value.dim()
-            or not all(type(s) is int and 0 < s <= value.numel() for s in stride)):
+            or not all(type(s) is int and 0 < s and (s <= value.numel() or n == 1)  # a size-1 dim may have any stride
+                       for s, n in zip(stride, value.shape)) or max(stride) > MAX_STRIDE):
         raise TraceFileCorruptError(f"{site}: the recorded strides of {label!r} do not fit its shape", site=site)
     out = torch.empty_strided(tuple(value.shape), tuple(stride), dtype=value.dtype)
     if not _kept_layout(out):
@@ -110,7 +112,8 @@ def _blocks(tensors: list[torch.Tensor], nbytes: int):
     step = max(1, _CHUNK_BYTES // nbytes)
     with torch.no_grad():
         for i in range(0, len(tensors), step):
-            flat = _flatten_dense_tensors(tensors[i:i + step]).cpu()
+            flat = _flatten_dense_tensors(tensors[i:i + step]).cpu().contiguous()
+            flat = flat.as_strided((flat.numel(),), (1,))  # a one-element tensor may carry any stride
             yield memoryview(flat.view(torch.uint8).numpy()).cast("B")
 
 
