@@ -59,7 +59,7 @@
   $("title").textContent = D.title;
   $("counts").textContent = `${D.model_class} · ${D.counts.ops} ops · ${D.counts.edges} edges · ${D.counts.modules} modules · ${fmt(D.counts.params)} parameters`;
   const banner = $("banner"); banner.className = D.ladder;
-  banner.append(el("b", {}, D.ladder), D.banner);
+  banner.append(el("b", {}, D.ladder), " " + D.banner.replace(D.ladder + ": ", ""));
 
   // overlay controls
   const ovSel = $("overlay"), scSel = $("scale"), ruSel = $("rollup");
