@@ -128,33 +128,21 @@ def activation_stats(trace: Trace, chunk: int = CHUNK) -> dict[str, dict[str, fl
 
 
 def tensor_stats(value: Any, chunk: int = CHUNK) -> dict[str, float] | None:
-    """Statistics of one tensor (None for non-tensors): float64 only one chunk at a time (Chan's merge)."""
+    """The overlay's statistics of one tensor (None for non-tensors): `tracer.tensor_stats`, which widens
+    one chunk at a time, as mean, population std, max |x| and non-finite count (complex: of |x|)."""
     import torch
+
+    from tracer.tensor_stats import tensor_stats as chunked_stats
 
     if not isinstance(value, torch.Tensor) or value.is_meta or value.numel() == 0:
         return None
     flat = value.detach().reshape(-1)
-    if flat.is_complex():
-        flat = flat.abs()
-    n, mean, m2, max_abs, nonfinite = 0, 0.0, 0.0, 0.0, 0
-    for start in range(0, flat.numel(), chunk):
-        c = flat[start:start + chunk].to(torch.float64)
-        finite = torch.isfinite(c)
-        nonfinite += int((~finite).sum())
-        c = c[finite]
-        k = c.numel()
-        if not k:
-            continue
-        c_mean = float(c.mean())
-        c_m2 = float(((c - c_mean) ** 2).sum())
-        max_abs = max(max_abs, float(c.abs().max()))
-        total = n + k
-        delta = c_mean - mean
-        mean += delta * k / total
-        m2 += c_m2 + delta * delta * n * k / total
-        n = total
-    std = math.sqrt(m2 / n) if n else 0.0
-    return {"mean": mean, "std": std, "max_abs": max_abs, "nonfinite": float(nonfinite)}
+    s = chunked_stats(flat.abs() if flat.is_complex() else flat, chunk)
+    n = s["numel"] - s["non_finite"]
+    if not n:
+        return {"mean": 0.0, "std": 0.0, "max_abs": 0.0, "nonfinite": float(s["non_finite"])}
+    return {"mean": s["mean"], "std": s["std"] * math.sqrt((n - 1) / n),
+            "max_abs": max(abs(s["min"]), abs(s["max"])), "nonfinite": float(s["non_finite"])}
 
 
 # -- roll-ups and colours -----------------------------------------------------------------
