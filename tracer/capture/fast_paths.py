@@ -1,15 +1,19 @@
-"""Fused fast paths a capture turns off, disclosed with a typed warning.
+"""Fused fast paths: captured as the one fused op the plain forward runs, or disclosed.
 
 Some torch modules run one fused kernel in a plain forward and fall back to their op-by-op
 path when a `TorchFunctionMode` is active or hooks are attached (both are how capture
-records). The trace then shows the op-by-op computation, which need not be bit-equal to the
-plain forward. For each such module call this module decides, from the conditions torch
-checks that capture does not change, whether the plain forward would have taken the fused
-kernel; if so it warns `FastPathNotTakenWarning` and records the finding in the session.
+records). For each such module call this module decides, from the conditions torch checks
+that capture does not change, whether the plain forward would take the fused kernel. If so,
+a `TransformerEncoderLayer` or `MultiheadAttention` call runs as in the plain forward (the
+function mode lifted and the capture's hooks set aside until the kernel is called), and the
+kernel is recorded as one op with its inputs and output (`FusedCall`). Where that cannot be
+done (the encoder's nested-tensor sparsity path, another function mode active beside the
+capture's), it warns `FastPathNotTakenWarning` and records the finding in the session.
 """
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
@@ -108,8 +112,15 @@ FUSED_MODULES: dict[type, tuple[Callable[[Any, tuple, dict], str | None], str, s
 }
 
 
+# Module class -> the torch attribute holding the fused kernel its plain forward calls.
+CAPTURABLE: dict[type, str] = {
+    nn.TransformerEncoderLayer: "_transformer_encoder_layer_fwd",
+    nn.MultiheadAttention: "_native_multi_head_attention",
+}
+
+
 def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: dict) -> None:
-    """Record and warn when the plain forward of this module call would take its fused kernel."""
+    """Run the call on its fused kernel (recorded as one op) where the plain forward would; else warn."""
     checker, kernel, differs = FUSED_MODULES[type(module)]
     try:
         if checker(module, args, kwargs) is not None:
@@ -118,6 +129,8 @@ def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: di
         return
     if _inside_reported(session, address):
         return  # an enclosing fused module already covers this one
+    if type(module) in CAPTURABLE and FusedCall(session, module, address).enter():
+        return
     name = address or "(root)"
     msg = (f"[{FAST_PATH_CODE}] {type(module).__name__} '{name}': the plain forward runs the fused kernel "
            f"{kernel}; under capture torch took the op-by-op path recorded here (its function mode and hooks "
@@ -133,3 +146,74 @@ def _inside_reported(session: Any, address: str) -> bool:
     """True when an enclosing module's fused kernel (already reported) replaces this call."""
     return any(f["address"] == "" or address.startswith(f["address"] + ".") for f in session.fast_paths
                if f["class"] != "TransformerEncoder")
+
+
+class FusedCall:
+    """One module call run as the plain forward runs it, its fused kernel recorded as one op.
+
+    Entered from the capture's pre-hook: the capture's function mode is lifted and (for an
+    encoder layer, whose fast path checks for hooks) the hooks on the module and its children
+    are set aside, so torch takes its fused path; the kernel, swapped for a recorder for the
+    duration, restores everything before it is recorded through the session. A global
+    always-called forward hook restores state if the kernel is never reached (then the call
+    ran unrecorded: a typed warning says so) or the forward raises.
+    """
+
+    def __init__(self, session: Any, module: nn.Module, address: str) -> None:
+        self.session, self.module, self.address = session, module, address
+        self.name = CAPTURABLE[type(module)]
+        self.original = getattr(torch, self.name)
+        self.hooks: list[tuple[nn.Module, Any, Any]] = []
+        self.mode: Any = None
+        self.handle: Any = None
+        self.hit = False
+
+    def enter(self) -> bool:
+        """Lift the mode and hooks; False (nothing changed) unless the capture's mode is the only one."""
+        recorder = getattr(self.session, "recorder", None)
+        if recorder is None or torch._C._len_torch_function_stack() != 1 \
+                or torch._C._get_function_stack_at(0) is not recorder:
+            return False  # another mode would still turn the fused path off
+        self.mode = torch._C._pop_torch_function_stack()
+        if isinstance(self.module, nn.TransformerEncoderLayer):
+            for m in self.module.modules():
+                self.hooks.append((m, m._forward_pre_hooks, m._forward_hooks))
+                m._forward_pre_hooks, m._forward_hooks = OrderedDict(), OrderedDict()
+        setattr(torch, self.name, self._kernel)
+        self.handle = nn.modules.module.register_module_forward_hook(self._on_exit, always_call=True)
+        return True
+
+    def restore(self, mode: bool = True) -> None:
+        """Put back the kernel and the hooks, and the mode unless told not to yet (idempotent)."""
+        setattr(torch, self.name, self.original)
+        for m, pre, post in self.hooks:
+            m._forward_pre_hooks, m._forward_hooks = pre, post
+        self.hooks = []
+        if mode and self.mode is not None:
+            torch._C._push_on_torch_function_stack(self.mode)
+            self.mode = None
+
+    def _kernel(self, *args: Any, **kwargs: Any) -> Any:
+        self.restore(mode=False)
+        self.hit = True
+        try:  # recorded as the mode would record it: the mode itself is off while a call runs
+            return self.session.on_call(self.original, args, kwargs)
+        finally:
+            self.restore()
+
+    def _on_exit(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if module is not self.module:
+            return
+        self.handle.remove()
+        if self.hit:
+            return
+        self.restore()  # the kernel was never reached: the call ran with nothing recorded
+        name = self.address or "(root)"
+        msg = (f"[{FAST_PATH_CODE}] {type(module).__name__} '{name}': the fused kernel torch.{self.name} was "
+               f"expected but not called; the call ran unrecorded, so its output enters the trace as a constant")
+        self.session.fast_paths.append({"code": FAST_PATH_CODE, "module": name, "address": self.address,
+                                        "class": type(module).__name__, "path_taken": "unrecorded",
+                                        "plain_path": f"torch.{self.name}"})
+        self.session.warnings.append(msg)
+        warnings.warn(msg, FastPathNotTakenWarning, stacklevel=2)
+        self.session._post_hook(module, args, {}, output)  # its own post-hook was set aside with the rest

@@ -99,6 +99,7 @@ class CaptureSession:
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
+        self.recorder: TorchFunctionMode | None = None
         self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
         self.call_counter = 0
         self.stack: ModuleStack = EMPTY_STACK  # linked: entering a module is O(1) at any depth
@@ -146,6 +147,7 @@ class CaptureSession:
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
+            self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
             with grad_context, recorder, (witness if witness is not None else contextlib.nullcontext()), \
                     _boundaries.function_boundaries(self):  # Function.apply, restored on exit
                 output = self.model(*args, **kwargs)
