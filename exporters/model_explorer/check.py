@@ -170,13 +170,19 @@ def rebuild_with_graph_builder(payload: dict[str, Any]) -> dict[str, Any]:
     Unknown keys fail (the dataclasses refuse them); the result equals the payload when
     every field is in the vendor's schema with the vendor's defaults spelled out.
     """
-    try:
-        from dataclasses import asdict
+    from dataclasses import asdict
 
+    from model_explorer.utils import remove_none
+
+    return remove_none(asdict(vendor_collection(payload)))
+
+
+def vendor_collection(payload: dict[str, Any]) -> Any:
+    """The payload as the vendor's `graph_builder.GraphCollection` (what an adapter extension returns)."""
+    try:
         from model_explorer import graph_builder as gb
-        from model_explorer.utils import remove_none
     except ImportError as exc:  # pragma: no cover - the package is a dependency here
-        raise ModelExplorerUnavailableError(f"model_explorer is not importable: {exc}", site="rebuild_with_graph_builder") from exc
+        raise ModelExplorerUnavailableError(f"model_explorer is not importable: {exc}", site="vendor_collection") from exc
 
     def kvs(items):
         return [gb.KeyValue(key=kv["key"], value=kv["value"]) for kv in items]
@@ -206,5 +212,4 @@ def rebuild_with_graph_builder(payload: dict[str, Any]) -> dict[str, Any]:
         return gb.Graph(**fields)
 
     extra = {k: v for k, v in payload.items() if k not in ("label", "graphs")}
-    collection = gb.GraphCollection(label=payload["label"], graphs=[graph(g) for g in payload["graphs"]], **extra)
-    return remove_none(asdict(collection))
+    return gb.GraphCollection(label=payload["label"], graphs=[graph(g) for g in payload["graphs"]], **extra)
