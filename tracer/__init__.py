@@ -12,6 +12,7 @@ from .compat import doctor
 from .tracing import trace
 from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
+from .frontends import explore
 
 __version__ = "0.1.0"
 
@@ -25,5 +26,5 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
-    "Trace", "TracerError", "doctor", "load", "summary", "trace", "validate", "__version__",
+    "Trace", "TracerError", "doctor", "explore", "load", "summary", "trace", "validate", "__version__",
 ]

@@ -60,6 +60,13 @@ def _plain(value: Any) -> Any:
 
 
 # -- families -------------------------------------------------------------------
+class ViewerUnavailableError(TracerError):
+    """No installed package provides the view asked for (tracer itself draws nothing)."""
+
+    code = "viewer_unavailable"
+    default_remedy = "Install the explorer with tracer: pip install torchlens-explore (it registers the views)."
+
+
 class AdmissionError(TracerError):
     """The model or inputs cannot be captured in the requested mode."""
 

@@ -375,6 +375,17 @@ class Trace:
 
         return check_plan(self, plan)
 
+    def to_html(self, path: Any, **options: Any) -> Any:
+        """Write the self-contained explorer page (no server, no network) to `path`; returns the path."""
+        from .frontends import view
+
+        return view("html")(self, path, **options)
+
+    def _repr_html_(self) -> str | None:
+        from .frontends import html_repr
+
+        return html_repr(self)
+
     def save(self, path: Any) -> Any:
         """Write this trace to folder `path` (trace.json + values.safetensors); returns the folder."""
         from .store import save_trace
