@@ -4,7 +4,8 @@ Run: `python tests/bench/bench_html.py [--repeats 3]`. Rows: tiny GPT-2 (values 
 and Llama-3.1-8B weights-free from the shipped configs (input 1x8). Times are medians with the
 range over the runs; the browser figures come from fresh pages opened from disk with the network
 blocked, measured in the page with performance.now() until the second animation frame after the
-action. Prints a markdown table (docs/html.md).
+action; the notebook figure runs `tracer.explore(trace)` and sets its cell output into a fresh page.
+Prints a markdown table (docs/html.md).
 """
 from __future__ import annotations
 
@@ -59,6 +60,27 @@ def browser_figures(path: Path, pages: int, layers: int) -> dict[str, list[float
     return out
 
 
+def notebook_figures(trace, pages: int) -> list[float]:
+    """Seconds from the cell's call (`tracer.explore(trace)` and its rich display) until the inline
+    explorer is ready in a Chromium page holding the cell output (network refused)."""
+    from playwright.sync_api import sync_playwright
+
+    out = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox", "--disable-gpu"])
+        for _ in range(pages):
+            page = b.new_page(viewport={"width": 1600, "height": 1000})
+            page.route("**/*", lambda r: r.abort())
+            start = time.perf_counter()
+            cell = tracer.explore(trace)._repr_html_()
+            page.set_content(f"<html><body>{cell}</body></html>")
+            page.frame_locator("iframe.tlx-explorer").locator("body[data-ready='1']").wait_for(timeout=60_000)
+            out.append(time.perf_counter() - start)
+            page.close()
+        b.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -73,7 +95,7 @@ def main() -> None:
     print("| trace | ops | bytes | write s, median (range) |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        last = None
+        last = last_trace = None
         for name, build in cases:
             trace = build()
             path = Path(tmp) / f"{len(trace.ops)}.html"
@@ -83,11 +105,14 @@ def main() -> None:
                 write_html(trace, path)
                 times.append(time.perf_counter() - start)
             print(f"| {name} | {len(trace.ops):,} | {path.stat().st_size:,} | {spread(times)} |", flush=True)
-            last = path
+            last, last_trace = path, trace
         fig = browser_figures(last, args.pages, 8)
         print(f"\n8B page in Chromium: load to ready {spread(fig['load_s'])} s over {args.pages} fresh pages; "
               f"expand a layer {spread(fig['expand_ms'], digits=0)} ms, collapse {spread(fig['collapse_ms'], digits=0)} ms "
               f"(8 layers, click to second animation frame)")
+        cell = notebook_figures(last_trace, args.pages)
+        print(f"8B notebook cell (tracer.explore(trace) to the inline explorer ready in Chromium): "
+              f"{spread(cell)} s over {args.pages} fresh pages")
 
 
 if __name__ == "__main__":
