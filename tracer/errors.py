@@ -192,6 +192,12 @@ class PaddedPromptError(AdmissionError):
     )
 
 
+class BackwardFailedError(CaptureError):
+    """The backward of a captured forward raised (the loss, or a kernel without a backward)."""
+
+    code = "backward_failed"
+
+
 class ConcurrentCaptureError(CaptureError):
     code = "model_already_capturing"
     default_remedy = (

@@ -240,6 +240,7 @@ class Trace:
     envelope: Any = None  # tracer.claims.EvidenceEnvelope for structure-only traces
     output: Any = None
     warnings: tuple[str, ...] = ()
+    backward: Any = None  # tracer.backward.BackwardPass when captured with CaptureOptions(backward=True)
     # label -> (func, args, kwargs) of the live call that produced it; only on a trace
     # captured in this process (never saved), for replay validation.
     live_calls: dict[str, tuple] = field(default_factory=dict, repr=False)

@@ -19,6 +19,9 @@ class CaptureOptions:
     structure_only: capture a weights-free model on the meta device (no values exist).
     record_source: record the model-code line of each call.
     witness: run a dispatch-level census beside the capture (completeness check).
+    backward: after the forward, run the backward of a loss (`trace(..., loss=fn)`, default: the
+        output's sum) and record it in `trace.backward` (`tracer.backward.BackwardPass`).
+    save_grads: which op-output gradients the backward keeps: "all", "none" or a callable `op -> bool`.
     """
 
     save: SavePolicy = "all"
@@ -26,6 +29,8 @@ class CaptureOptions:
     structure_only: bool = False
     record_source: bool = True
     witness: bool = False
+    backward: bool = False
+    save_grads: SavePolicy = "all"
 
     def __post_init__(self) -> None:
         if not (self.save in ("all", "none") or callable(self.save)):
@@ -45,4 +50,6 @@ class CaptureOptions:
             "structure_only": self.structure_only,
             "record_source": self.record_source,
             "witness": self.witness,
+            **({"backward": True, "save_grads": self.save_grads if isinstance(self.save_grads, str) else
+                f"callable:{getattr(self.save_grads, '__name__', 'fn')}"} if self.backward else {}),
         }

@@ -5,7 +5,8 @@ import contextlib
 import platform
 import sys
 import time
-from typing import Any, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from .bridges.distributed import refuse_distributed
 from .capture import boundaries
 from .capture.build import build_ops, build_trace, live_calls
 from .capture.exclusive import exclusive_capture
+from .capture.guards import chain
 from .capture.session import CallGuard, CaptureSession
 from .capture.walk import iter_tensors, named_modules, named_state
 from .claims.envelope import seal_new_envelope
@@ -32,10 +34,13 @@ def trace(
     input_kwargs: Mapping[str, Any] | None = None,
     *,
     capture: CaptureOptions = CaptureOptions(),
+    loss: Callable[[Any], torch.Tensor] | None = None,
 ) -> Trace:
     """Capture `model(*args, **input_kwargs)` into a Trace; the model's own output is `trace.output`.
 
-    A single tensor for `args` is treated as one positional input.
+    A single tensor for `args` is treated as one positional input. With
+    `CaptureOptions(backward=True)` (or a `loss`), the backward of `loss(output)` (default: the
+    output's sum) runs after the forward and is recorded in `trace.backward`.
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"trace() needs an nn.Module, got {type(model).__name__}", site="trace(model=...)")
@@ -54,14 +59,21 @@ def trace(
         guard, admission = admit_structure_only(model, args_t, kwargs, capture)
     twin = describe_twin(model, args_t, kwargs, modules=walked)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
+    backward = _backward_recorder(capture, loss)
     session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard,
                              modules=walked)
+    saving = contextlib.nullcontext()
+    if backward is not None:
+        backward = backward(session, capture.save_grads)
+        session.guard = chain(guard, backward.guard)
+        saving = backward.saving()
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope:
+    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, saving:
         output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
     elapsed = time.perf_counter() - started
     ops = build_ops(session)
+    backward_pass = backward.run(output, loss, ops, model) if backward is not None else None
     findings = Findings()  # every part reports here; the trace is then built once
     calls = scope.report(ops, live_calls(session, ops), findings)  # bridges + witness
     boundaries.report(ops, session, findings)  # foreign-kernel boundary ops
@@ -72,7 +84,24 @@ def trace(
                          warnings=tuple(findings.warnings), calls=calls)
     if guard is not None:  # the evidence envelope is sealed from the built structure (HYPOTHESIS)
         result = result.with_envelope(seal_new_envelope(result))
+    if backward_pass is not None:
+        result = replace(result, backward=backward_pass, _children=None)
     return result
+
+
+def _backward_recorder(capture: CaptureOptions, loss: Any) -> Any:
+    """The backward recorder class when a backward is asked for (refused typed where it cannot run)."""
+    if not capture.backward and loss is None:
+        return None
+    if loss is not None and not callable(loss):
+        raise InvalidInputError(f"loss must be a callable from the model's output to a scalar, not {type(loss).__name__}",
+                                site="trace(loss=...)", remedy="loss=lambda out: out.logits.sum()")
+    if capture.inference_only:
+        raise InvalidInputError("a backward cannot run after an inference-only capture", site="trace(capture=...)",
+                                remedy="Drop inference_only=True to capture the backward.")
+    from .backward.capture import BackwardRecorder
+
+    return BackwardRecorder
 
 
 def _offloaded(model: nn.Module) -> bool:

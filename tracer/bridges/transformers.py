@@ -89,6 +89,26 @@ def trace_config(name_or_path: str | Path, input_shape: Sequence[int] = DEFAULT_
     return trace_ids(model, input_shape).with_provenance(config_source=str(name_or_path))
 
 
+def trace_training_step(name_or_path: str | Path, input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE, *,
+                        checkpointing: bool = False, dtype: torch.dtype | None = None) -> Trace:
+    """Config -> meta model in train mode -> structure-only forward and backward (`trace.backward`).
+
+    The loss is the logits' sum (or the first floating output's); attention is eager, so the
+    bytes saved for the backward do not depend on which fused kernel a real device would pick.
+    With `checkpointing`, transformers' activation checkpointing (non-reentrant) is on.
+    """
+    from ..tracing import trace
+
+    model = build_meta_model(load_config(name_or_path), dtype=dtype, attn_implementation="eager")
+    model.train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ids = meta_input_ids(input_shape)
+    mask = torch.ones(tuple(input_shape), dtype=torch.long, device="meta")  # no packed-sequence value check
+    result = trace(model, (ids,), {"attention_mask": mask}, capture=CaptureOptions(structure_only=True, backward=True))
+    return result.with_provenance(config_source=str(name_or_path))
+
+
 def load_tokenizer(tokenizer: Any) -> Any:
     """A tokenizer object as given, or loaded from a local folder / tokenizer.json (never downloaded)."""
     if not isinstance(tokenizer, (str, Path)):

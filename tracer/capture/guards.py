@@ -1,0 +1,37 @@
+"""Several per-call guards as one (a structure-only capture that also records its backward)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .functions import FuncInfo
+from .session import CallGuard, CaptureSession
+
+
+class GuardChain(CallGuard):
+    """Runs each guard in order; the first typed refusal from `on_error` wins."""
+
+    def __init__(self, *guards: CallGuard) -> None:
+        self.guards = tuple(guards)
+
+    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> None:
+        for g in self.guards:
+            g.before_call(info, func, args, kwargs, session)
+
+    def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
+        for g in self.guards:
+            g.after_call(info, outputs, session)
+
+    def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession) -> BaseException | None:
+        for g in self.guards:
+            typed = g.on_error(info, exc, session)
+            if typed is not None:
+                return typed
+        return None
+
+
+def chain(*guards: CallGuard | None) -> CallGuard | None:
+    """The guards given (None skipped) as one guard, or None when there are none."""
+    present = [g for g in guards if g is not None]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else GuardChain(*present)
