@@ -270,8 +270,11 @@ class LayoutEngine:
         return f"{name}: {cls}"
 
     def fold_label(self, run: list[GroupKey]) -> str:
+        """`layers.0-11: LlamaDecoderLayer x12` for sibling blocks; `block: Sequential x3 calls` for one looped module."""
         first, last = run[0][0], run[-1][0]
         cls = self.tree.groups[run[0]].class_name
+        if first == last:  # the same module called again and again
+            return f"{first.rsplit('.', 1)[-1]}: {cls} x{len(run)} calls"
         head, _, a = first.rpartition(".")
         _, _, b = last.rpartition(".")
         prefix = head.rsplit(".", 1)[-1] + "." if head else ""

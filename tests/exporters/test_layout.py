@@ -150,6 +150,28 @@ def test_interleaved_container_gives_declared_back_edges():
     assert any(e.back_edge and e.target == block.id for e in folded.edges)
 
 
+class _Looped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp, self.block, self.out = nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8), nn.GELU()), nn.Linear(8, 2)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for _ in range(3):
+            x = self.block(x)
+        return self.out(x)
+
+
+def test_a_looped_module_folds_into_one_box_with_its_call_count():
+    trace = tracer.trace(_Looped(), (torch.randn(2, 8),))
+    plain = compute_layout(trace, ("",))
+    assert [n.id for n in plain.nodes if n.module == "block"] == ["mod:block", "mod:block:1", "mod:block:2"]
+    folded = compute_layout(trace, ("",), fold_repeats=True)
+    check_layout(folded, trace)
+    (box,) = [n for n in folded.nodes if n.kind == "folded"]
+    assert box.repeat == 3 and box.label == "block: Sequential x3 calls"
+
+
 def test_unknown_address_is_refused(llama):
     with pytest.raises(LayoutModuleUnknownError) as info:
         compute_layout(llama, ("", "model.layerz"))
