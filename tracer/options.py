@@ -22,6 +22,8 @@ class CaptureOptions:
     backward: after the forward, run the backward of a loss (`trace(..., loss=fn)`, default: the
         output's sum) and record it in `trace.backward` (`tracer.backward.BackwardPass`).
     save_grads: which op-output gradients the backward keeps: "all", "none" or a callable `op -> bool`.
+    backward_replay: keep the autograd graph and every node's incoming and outgoing gradients, so
+        `tracer.backward.validate_backward(trace)` can replay each node (memory: the graph stays alive).
     """
 
     save: SavePolicy = "all"
@@ -31,6 +33,7 @@ class CaptureOptions:
     witness: bool = False
     backward: bool = False
     save_grads: SavePolicy = "all"
+    backward_replay: bool = False
 
     def __post_init__(self) -> None:
         if not (self.save in ("all", "none") or callable(self.save)):
@@ -50,6 +53,6 @@ class CaptureOptions:
             "structure_only": self.structure_only,
             "record_source": self.record_source,
             "witness": self.witness,
-            **({"backward": True, "save_grads": self.save_grads if isinstance(self.save_grads, str) else
+            **({"backward": True, "backward_replay": self.backward_replay, "save_grads": self.save_grads if isinstance(self.save_grads, str) else
                 f"callable:{getattr(self.save_grads, '__name__', 'fn')}"} if self.backward else {}),
         }

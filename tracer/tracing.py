@@ -64,7 +64,7 @@ def trace(
                              modules=walked)
     saving = contextlib.nullcontext()
     if backward is not None:
-        backward = backward(session, capture.save_grads)
+        backward = backward(session, capture.save_grads, replay=capture.backward_replay)
         session.guard = chain(guard, backward.guard)
         saving = backward.saving()
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()

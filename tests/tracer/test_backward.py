@@ -190,3 +190,24 @@ def test_refusals_are_typed_and_leave_nothing_installed():
     assert err.value.code == "backward_failed" and "no gradient here" in str(err.value)
     assert _hooks(model) == 0 and _hooks(mlp) == 0
     assert torch._C._len_torch_function_stack() == 0
+
+
+def test_backward_validation_replays_every_node_and_catches_a_planted_wrong_gradient():
+    from tracer.backward.replay import validate_backward
+    from tracer.errors import ReplayUnavailableError
+
+    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
+    t = tracer.trace(model, (ids,), capture=CaptureOptions(backward=True, backward_replay=True),
+                     loss=lambda o: o.logits.sum())
+    report = validate_backward(t)
+    assert report, report.findings
+    assert report.nodes_replayed > 50 and report.nodes_exact + report.nodes_within_spread == report.nodes_replayed
+    # Plant a wrong gradient: the one the first linear layer's node passed on.
+    node = t.backward.node_of(next(op.label for op in t.ops if op.func.endswith("linear")))
+    incoming, outgoing = t.backward.node_grads[node.index]
+    planted = tuple(None if g is None else g * 1.001 + 1e-3 for g in outgoing)
+    t.backward.node_grads[node.index] = (incoming, planted)
+    bad = validate_backward(t)
+    assert not bad and [f.index for f in bad.findings] == [node.index]
+    with pytest.raises(ReplayUnavailableError):
+        validate_backward(tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum()))

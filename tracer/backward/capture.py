@@ -42,9 +42,10 @@ class _LinkGuard(CallGuard):
 class BackwardRecorder:
     """One capture's backward: `guard` and `saving()` during the forward, then `run`."""
 
-    def __init__(self, session: CaptureSession, save_grads: Any = "all") -> None:
+    def __init__(self, session: CaptureSession, save_grads: Any = "all", *, replay: bool = False) -> None:
         self.session = session
         self.save_grads = save_grads
+        self.replay = replay
         self.guard = _LinkGuard()
         self.raw: list[list] = []  # [op index, tensor, bytes]; aliases are resolved once the forward is done
 
@@ -82,15 +83,17 @@ class BackwardRecorder:
         order: dict[int, int] = {}
         grad_shapes: dict[int, tuple] = {}
         grads: dict[str, Any] = {}
+        node_grads: dict[int, tuple[tuple, tuple]] = {}
         meta = loss.is_meta
         handles = []
         recomputed: dict[str, int] = {}
         try:
             for i, fn in enumerate(nodes):
-                handles.append(fn.register_hook(self._node_hook(i, links, ops, order, grad_shapes, grads, meta)))
+                handles.append(fn.register_hook(self._node_hook(i, links, ops, order, grad_shapes, grads, meta,
+                                                                node_grads)))
             for addr, m in self.session.named:
                 handles.append(m.register_forward_pre_hook(_counter(addr, recomputed)))
-            loss.backward()
+            loss.backward(retain_graph=self.replay and not meta)
         except Exception as exc:
             raise BackwardFailedError(f"the backward raised {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
                                       site=described, remedy="Check the loss: it must be a scalar that depends on the "
@@ -121,12 +124,15 @@ class BackwardRecorder:
         no_node = tuple(op.label for op in ops if op.kind not in ("input", "output") and op.label not in linked)
         return BackwardPass(nodes=tuple(records), saved=saved, loss=described, estimate=meta,
                             grads=grads, param_grads=param_grads, no_node=no_node,
-                            recomputed={a: c for a, c in recomputed.items() if c}, notes=tuple(notes))
+                            recomputed={a: c for a, c in recomputed.items() if c}, notes=tuple(notes),
+                            node_grads=node_grads, live_nodes=tuple(nodes) if self.replay and not meta else ())
 
-    def _node_hook(self, i, links, ops, order, grad_shapes, grads, meta):
+    def _node_hook(self, i, links, ops, order, grad_shapes, grads, meta, node_grads):
         def hook(grad_inputs, grad_outputs):
             order[i] = len(order)
             grad_shapes[i] = tuple(tuple(g.shape) if isinstance(g, torch.Tensor) else None for g in grad_outputs)
+            if self.replay and not meta:
+                node_grads[i] = (_copies(grad_outputs), _copies(grad_inputs))
             if meta or i not in links or not grad_outputs or not isinstance(grad_outputs[0], torch.Tensor):
                 return None
             op = ops[links[i]]
@@ -203,6 +209,10 @@ def _counter(addr: str, counts: dict[str, int]):
 
 def _state(model: nn.Module):
     return list(model.named_parameters(remove_duplicate=False))
+
+
+def _copies(grads: tuple) -> tuple:
+    return tuple(g.detach().clone() if isinstance(g, torch.Tensor) else None for g in grads)
 
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,10 @@ class BackwardPass:
     no_node: tuple[str, ...] = ()  # forward ops with no autograd node (no_grad, integer outputs, no grad inputs)
     recomputed: dict[str, int] = field(default_factory=dict)  # module address -> calls re-run in backward (checkpointing)
     notes: tuple[str, ...] = ()
+    # With CaptureOptions(backward_replay=True): node index -> (incoming grads, outgoing grads), and the
+    # live autograd nodes (this process only, never saved) for `validate_backward`.
+    node_grads: dict[int, tuple[tuple, tuple]] = field(default_factory=dict, repr=False)
+    live_nodes: tuple = field(default=(), repr=False)
 
     def node_of(self, label: str) -> BackwardNode | None:
         """The node differentiating forward op `label`, if any."""
