@@ -211,3 +211,28 @@ def test_backward_validation_replays_every_node_and_catches_a_planted_wrong_grad
     assert not bad and [f.index for f in bad.findings] == [node.index]
     with pytest.raises(ReplayUnavailableError):
         validate_backward(tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum()))
+
+
+def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path):
+    import json
+
+    from tracer.errors import TraceFileTamperedError, TraceStructureInvalidError
+
+    t = tracer.trace(*_llama(False, True), capture=BACKWARD, loss=lambda o: o.logits.sum())
+    back = tracer.load(t.save(str(tmp_path / "step")))
+    a, b = t.backward, back.backward
+    assert (a.nodes, a.saved, a.loss, a.no_node, a.recomputed, a.notes) == \
+        (b.nodes, b.saved, b.loss, b.no_node, b.recomputed, b.notes)
+    assert training_memory(back) == training_memory(t)
+    assert not b.grads and not b.param_grads  # the numbers stay in the capturing process
+    # A reference to a node that does not exist is refused (after the digest is made to match).
+    from tracer.digest import canonical_digest
+
+    path = tmp_path / "step" / "trace.json"
+    doc = json.loads(path.read_text())
+    doc["trace"]["backward"]["nodes"][0]["next"] = [10_000]
+    doc["digest"]["structure"] = canonical_digest(doc["trace"])
+    path.write_text(json.dumps(doc))
+    with pytest.raises((TraceStructureInvalidError, TraceFileTamperedError)) as err:
+        tracer.load(str(tmp_path / "step"))
+    assert "backward" in str(err.value)

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Mapping
 
 import msgspec
 
+from ..backward.document import BackwardDoc, to_doc
 from ..errors import TraceSaveFailedError, TraceStructureInvalidError
 from ..ir import ModuleScope, ModuleStack, Op, ParamRecord, Trace
 from ..provenance import Provenance
@@ -31,6 +32,7 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
     provenance: dict[str, Any]
     warnings: tuple[str, ...]
     envelope: dict[str, Any] | None
+    backward: BackwardDoc | None = None  # from CaptureOptions(backward=True): structure and bytes, no gradients
 
 
 def _encode_other(value: Any) -> Any:
@@ -84,7 +86,8 @@ def encode_body(trace: Trace) -> bytes:
     body = Body(model_class=trace.model_class, ops=ops, modules=tuple(trace.modules.values()),
                 params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
                 warnings=tuple(trace.warnings),
-                envelope=None if trace.envelope is None else _envelope_json(trace.envelope))
+                envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
+                backward=None if trace.backward is None else to_doc(trace.backward))
     try:
         return _without_gc(_ENCODER.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:

@@ -29,9 +29,18 @@ def _load(path: str | Path) -> Trace:
     modules, params = check_body(body.ops, body.modules, body.params, body.provenance, body.envelope, site)
     trace = Trace(ops=body.ops, modules=modules, params=params, model_class=body.model_class,
                   provenance=provenance_from_json(body.provenance, site), warnings=body.warnings,
-                  envelope=_envelope(body, site))
+                  envelope=_envelope(body, site), backward=_backward(body, site))
     trace.values = _values(folder, digests.values, trace)
     return trace
+
+
+def _backward(body: Body, site: str) -> Any:
+    if body.backward is None:
+        return None
+    from ..backward.document import from_doc
+
+    return from_doc(body.backward, frozenset(op.label for op in body.ops), frozenset(m.address for m in body.modules),
+                    site)
 
 
 def _envelope(body: Body, site: str) -> Any:
