@@ -70,9 +70,18 @@ class CallGuard:
     def after_call(self, info: FuncInfo, outputs: list, session: "CaptureSession") -> None:
         pass
 
-    def on_error(self, info: FuncInfo, exc: BaseException, session: "CaptureSession") -> BaseException | None:
-        """A typed refusal to raise instead of `exc` (raised by the call itself), or None to re-raise it."""
+    def on_error(self, info: FuncInfo, exc: BaseException, session: "CaptureSession",
+                 call: tuple = ()) -> "BaseException | StandIn | None":
+        """For `exc` raised by `call` (func, args, kwargs): a typed refusal to raise instead, a `StandIn`
+        whose output is recorded as the call's, or None to re-raise it."""
         return None
+
+
+class StandIn:
+    """A call's output computed by a guard's declared rule when the kernel itself raised."""
+
+    def __init__(self, output: Any) -> None:
+        self.output = output
 
 
 class CaptureSession:
@@ -329,10 +338,12 @@ class CaptureSession:
             out = func(*args, **kwargs)
         except BaseException as exc:
             self._annotate(exc, info)
-            typed = guard.on_error(info, exc, self) if guard is not None else None
-            if typed is not None:
+            typed = guard.on_error(info, exc, self, (func, args, kwargs)) if guard is not None else None
+            if typed is None:
+                raise
+            if not isinstance(typed, StandIn):
                 raise typed from exc
-            raise
+            out = typed.output
         # Outputs: one record per tensor produced.
         if isinstance(out, _Tensor):
             outs = (out,)
