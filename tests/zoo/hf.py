@@ -72,6 +72,8 @@ def build(class_name: str, config: Any, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(0)
     with torch.device(device):
         model = cls._from_config(config)
+    if device == "meta":  # legacy constructors (torch.Tensor(n), torch.LongTensor(...)) ignore the device context
+        model.to("meta")
     return model.eval()
 
 
