@@ -24,6 +24,7 @@ from .functions import FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
 _Tensor = torch.Tensor
+_in_functorch_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
 _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
 
@@ -107,6 +108,7 @@ class CaptureSession:
         self.values: dict[int, torch.Tensor] = {}
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
+        self.transform_warned = False
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
         self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
         self.call_counter = 0
@@ -296,6 +298,8 @@ class CaptureSession:
     def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if self.suspended:  # inside a bridged hook: run, do not record
             return func(*args, **kwargs)
+        if _in_functorch_transform() is not None:  # inside torch.vmap/grad: wrapped tensors must not escape
+            return self._transform_call(func, args, kwargs)
         info = func_info(func)
         if info.metadata_only:
             return func(*args, **kwargs)
@@ -401,6 +405,15 @@ class CaptureSession:
         if guard is not None:
             guard.after_call(info, list(outs), self)
         return out
+
+    def _transform_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a call made inside a functorch transform unrecorded; its result enters the trace as a constant."""
+        if not self.transform_warned:
+            self.transform_warned = True
+            self.warnings.append(
+                "calls inside a functorch transform (torch.vmap, torch.func.grad) are not recorded op by op; "
+                "what the transform returns enters the trace as a constant (no edge to the tensors it read)")
+        return func(*args, **kwargs)
 
     def _arg(self, t, pos, parents, params, watched, tmap, param_ids):
         tid = id(t)
