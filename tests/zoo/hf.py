@@ -159,7 +159,7 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
     def weights_free():
         import tracer
 
-        meta = build(class_name, state["config"], device="meta")
+        meta = build(class_name, tiny_config(model_type), device="meta")  # a fresh config: some models edit theirs
         meta_inputs = {k: v.to("meta") for k, v in state["inputs"].items()}
         state["structure"] = tracer.trace(meta, (), meta_inputs, capture=tracer.CaptureOptions(structure_only=True))
 
