@@ -107,3 +107,29 @@ def test_a_size_given_as_tensors_is_a_value_read_not_a_missing_kernel():
         tracer.trace(_TensorSize(), (torch.zeros(1, 1, 4, 4, device="meta"), torch.ones(1, 1, 4, dtype=torch.long, device="meta")),
                      capture=SO)
     assert info.value.code == "value_dependent_branch" and "interpolate" in info.value.message
+
+
+def test_tiny_mixtral_on_meta_agrees_with_its_real_capture_except_at_the_device_branch():
+    """Every grouped_mm row (shape from the rule) matches the real capture; only transformers' branches on
+    the device type (a histc's input cast to float on cpu, to int elsewhere) differ, and discharge names them."""
+    from tests.tracer.test_moe import IDS, tiny_moe
+    from tracer.claims.join import claim_table
+
+    real = tiny_moe("mixtral", "eager")
+    with torch.device("meta"):
+        twin = type(real)(real.config).eval()
+    st = tracer.trace(twin, (IDS.to("meta"),), capture=SO)
+    rt = tracer.trace(real, (IDS,))
+    fallbacks = st.provenance["admission"]["meta_fallbacks"]
+    assert len(fallbacks) == 4 and {f["call"] for f in fallbacks} == {"torch._grouped_mm"}  # 2 layers x 2 matmuls
+    claimed, observed = claim_table(st)["ops"], claim_table(rt)["ops"]
+    assert len(claimed) == len(observed)
+    differing = [i for i, (a, b) in enumerate(zip(claimed, observed)) if a[1:4] + a[5:8] != b[1:4] + b[5:8]]
+    assert differing and not set(differing) & {f["op_index"] for f in fallbacks}
+    assert {str(st.ops[i].source) for i in differing} == {str(rt.ops[i].source) for i in differing}
+    # the experts' histc and the router loss's histc (output_router_logits) both cast by device type
+    assert {(st.ops[i].kind, rt.ops[i].kind) for i in differing} == {("int", "float"), ("to", "to"), ("histc", "histc")}
+    assert all(st.ops[i].kind == "histc" or st.ops[i + 1].kind == "histc" for i in differing)
+    result = st.discharge_against(rt)
+    assert result.state == "REFUTED" and result.contradiction["position"] == differing[0]
+    assert "one line took a different path" in str(result)
