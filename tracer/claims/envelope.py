@@ -140,10 +140,11 @@ class DischargeResult:
         c = self.contradiction
         where = f" at {c.get('table')}[{c.get('position')}]" if c.get("position") is not None else ""
         what = f": {c['field']} claimed {c['claimed']!r}, observed {c['observed']!r}" if "field" in c else ""
-        sites = {c.get("claimed_site"), c.get("observed_site")}
-        if len(sites) == 1 and None not in sites:
-            what += f"; both made at {c['claimed_site']}: one line took a different path on each side (a branch on the device type or dtype?)"
-        return f"{self.state}{where} ({c.get('reason')}){what}"
+        reason = c.get("reason")
+        if c.get("claimed_site") is not None and c.get("claimed_site") == c.get("observed_site"):
+            reason = "one line took a different path on each side: a branch on the device type or dtype?"
+            what += f" at {c['claimed_site']}"
+        return f"{self.state}{where} ({reason}){what}"
 
 
 def discharge(structure: Trace, real: Trace) -> DischargeResult:
