@@ -72,6 +72,8 @@ def build(class_name: str, config: Any, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(0)
     with torch.device(device):
         model = cls._from_config(config)
+    if device == "meta":  # legacy constructors (torch.Tensor(n), torch.LongTensor(...)) ignore the device context
+        model.to("meta")
     return model.eval()
 
 
@@ -157,7 +159,7 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
     def weights_free():
         import tracer
 
-        meta = build(class_name, state["config"], device="meta")
+        meta = build(class_name, tiny_config(model_type), device="meta")  # a fresh config: some models edit theirs
         meta_inputs = {k: v.to("meta") for k, v in state["inputs"].items()}
         state["structure"] = tracer.trace(meta, (), meta_inputs, capture=tracer.CaptureOptions(structure_only=True))
 

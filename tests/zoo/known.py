@@ -26,11 +26,13 @@ HF_ALL_KNOWN: dict[str, str] = {}
 # (model type or class name, column) -> failure class (a model type covers its base model and head).
 HF_KNOWN = {
     ("bart", "weights_free"): "weights_free_refused (typed: value_dependent_branch, transformers reads a value)",
-    ("wav2vec2", "weights_free"): "weights_free_refused (typed: mixed_substrate, weight_norm makes real tensors)",
     ("deberta-v2", "weights_free"): "weights_free_refused (typed: value_dependent_branch, Tensor.__contains__)",
-    ("mixtral", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
-    ("olmoe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
-    ("qwen2_moe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
+    ("mixtral", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
+                               "input float on cpu, int on meta)",
+    ("olmoe", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
+                               "input float on cpu, int on meta)",
+    ("qwen2_moe", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
+                               "input float on cpu, int on meta)",
     # Offline replay from a saved trace: dense permuted values keep their strides, but a value that was
     # a non-dense view (a slice) is saved dense, so a kernel fed that view in the forward replays
     # through another path and differs in the last bits.

@@ -24,6 +24,7 @@ from .functions import FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
 _Tensor = torch.Tensor
+_in_functorch_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
 _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
 
@@ -70,9 +71,18 @@ class CallGuard:
     def after_call(self, info: FuncInfo, outputs: list, session: "CaptureSession") -> None:
         pass
 
-    def on_error(self, info: FuncInfo, exc: BaseException, session: "CaptureSession") -> BaseException | None:
-        """A typed refusal to raise instead of `exc` (raised by the call itself), or None to re-raise it."""
+    def on_error(self, info: FuncInfo, exc: BaseException, session: "CaptureSession",
+                 call: tuple = ()) -> "BaseException | StandIn | None":
+        """For `exc` raised by `call` (func, args, kwargs): a typed refusal to raise instead, a `StandIn`
+        whose output is recorded as the call's, or None to re-raise it."""
         return None
+
+
+class StandIn:
+    """A call's output computed by a guard's declared rule when the kernel itself raised."""
+
+    def __init__(self, output: Any) -> None:
+        self.output = output
 
 
 class CaptureSession:
@@ -98,6 +108,7 @@ class CaptureSession:
         self.values: dict[int, torch.Tensor] = {}
         self.value_versions: dict[int, int] = {}
         self.warnings: list[str] = []
+        self.transform_warned = False
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
         self.recorder: TorchFunctionMode | None = None
         self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
@@ -289,6 +300,8 @@ class CaptureSession:
     def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if self.suspended:  # inside a bridged hook: run, do not record
             return func(*args, **kwargs)
+        if _in_functorch_transform() is not None:  # inside torch.vmap/grad: wrapped tensors must not escape
+            return self._transform_call(func, args, kwargs)
         info = func_info(func)
         if info.metadata_only:
             return func(*args, **kwargs)
@@ -331,10 +344,12 @@ class CaptureSession:
             out = func(*args, **kwargs)
         except BaseException as exc:
             self._annotate(exc, info)
-            typed = guard.on_error(info, exc, self) if guard is not None else None
-            if typed is not None:
+            typed = guard.on_error(info, exc, self, (func, args, kwargs)) if guard is not None else None
+            if typed is None:
+                raise
+            if not isinstance(typed, StandIn):
                 raise typed from exc
-            raise
+            out = typed.output
         # Outputs: one record per tensor produced.
         if isinstance(out, _Tensor):
             outs = (out,)
@@ -392,6 +407,15 @@ class CaptureSession:
         if guard is not None:
             guard.after_call(info, list(outs), self)
         return out
+
+    def _transform_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a call made inside a functorch transform unrecorded; its result enters the trace as a constant."""
+        if not self.transform_warned:
+            self.transform_warned = True
+            self.warnings.append(
+                "calls inside a functorch transform (torch.vmap, torch.func.grad) are not recorded op by op; "
+                "what the transform returns enters the trace as a constant (no edge to the tensors it read)")
+        return func(*args, **kwargs)
 
     def _arg(self, t, pos, parents, params, watched, tmap, param_ids):
         tid = id(t)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .join import claim_table, join, table_digests
+from .join import claim_table, folded_join, join, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
 from ..digest import canonical_digest
@@ -127,14 +127,24 @@ class DischargeResult:
     contradiction: Mapping[str, Any] | None
     envelope_digest: str
     envelope: "EvidenceEnvelope | None" = None  # the discharged envelope: `structure.with_envelope(result.envelope)`
+    folded: Mapping[str, int] | None = None  # constant-only ops compared by the values they feed (see join.folded_join)
 
     def __str__(self) -> str:
         if self.contradiction is None:
-            return f"{self.state}: every claim holds ({dict(self.claimed_counts)})"
+            text = f"{self.state}: every claim holds ({dict(self.claimed_counts)})"
+            if self.folded:
+                text += (f"; constant-only subgraphs compared by the values they feed ({self.folded['claimed_constant_ops']}"
+                         f" claimed ops, {self.folded['observed_constant_ops']} observed: one side read a tensor "
+                         f"computed outside this forward, e.g. a cache)")
+            return text
         c = self.contradiction
         where = f" at {c.get('table')}[{c.get('position')}]" if c.get("position") is not None else ""
         what = f": {c['field']} claimed {c['claimed']!r}, observed {c['observed']!r}" if "field" in c else ""
-        return f"{self.state}{where} ({c.get('reason')}){what}"
+        reason = c.get("reason")
+        if c.get("claimed_site") is not None and c.get("claimed_site") == c.get("observed_site"):
+            reason = "one line took a different path on each side: a branch on the device type or dtype?"
+            what += f" at {c['claimed_site']}"
+        return f"{self.state}{where} ({reason}){what}"
 
 
 def discharge(structure: Trace, real: Trace) -> DischargeResult:
@@ -158,16 +168,35 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
         raise DischargePreflightError(f"the twins are not comparable: {names} differ", site="discharge_against(real)",
                                       mismatches=mismatches)
     observed = claim_table(real)
-    contradiction = join(_thaw(env.claims), observed)
+    claimed = _thaw(env.claims)
+    contradiction = join(claimed, observed)
+    folded = None
+    if contradiction is not None:
+        refolded, folded = folded_join(claimed, observed)
+        if refolded is None:  # the only differences lie in constant-only subgraphs (a cache on one side)
+            contradiction = None
+        else:
+            _add_sites(contradiction, structure, real)
+            folded = None
     state = CORROBORATED if contradiction is None else REFUTED
     record = {"state": state, "against": {"model_class": real.model_class,
                                          "captured_at": real.provenance.captured_at,
                                          "claim_digests": table_digests(observed)},
-              "contradiction": contradiction}
+              "contradiction": contradiction, "constants_folded": folded}
     new = env.evolve("discharged", ladder_state=state, discharge=record)
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
-                           contradiction=contradiction, envelope_digest=new.digest, envelope=new)
+                           contradiction=contradiction, envelope_digest=new.digest, envelope=new, folded=folded)
+
+
+def _add_sites(contradiction: dict[str, Any], structure: Trace, real: Trace) -> None:
+    """Name the source line of each side's differing op: one line taking two paths is a branch (device, dtype)."""
+    position = contradiction.get("position")
+    if contradiction.get("table") != "ops" or position is None:
+        return
+    for side, trace in (("claimed_site", structure), ("observed_site", real)):
+        op = trace.ops[position] if position < len(trace.ops) else None
+        contradiction[side] = str(op.source) if op is not None and op.source is not None else None
 
 
 def require_corroborated(trace: Trace, what: str) -> None:

@@ -3,6 +3,11 @@
 A claim row is device-free (meta and real twins must agree on everything but values and device).
 The join compares record counts, then rows in order, naming the first differing position and
 field. Table digests (`table_digests`) seal a saved envelope's claims; the join needs none.
+
+`folded_join` is the weaker comparison a discharge falls back on: constant-only subgraphs (ops
+fed by no input and no parameter, e.g. coordinates from `arange`) are compared by the values
+they feed, so a tensor one side computed and the other read from a cache filled by an earlier
+forward (an `lru_cache`, a module's attribute) is not a contradiction; what it folded is disclosed.
 """
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ import json
 from typing import Any, Sequence
 
 from ..digest import canonical_digest
-from ..ir import Trace
+from ..ir import INPUT_KIND, OUTPUT_KIND, Trace
 
 OP_FIELDS = ("label", "kind", "func", "module", "parents", "shape", "dtype", "params", "output_index", "num_outputs")
 PARAM_FIELDS = ("address", "shape", "dtype", "is_buffer", "tied")
 MODULE_FIELDS = ("address", "class_name", "children")
 TABLES = (("ops", OP_FIELDS), ("params", PARAM_FIELDS), ("modules", MODULE_FIELDS))
+FOLDED_OP_FIELDS = OP_FIELDS[1:]  # labels follow kind counts, which folding changes
+_RANDOM_KINDS = ("rand", "normal", "bernoulli", "multinomial", "uniform", "exponential", "poisson", "dropout")
 
 
 def claim_table(trace: Trace) -> dict[str, list[list[Any]]]:
@@ -50,6 +57,35 @@ def join(claimed: dict[str, Sequence], observed: dict[str, Sequence]) -> dict[st
         if position is not None:
             return _contradiction(name, fields, a, b, position, reason="row differs")
     return None
+
+
+def folded_join(claimed: dict[str, Sequence], observed: dict[str, Sequence]) -> tuple[dict[str, Any] | None, dict]:
+    """`join` with constant-only op subgraphs folded into the values they feed; also returns what was folded."""
+    a, folded_a = fold_constants(_norm(claimed["ops"]))
+    b, folded_b = fold_constants(_norm(observed["ops"]))
+    folded = {"claimed_constant_ops": folded_a, "observed_constant_ops": folded_b}
+    position = _first_difference(a, b)
+    if position is not None:
+        reason = "record counts differ" if len(a) != len(b) else "row differs"
+        return _contradiction("ops (constants folded)", FOLDED_OP_FIELDS, a, b, position, reason=reason), folded
+    return join({**claimed, "ops": []}, {**observed, "ops": []}), folded
+
+
+def fold_constants(rows: Sequence) -> tuple[list, int]:
+    """Op rows without their constant-only ops (no input, parameter or random draw upstream), unlabelled:
+    a parent is the index of a kept row, or `["constant", shape, dtype]`. Also the number of ops folded."""
+    constants: dict[str, list] = {}
+    index: dict[str, int] = {}
+    kept: list = []
+    for label, kind, func, module, parents, shape, dtype, params, out_index, n_out in rows:
+        if (kind not in (INPUT_KIND, OUTPUT_KIND) and not params and not kind.startswith(_RANDOM_KINDS)
+                and all(src in constants for src, _pos in parents)):
+            constants[label] = ["constant", shape, dtype]
+            continue
+        index[label] = len(kept)
+        edges = [[constants[src] if src in constants else index.get(src, src), pos] for src, pos in parents]
+        kept.append([kind, func, module, edges, shape, dtype, params, out_index, n_out])
+    return kept, len(constants)
 
 
 def _first_difference(a: Sequence, b: Sequence) -> int | None:

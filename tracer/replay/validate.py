@@ -635,7 +635,8 @@ def check_invariants(trace: Trace) -> None:
             raise TraceInvariantError(f"{op.label}: {problem}", site=context(op), op=op.label, invariant=problem)
     problem, op = _unattributed_parameter(trace)
     if problem:
-        raise TraceInvariantError(f"{op.label}: {problem}", site=context(op), op=op.label, invariant=problem)
+        raise TraceInvariantError(f"{op.label}: {problem}", site=context(op), op=op.label, invariant=problem,
+                                  remedy=UNATTRIBUTED_REMEDY)
 
 
 def _op_invariant(trace: Trace, op: Op) -> str | None:
@@ -679,6 +680,14 @@ def _call_tensors(args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor
             yield k, a
 
 
+UNATTRIBUTED_REMEDY = (
+    "The module read a tensor held outside its parameters and buffers instead of the parameter: a patched or "
+    "quantized copy, or a cache an earlier forward filled (LeViT's attention-bias cache in eval mode). For a "
+    "cache, capture the forward that fills it (the first after model.train(); model.eval()), so the trace "
+    "records how it is made from the parameter; otherwise do not treat this trace as an exact record."
+)
+
+
 def _unattributed_parameter(trace: Trace) -> tuple[str | None, Op | None]:
     """A module that ran, read untracked tensors, and never had one of its own parameters attributed."""
     consumed = {addr for op in trace.ops for addr in op.params}
@@ -697,7 +706,7 @@ def _unattributed_parameter(trace: Trace) -> tuple[str | None, Op | None]:
                 continue
             labels = ", ".join(c.label for c in constants)
             return (f"parameter {addr!r} of {scope.class_name} '{address}' was never attributed to an op, "
-                    f"while the module computed from untracked tensors ({labels})"), constants[0]
+                    f"while the module computed from untracked tensors ({labels}): a copy or a cache of it?"), constants[0]
     return None, None
 
 

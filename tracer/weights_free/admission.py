@@ -22,6 +22,12 @@ EMPTY_WEIGHTS_REMEDY = (
     "Only buffers hold real values: accelerate.init_empty_weights() leaves buffers on the CPU by default. "
     "Build with init_empty_weights(include_buffers=True), or under `with torch.device('meta'):`."
 )
+LEGACY_CONSTRUCTOR_REMEDY = (
+    "A model built under `with torch.device('meta'):` keeps on the CPU what legacy constructors make "
+    "(torch.Tensor(n), torch.FloatTensor(...), torch.LongTensor(...)) and what torch.normal(mean, std, size) "
+    "draws: they ignore the device context. Move them with model.to('meta') before tracing (a structure-only "
+    "capture reads no values), or build with accelerate's init_empty_weights(include_buffers=True)."
+)
 
 
 def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], capture: Any
@@ -47,6 +53,8 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
         err = _mixed("the model's state is split between meta and real devices", meta_state, real_state)
         if all(n.startswith("buffer:") for n in real_state):
             err.remedy = EMPTY_WEIGHTS_REMEDY
+        elif len(real_state) < len(meta_state):  # a meta build with a few stragglers
+            err.remedy = LEGACY_CONSTRUCTOR_REMEDY
         raise err
     if real_in:
         raise _mixed("the model is on meta but inputs hold real values", meta_state + meta_in, real_in)

@@ -10,8 +10,9 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
-from ..capture.session import CallGuard, CaptureSession
+from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
+from . import meta_fallbacks
 from .constants import ConstantLedger
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
@@ -59,10 +60,21 @@ class StructureOnlyGuard(CallGuard):
                 attn_implementation=self.attn,
             )
 
-    def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession) -> BaseException | None:
-        """A kernel with no meta implementation (or one that refuses meta inputs) is a typed refusal."""
+    def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession,
+                 call: tuple = ()) -> BaseException | StandIn | None:
+        """A meta kernel that refused: its declared fallback output (disclosed), else a typed refusal."""
         if isinstance(exc, TracerError) or not isinstance(exc, (RuntimeError, NotImplementedError)):
             return None
+        found = meta_fallbacks.fallback_output(info.qualname, *call[1:]) if call else None
+        if found is not None:
+            self.admission.setdefault("meta_fallbacks", []).append(meta_fallbacks.disclosure(
+                info.qualname, found[0], found[1], len(session.records), session.site_text()))
+            return StandIn(found[0])
+        if meta_fallbacks.reads_values(exc):
+            return ValueDependentBranchError(
+                f"{info.qualname} reads a tensor's value inside its kernel (a size or index given as tensors?) "
+                f"during a structure-only capture: {str(exc).splitlines()[0][:200]}",
+                site=session.site_text(), call=info.qualname, module=_module_of(session))
         return MetaKernelUnavailableError(
             f"{info.qualname} cannot run on the meta device: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
             site=session.site_text(), call=info.qualname, module=_module_of(session))
