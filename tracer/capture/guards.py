@@ -4,11 +4,11 @@ from __future__ import annotations
 from typing import Any
 
 from .functions import FuncInfo
-from .session import CallGuard, CaptureSession
+from .session import CallGuard, CaptureSession, StandIn
 
 
 class GuardChain(CallGuard):
-    """Runs each guard in order; the first typed refusal from `on_error` wins."""
+    """Runs each guard in order; the first answer from `on_error` (a refusal or a stand-in) wins."""
 
     def __init__(self, *guards: CallGuard) -> None:
         self.guards = tuple(guards)
@@ -21,9 +21,10 @@ class GuardChain(CallGuard):
         for g in self.guards:
             g.after_call(info, outputs, session)
 
-    def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession) -> BaseException | None:
+    def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession,
+                 call: tuple = ()) -> BaseException | StandIn | None:
         for g in self.guards:
-            typed = g.on_error(info, exc, session)
+            typed = g.on_error(info, exc, session, call)
             if typed is not None:
                 return typed
         return None
