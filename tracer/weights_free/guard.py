@@ -124,6 +124,11 @@ class StructureOnlyGuard(CallGuard):
         kind = info.kind
         known = None if kind in _REFUSED_READS else kv.values_for(kind, args, kwargs, ledger)
         site = session.site_text()
+        if known is None and kind == "repeat_interleave":
+            size = kv.repeat_size(args, kwargs, ledger)  # the repeats are known: they fix the output size
+            if size is not None:
+                return self._disclosed(info, site, session, lambda: func(*args, **{**kwargs, "output_size": size}),
+                                       "constants")
         if known is None:
             neutral = neutral_read(kind, site)
             if neutral is None:

@@ -56,6 +56,20 @@ def reads_values(kind: str, args: tuple, kwargs: dict) -> bool:
     return isinstance(repeats, Tensor) and kwargs.get("output_size") is None
 
 
+def repeat_size(args: tuple, kwargs: dict, ledger: ConstantLedger) -> int | None:
+    """The output size along `dim` of `x.repeat_interleave(repeats, dim)` when `repeats` has a known value."""
+    if not args or not isinstance(args[0], Tensor):
+        return None
+    repeats = kwargs.get("repeats", args[1] if len(args) > 1 else None)
+    known = ledger.value_of(repeats) if isinstance(repeats, Tensor) else None
+    if known is None:
+        return None
+    dim = kwargs.get("dim", args[2] if len(args) > 2 else None)
+    if known.numel() == 1:
+        return int(known.reshape(())) * (args[0].shape[dim] if dim is not None else args[0].numel())
+    return int(known.sum())
+
+
 def values_for(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[tuple, dict] | None:
     """`(args, kwargs)` with every tensor replaced by its known value and meta devices by CPU, or None when a
     tensor the call reads has no known value."""
