@@ -63,14 +63,20 @@ class Reads(nn.Module):
             m.fill_(2.0)
             if (m == 2).all():  # READ_filled
                 y = y + 1
+        elif self.what == "written":
+            m = torch.zeros(4, device=x.device)
+            m[1] = 3  # an in-place write of a constant keeps the value known
+            m[2:] += torch.ones(2, device=x.device)
+            if m.sum() == 5:  # READ_written
+                y = y * 3
         return y
 
 
 CALLS = {"bool": "torch.Tensor.__bool__", "item": "torch.Tensor.item", "tolist": "torch.Tensor.tolist",
          "contains": "torch.Tensor.__contains__", "nonzero": "torch.Tensor.nonzero",
          "repeat_interleave": "torch.Tensor.repeat_interleave", "unique": "torch.functional.unique",
-         "filled": "torch.Tensor.__bool__"}
-ANSWERS = {"bool": True, "item": 15, "tolist": [3, 3], "contains": False, "filled": True}
+         "filled": "torch.Tensor.__bool__", "written": "torch.Tensor.__bool__"}
+ANSWERS = {"bool": True, "item": 15, "tolist": [3, 3], "contains": False, "filled": True, "written": True}
 SHAPES = {"nonzero": [4, 1], "repeat_interleave": [2, 8], "unique": [3]}  # data-dependent output shapes
 
 
@@ -202,6 +208,17 @@ def test_disclosure_survives_save_and_load(tmp_path):
     loaded = tracer.load(tmp_path / "t")
     assert loaded.provenance["admission"]["resolved_reads"] == st.provenance["admission"]["resolved_reads"]
     assert loaded.ladder_state == "HYPOTHESIS"
+
+
+def test_neutral_read_matches_only_the_registered_function_and_read():
+    from tracer.weights_free.neutral_reads import neutral_read
+
+    site = "/x/site-packages/transformers/modeling_utils.py:4701 in warn_if_padding_and_no_attention_mask"
+    assert neutral_read("contains", site).answer is False
+    assert neutral_read("bool", site) is None  # another read at the same place
+    assert neutral_read("contains", site.replace("modeling_utils", "masking_utils")) is None
+    assert neutral_read("contains", f"{__file__}:1 in warn_if_padding_and_no_attention_mask") is None
+    assert neutral_read("contains", None) is None
 
 
 # -- transformers ------------------------------------------------------------------------------
