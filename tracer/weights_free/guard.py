@@ -72,14 +72,10 @@ class StructureOnlyGuard(CallGuard):
         if kv.is_random(kind, args, kwargs):
             self._forget_written(info, args, kwargs)
             return None
-        if not (kv.any_known(args, kwargs, ledger) or kind in kv.SHAPE_ONLY_FIRST
-                or (kind in kv.VALUE_FACTORIES and not kv.has_tensor(args, kwargs))):
-            if info.value_read and kind in _VALUE_OPS:
-                self._refuse_read(info, session)
-            self._forget_written(info, args, kwargs)
-            return None
-        known = kv.values_for(kind, args, kwargs, ledger)
-        if known is None:
+        known = None
+        if kv.any_known(args, kwargs, ledger) or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
+            known = kv.values_for(kind, args, kwargs, ledger)
+        if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
             self._forget_written(info, args, kwargs)

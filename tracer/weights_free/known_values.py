@@ -101,14 +101,6 @@ def any_known(args: tuple, kwargs: dict, ledger: ConstantLedger) -> bool:
     return False
 
 
-def has_tensor(args: tuple, kwargs: dict) -> bool:
-    """True when a tensor appears among the arguments (top level or in a list)."""
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, Tensor) or (type(a) in (list, tuple) and any(isinstance(b, Tensor) for b in a)):
-            return True
-    return False
-
-
 def pair_outputs(meta_out: Any, known_out: Any) -> list[tuple[Tensor, Tensor]]:
     """`(meta tensor, its known value)` for each output both calls produced alike (shape and dtype)."""
     if isinstance(meta_out, Tensor):
@@ -160,7 +152,7 @@ def _known(a: Any, ledger: ConstantLedger, shape_only: bool) -> Any:
         v = ledger.value_of(a)
         if v is not None:
             return v
-        if shape_only:
+        if shape_only and a.numel() <= ledger.budget - ledger.used:  # a stand-in only within the bound
             return torch.empty(a.shape, dtype=a.dtype, device=_CPU)
         return _UNKNOWN
     if isinstance(a, torch.device):
