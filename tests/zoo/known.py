@@ -27,9 +27,7 @@ HF_SAMPLE = ("albert", "bart", "bert", "bloom", "clip", "convnext", "deberta-v2"
 HF_ALL_KNOWN: dict[str, str] = {}
 # (model type or class name, column) -> failure class (a model type covers its base model and head).
 HF_KNOWN = {
-    ("bart", "weights_free"): "weights_free_refused (typed: value_dependent_branch, transformers reads a value)",
     ("wav2vec2", "weights_free"): "weights_free_refused (typed: mixed_substrate, weight_norm makes real tensors)",
-    ("deberta-v2", "weights_free"): "weights_free_refused (typed: value_dependent_branch, Tensor.__contains__)",
     ("mixtral", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
     ("olmoe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
     ("qwen2_moe", "weights_free"): "weights_free_refused (typed: meta_kernel_unavailable, grouped_mm on float32 meta)",
