@@ -25,8 +25,6 @@ HF_SAMPLE = ("albert", "bart", "bert", "bloom", "clip", "convnext", "deberta-v2"
 HF_ALL_KNOWN: dict[str, str] = {}
 # (model type or class name, column) -> failure class (a model type covers its base model and head).
 HF_KNOWN = {
-    ("bart", "weights_free"): "weights_free_refused (typed: value_dependent_branch, transformers reads a value)",
-    ("deberta-v2", "weights_free"): "weights_free_refused (typed: value_dependent_branch, Tensor.__contains__)",
     ("mixtral", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
                                "input float on cpu, int on meta)",
     ("olmoe", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "

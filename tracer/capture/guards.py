@@ -13,9 +13,14 @@ class GuardChain(CallGuard):
     def __init__(self, *guards: CallGuard) -> None:
         self.guards = tuple(guards)
 
-    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> None:
+    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> Any:
+        """Each guard checks the call in turn; the first substitute one returns runs instead of `func`."""
+        substitute = None
         for g in self.guards:
-            g.before_call(info, func, args, kwargs, session)
+            found = g.before_call(info, func if substitute is None else substitute, args, kwargs, session)
+            if substitute is None and found is not None:
+                substitute = found
+        return substitute
 
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for g in self.guards:

@@ -65,8 +65,9 @@ class _Recorder(TorchFunctionMode):
 class CallGuard:
     """Per-call checks a capture mode adds (structure-only uses one). Default: none."""
 
-    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: "CaptureSession") -> None:
-        pass
+    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: "CaptureSession") -> Any:
+        """Check the call (raise to refuse it); return None, or a callable run in place of `func` on the same arguments."""
+        return None
 
     def after_call(self, info: FuncInfo, outputs: list, session: "CaptureSession") -> None:
         pass
@@ -309,7 +310,7 @@ class CaptureSession:
             return self._reenter_call(func, args, kwargs)  # torch.tensor(ndarray) after .numpy()
         guard = self.guard
         if guard is not None:
-            guard.before_call(info, func, args, kwargs, self)
+            func = guard.before_call(info, func, args, kwargs, self) or func
         parents: list = []
         params: list = []
         watched: list | None = None

@@ -1,18 +1,38 @@
-"""Constants of a structure-only capture: small real tensors made from Python numbers inside the forward.
+"""Constants of a structure-only capture: values fixed by the forward's own code, not by weights or inputs.
 
-`torch.tensor(4)` in model code holds nothing hidden: its value is in the source. Such a tensor
-(and what is computed from constants alone) is admitted and recorded; a real tensor that
-carries data from outside the forward still refuses (see `StructureOnlyGuard`).
+`torch.tensor(4)` in model code holds nothing hidden: its value is in the source. Such a real
+tensor (and what is computed from constants alone) is admitted and recorded. A meta tensor made
+from shapes and Python numbers (`torch.ones(shape, device=x.device)`, `torch.arange(n)`, and ops
+on such tensors) carries a *known value*: a small real CPU copy computed alongside, from which a
+later value read (`if mask.all():`) is answered and disclosed. Known values are bounded
+(`MAX_KNOWN_NUMEL` live elements in all); past the bound a tensor has none and a read refuses.
+A real tensor that carries data from outside the forward still refuses (see `StructureOnlyGuard`).
 """
 from __future__ import annotations
 
 import weakref
 from typing import Any
 
+import torch
 from torch import Tensor
 
 FROM_PYTHON_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"})
-MAX_CONSTANT_NUMEL = 64  # a constant is small: a window, a scale, a few ids
+MAX_KNOWN_NUMEL = 4_000_000  # live elements of real constants and known values together, per capture
+MAX_RECORDED_READS = 200  # resolved reads recorded one by one; beyond, only counted
+
+
+def is_python_call(args: tuple, kwargs: dict) -> bool:
+    """True when every argument is Python data or a dtype, device, size or name: no tensor, no foreign array."""
+    return all(_plain(a) for a in args) and all(_plain(a) for a in kwargs.values())
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    if value is None or isinstance(value, (bool, int, float, complex, str, torch.dtype, torch.device,
+                                           torch.layout, torch.memory_format)):
+        return True
+    if isinstance(value, (list, tuple)) and depth < 4:  # torch.Size is a tuple
+        return all(_plain(v, depth + 1) for v in value)
+    return False
 
 
 def is_python_data(value: Any, depth: int = 0) -> bool:
@@ -25,28 +45,140 @@ def is_python_data(value: Any, depth: int = 0) -> bool:
 
 
 class ConstantLedger:
-    """The constants admitted during one capture, by identity, with what made them."""
+    """The constants admitted during one capture and the known values of meta tensors, by identity."""
 
-    def __init__(self) -> None:
-        self._live: dict[int, weakref.ref] = {}
+    def __init__(self, budget: int = MAX_KNOWN_NUMEL) -> None:
+        self._live: dict[int, weakref.ref] = {}  # real constants made in the forward
+        self._origin: dict[int, int] = {}  # id -> index of its record
+        self._storages: dict[int, Any] = {}  # their storages, by data pointer (held: no pointer is reused)
+        # id -> (weak ref to the tensor, its known value or None for a real constant that is its own
+        # value, storage key of the value, numel charged)
+        self._known: dict[int, tuple[weakref.ref, Tensor | None, int, int]] = {}
+        self.budget = budget
+        self.used = 0
+        self.dropped = 0  # known values not kept because the bound was reached
         self.records: list[dict[str, Any]] = []
+        self.reads: list[dict[str, Any]] = []
+        self.read_count = 0
 
+    # -- real constants -----------------------------------------------------------------------
     def holds(self, t: Tensor) -> bool:
-        """True when `t` is a constant admitted earlier in this capture."""
+        """True when `t` is a constant admitted earlier in this capture, or shares its storage (an
+        `nn.Parameter` wrapped around it by a module built inside the forward)."""
         ref = self._live.get(id(t))
-        return ref is not None and ref() is t
+        if ref is not None and ref() is t:
+            return True
+        return bool(self._storages) and _storage_key(t) in self._storages
 
-    def makes_constant(self, qualname: str, args: tuple, kwargs: dict, real_args: list[Tensor]) -> bool:
-        """A call from Python data (`torch.tensor(4)`), or one whose real tensor arguments are all constants."""
+    def makes_constant(self, qualname: str, args: tuple, kwargs: dict, real_args: list[Tensor],
+                       factory: bool = False) -> bool:
+        """A call from Python data (`torch.tensor(4)`, `torch.arange(n)`), or one whose real tensor arguments
+        are all constants."""
         if qualname in FROM_PYTHON_DATA:
             return bool(args) and is_python_data(args[0]) and not real_args
+        if factory:
+            return not real_args
         return bool(real_args) and all(self.holds(t) for t in real_args)
 
-    def admit(self, t: Tensor, qualname: str, site: str | None) -> bool:
-        """Record `t` as a constant when it is small; False (not admitted) otherwise."""
-        if t.numel() > MAX_CONSTANT_NUMEL:
-            return False
-        self._live[id(t)] = weakref.ref(t)
-        self.records.append({"call": qualname, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                             "device": str(t.device), "site": site})
+    def admit(self, t: Tensor, qualname: str, site: str | None, values: str = "constant") -> bool:
+        """Record the real tensor `t` made in the forward while the bound allows; False (not admitted) otherwise.
+
+        `values` says what its values are: "constant" (fixed by the code: reads are answered from it),
+        "uninitialized" (`torch.empty`) or "random" (`torch.randn`): then no read is answered from it.
+        """
+        if not self.holds(t):
+            n = t.numel()
+            if self.used + n > self.budget:
+                return False
+            self._live[id(t)] = weakref.ref(t, self._release_live(id(t)))
+            self.used += n  # charged until the capture ends: the storage is held (see `holds`)
+            if n:
+                self._storages[_storage_key(t)] = t.untyped_storage()
+            self._origin[id(t)] = len(self.records)
+            self.records.append({"call": qualname, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                                 "device": str(t.device), "values": values, "site": site})
+        if values == "constant":
+            if self.value_of(t) is None:
+                self._known[id(t)] = (weakref.ref(t), None, _storage_key(t), 0)
+        else:  # written in place by a call whose result is not known
+            self.forget_aliases(t)
         return True
+
+    def made_by(self, t: Tensor) -> dict[str, Any] | None:
+        """The record of the call that made the admitted constant `t`."""
+        i = self._origin.get(id(t)) if self.holds(t) else None
+        return self.records[i] if i is not None else None
+
+    def _release_live(self, key: int):
+        def release(ref: weakref.ref) -> None:
+            if self._live.get(key) is ref:
+                del self._live[key]
+                self._known.pop(key, None)
+                self._origin.pop(key, None)
+        return release
+
+    # -- known values -------------------------------------------------------------------------
+    def value_of(self, t: Tensor) -> Tensor | None:
+        """The known value of `t` (a CPU tensor), or None when its value depends on weights or inputs."""
+        hit = self._known.get(id(t))
+        if hit is None or hit[0]() is not t:
+            return None
+        return t if hit[1] is None else hit[1]
+
+    def remember(self, t: Tensor, value: Tensor) -> bool:
+        """Keep `value` as the known value of the meta tensor `t` while the bound allows."""
+        old = self._known.get(id(t))
+        if old is not None and old[0]() is t:
+            if old[1] is value:
+                return True
+            self._forget(id(t))
+        n = value.numel()
+        if self.used + n > self.budget:
+            self.dropped += 1
+            return False
+        key = id(t)
+        ref = weakref.ref(t, self._release_known(key))
+        self._known[key] = (ref, value, _storage_key(value), n)
+        self.used += n
+        return True
+
+    def _release_known(self, key: int):
+        def release(ref: weakref.ref) -> None:
+            hit = self._known.get(key)
+            if hit is not None and hit[0] is ref:
+                self._forget(key)
+        return release
+
+    def _forget(self, key: int) -> None:
+        hit = self._known.pop(key, None)
+        if hit is not None:
+            self.used -= hit[3]
+
+    def forget_aliases(self, t: Tensor) -> None:
+        """`t` is written by a call whose result is not known: drop the known value of `t`, its base and every
+        tensor whose known value shares their storage."""
+        keys = set()
+        for x in (t, getattr(t, "_base", None)):
+            if x is None:
+                continue
+            hit = self._known.get(id(x))
+            if hit is not None and hit[0]() is x:
+                keys.add(hit[2])
+        if not keys:
+            return
+        for key in [k for k, hit in self._known.items() if hit[2] in keys]:
+            self._forget(key)  # a real constant stays admitted; its value is no longer known
+
+    # -- disclosure -----------------------------------------------------------------------------
+    def record_read(self, call: str, site: str | None, module: str, answer: Any, basis: str = "constants") -> None:
+        """Disclose one value read answered without weights: which call, where, and what it answered."""
+        self.read_count += 1
+        if len(self.reads) < MAX_RECORDED_READS:
+            self.reads.append({"call": call, "site": site, "module": module, "answer": answer, "basis": basis})
+
+
+def _storage_key(t: Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr() or id(t)
+    except (RuntimeError, NotImplementedError):
+        return id(t)

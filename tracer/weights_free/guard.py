@@ -1,19 +1,24 @@
-"""The per-call guard of a structure-only capture: no value reads, no real tensors.
+"""The per-call guard of a structure-only capture: no value reads it cannot answer, no real tensors.
 
-It runs inside the capture session's function mode (so torch calls made here are not
-recorded). Refusals carry the first source line outside torch and tracer: the user's code.
+It runs inside the capture session's function mode (so torch calls made here are not recorded).
+A value read on a tensor whose value is fixed by the forward's own code (a mask made with
+`torch.ones` from a shape, position ids from `torch.arange`) is answered from its known value
+(`ConstantLedger`) and disclosed in the admission record; a read of anything that depends on
+weights or inputs refuses. Refusals carry the first source line outside torch and tracer: the user's code.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
 from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
+from . import known_values as kv
 from . import meta_fallbacks
-from .constants import ConstantLedger
+from .constants import ConstantLedger, is_python_call
+from .neutral_reads import neutral_read
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
@@ -22,24 +27,33 @@ TRANSFORMERS_VALUE_REMEDY = (
     "attn_implementation='sdpa' (or flash) a passed attention_mask is read for its values, so build the "
     "model with attn_implementation='eager' to trace with a mask."
 )
+_REFUSED_READS = frozenset({"numpy", "array"})  # a tensor leaving torch: not answered even when known
+_VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answered as ordinary known ops
 
 
 class StructureOnlyGuard(CallGuard):
-    """Refuses value reads and real-device tensors during a meta capture."""
+    """Refuses value reads it cannot answer from constants, and real-device tensors, during a meta capture."""
 
     def __init__(self, model: nn.Module, admission: dict[str, Any]) -> None:
         self.admission = admission
         self.transformers = type(model).__module__.startswith("transformers")
         config = getattr(model, "config", None)
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
-        self.constants = ConstantLedger()  # small tensors made from Python numbers in the forward
+        self.constants = ConstantLedger()  # real constants and known values made in the forward
         self._constant_call = False
+        self._values = "constant"
+        self._mixed: Tensor | None = None
         admission["constants"] = self.constants.records
+        admission["resolved_reads"] = self.constants.reads  # every value read answered without weights
 
-    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> None:
+    def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
+                    session: CaptureSession) -> Callable | None:
+        ledger = self.constants
         reals = _real_tensors(args, kwargs)
-        self._constant_call = self.constants.makes_constant(info.qualname, args, kwargs, reals)
-        real = next((t for t in reals if not self.constants.holds(t)), None)
+        kind = info.kind
+        factory = not reals and is_python_call(args, kwargs)  # torch.arange(n), torch.div(7, 2), torch.randn(3)
+        self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
+        real = next((t for t in reals if not ledger.holds(t)), None)
         if real is not None:
             raise RealTensorInStructureCaptureError(
                 f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
@@ -50,21 +64,122 @@ class StructureOnlyGuard(CallGuard):
                 remedy="Register the tensor as a buffer (module.register_buffer) so it is built on meta "
                        "with the model, or create it from an input's device inside forward.",
             )
-        if info.value_read:
-            site = session.site_text()
-            remedy = TRANSFORMERS_VALUE_REMEDY if self.transformers else None
-            raise ValueDependentBranchError(
-                f"{info.qualname} reads a tensor's value (or a data-dependent shape) during a structure-only "
-                f"capture; meta tensors have no values",
-                site=site, remedy=remedy, call=info.qualname, module=_module_of(session),
-                attn_implementation=self.attn,
-            )
+        if self._constant_call:
+            self._values = _values_kind(kind, args, kwargs, ledger)
+        self._mixed = next((t for t in reals if t.dim() > 0), None) if reals and len(reals) < _count_tensors(
+            args, kwargs) else None  # a constant made on a real device meets meta tensors
+        if info.value_read and kind not in _VALUE_OPS and kv.reads_values(kind, args, kwargs):
+            return self._answer_read(info, func, args, kwargs, session)
+        if kv.is_random(kind, args, kwargs):
+            self._forget_written(info, args, kwargs)
+            return None
+        known = None
+        if kv.any_known(args, kwargs, ledger) or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
+            known = kv.values_for(kind, args, kwargs, ledger)
+        if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
+            if info.value_read and kind in _VALUE_OPS:
+                self._refuse_read(info, session)
+            self._forget_written(info, args, kwargs)
+            return None
+        return self._propagating(info, func, args, kwargs, known)
 
+    # -- known values ---------------------------------------------------------------------------
+    def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple) -> Callable:
+        """`func` on meta, and the same call on known values beside it when the output fits the bound."""
+        ledger = self.constants
+
+        def run(*a: Any, **k: Any) -> Any:
+            out = func(*a, **k)
+            metas = [m for m in ((out,) if isinstance(out, Tensor) else out if isinstance(out, (tuple, list)) else ())
+                     if isinstance(m, Tensor)]
+            written = _written(info, args, kwargs)
+            if not metas and written is None:
+                return out
+            if any(m.device.type != "meta" for m in metas):
+                return out  # a real constant: admitted in after_call
+            if sum(m.numel() for m in metas) > ledger.budget - ledger.used:
+                ledger.dropped += 1
+                if written is not None:
+                    ledger.forget_aliases(written)
+                return out
+            try:
+                value = func(*known[0], **known[1])
+            except Exception:  # the known value is a side computation: when it fails, the value is unknown
+                if written is not None:
+                    ledger.forget_aliases(written)
+                return out
+            kept = {id(m) for m, v in kv.pair_outputs(out, value) if ledger.remember(m, v)}
+            if written is not None and id(written) not in kept and out is not None:
+                ledger.forget_aliases(written)
+            return out
+
+        return run
+
+    def _answer_read(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> Callable:
+        """A substitute that answers the read from known values (disclosed), or a typed refusal."""
+        ledger = self.constants
+        kind = info.kind
+        known = None if kind in _REFUSED_READS else kv.values_for(kind, args, kwargs, ledger)
+        site = session.site_text()
+        if known is None and kind == "repeat_interleave":
+            size = kv.repeat_size(args, kwargs, ledger)  # the repeats are known: they fix the output size
+            if size is not None:
+                return self._disclosed(info, site, session, lambda: func(*args, **{**kwargs, "output_size": size}),
+                                       "constants")
+        if known is None:
+            neutral = neutral_read(kind, site)
+            if neutral is None:
+                self._refuse_read(info, session)
+            return self._disclosed(info, site, session, lambda: neutral.answer, f"neutral: {neutral.reason}")
+        if kind in kv.SHAPE_READS:
+            def shaped() -> Any:
+                value = func(*known[0], **known[1])
+                out = kv.to_meta(value)
+                for m, v in kv.pair_outputs(out, value):
+                    ledger.remember(m, v)
+                return out
+            return self._disclosed(info, site, session, shaped, "constants")
+        return self._disclosed(info, site, session, lambda: func(*known[0], **known[1]), "constants")
+
+    def _disclosed(self, info: FuncInfo, site: str | None, session: CaptureSession, answer: Callable[[], Any],
+                   basis: str) -> Callable:
+        ledger = self.constants
+        module = _module_of(session)
+
+        def run(*_a: Any, **_k: Any) -> Any:
+            value = answer()
+            ledger.record_read(info.qualname, site, module, kv.summarize(value), basis)
+            self.admission["resolved_read_count"] = ledger.read_count
+            return value
+
+        return run
+
+    def _forget_written(self, info: FuncInfo, args: tuple, kwargs: dict) -> None:
+        written = _written(info, args, kwargs)
+        if written is not None:
+            self.constants.forget_aliases(written)
+
+    def _refuse_read(self, info: FuncInfo, session: CaptureSession) -> None:
+        remedy = TRANSFORMERS_VALUE_REMEDY if self.transformers else None
+        raise ValueDependentBranchError(
+            f"{info.qualname} reads a tensor's value (or a data-dependent shape) during a structure-only "
+            f"capture; meta tensors have no values, and this one is not fixed by constants of the forward "
+            f"(it depends on weights or inputs)" + (
+                f"; {self.constants.dropped} known value(s) were dropped at the bound of "
+                f"{self.constants.budget} elements" if self.constants.dropped else ""),
+            site=session.site_text(), remedy=remedy, call=info.qualname, module=_module_of(session),
+            attn_implementation=self.attn,
+        )
+
+    # -- errors and outputs ------------------------------------------------------------------------
     def on_error(self, info: FuncInfo, exc: BaseException, session: CaptureSession,
                  call: tuple = ()) -> BaseException | StandIn | None:
-        """A meta kernel that refused: its declared fallback output (disclosed), else a typed refusal."""
+        """A meta kernel that refused: a CPU constant mixed in (typed), its declared fallback output
+        (disclosed), or a typed refusal."""
         if isinstance(exc, TracerError) or not isinstance(exc, (RuntimeError, NotImplementedError)):
             return None
+        if self._mixed is not None:
+            return _mixed_devices(info, self._mixed, self.constants.made_by(self._mixed), session)
         found = meta_fallbacks.fallback_output(info.qualname, *call[1:]) if call else None
         if found is not None:
             self.admission.setdefault("meta_fallbacks", []).append(meta_fallbacks.disclosure(
@@ -82,13 +197,54 @@ class StructureOnlyGuard(CallGuard):
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for t in outputs:
             if t.device.type != "meta" and not (
-                    self._constant_call and self.constants.admit(t, info.qualname, session.site_text())):
+                    self._constant_call and self.constants.admit(t, info.qualname, session.site_text(), self._values)):
                 raise RealTensorInStructureCaptureError(
                     f"{info.qualname} created a tensor on {t.device} (shape {tuple(t.shape)}) during a "
-                    f"structure-only capture",
+                    f"structure-only capture" + (
+                        f", past the bound of {self.constants.budget} elements for tensors made in the forward"
+                        if self._constant_call else ""),
                     site=session.site_text(), call=info.qualname, device=str(t.device), shape=tuple(t.shape),
                     module=_module_of(session),
                 )
+
+
+def _mixed_devices(info: FuncInfo, real: Tensor, origin: dict | None, session: CaptureSession
+                   ) -> RealTensorInStructureCaptureError:
+    made = f" by {origin['call']} at {origin['site']}" if origin else ""
+    return RealTensorInStructureCaptureError(
+        f"{info.qualname} mixed a tensor made on {real.device} inside the forward{made} (shape "
+        f"{tuple(real.shape)}) with meta tensors and failed: the constant is not on the model's device",
+        site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
+        made_by=origin["call"] if origin else None, module=_module_of(session))
+
+
+def _count_tensors(args: tuple, kwargs: dict) -> int:
+    n = 0
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor):
+            n += 1
+        elif type(a) in (list, tuple):
+            n += sum(1 for b in a if isinstance(b, Tensor))
+    return n
+
+
+def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> str:
+    """What the values of a real tensor made by this call are: constant, random, uninitialized or unknown."""
+    if kv.is_random(kind, args, kwargs):
+        return "random"
+    if kind in kv.UNINITIALIZED:
+        return "uninitialized"
+    return "constant" if kv.values_for(kind, args, kwargs, ledger) is not None else "unknown"
+
+
+def _written(info: FuncInfo, args: tuple, kwargs: dict) -> Tensor | None:
+    """The tensor an in-place call writes (its first argument or `out=`), or None."""
+    out = kwargs.get("out") if kwargs else None
+    if isinstance(out, Tensor):
+        return out
+    if (info.inplace or (kwargs and kwargs.get("inplace") is True)) and args and isinstance(args[0], Tensor):
+        return args[0]
+    return None
 
 
 def _real_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
