@@ -123,7 +123,11 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
         model = build(class_name, config)
         inputs = make_inputs(model, config)
         torch.manual_seed(0)
-        state.update(config=config, model=model, inputs=inputs, plain=model(**inputs))
+        plain = model(**inputs)
+        # The capture gets a freshly built twin (same seed): some models change on their first call
+        # (BigBird swaps its attention, others fill caches), and the weights-free capture is a first call too.
+        fresh = build(class_name, tiny_config(model_type))
+        state.update(config=config, model=fresh, inputs=inputs, plain=plain)
         state["params"] = sum(p.numel() for p in model.parameters())
 
     def capture():
