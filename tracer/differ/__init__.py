@@ -1,0 +1,9 @@
+"""Comparing two traces: op matching by where ops ran, structural changes, numeric divergence, roll-ups."""
+from __future__ import annotations
+
+from .build import diff
+from .records import ModuleRollup, OpDivergence, Tolerance
+from .result import TraceDiff
+from .store import load_diff
+
+__all__ = ["ModuleRollup", "OpDivergence", "Tolerance", "TraceDiff", "diff", "load_diff"]
