@@ -9,7 +9,7 @@ from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trac
 from .options import CaptureOptions
 from .provenance import Provenance
 from .compat import doctor
-from .differ import TraceDiff, diff, load_diff
+from .differ import TraceDiff, compare, diff, load_diff
 from .tracing import trace
 from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
@@ -26,5 +26,5 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
-    "Trace", "TraceDiff", "TracerError", "diff", "doctor", "load_diff", "load", "summary", "trace", "validate", "__version__",
+    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "load_diff", "load", "summary", "trace", "validate", "__version__",
 ]

@@ -176,3 +176,14 @@ def test_saved_diff_with_a_bad_record_refuses_even_when_resealed(base, tmp_path)
     (tmp_path / "e.json").write_text(json.dumps(doc))
     with pytest.raises(DiffFileCorruptError):
         tracer.load_diff(tmp_path / "e.json")
+
+
+def test_distance_counts_non_finite_and_measures_the_rest():
+    from tracer.differ.numeric import distance
+
+    a = torch.tensor([1.0, float("nan"), 3.0, float("inf")])
+    b = torch.tensor([1.0, 2.0, 3.5, float("inf")])
+    max_abs, rel, cos, bad_a, bad_b = distance(a, b)
+    assert (bad_a, bad_b) == (2, 1) and max_abs == pytest.approx(0.5) and 0 < rel < 1 and 0.99 < cos <= 1
+    assert distance(torch.zeros(3), torch.zeros(3))[1:3] == (0.0, 1.0)
+    assert distance(torch.zeros(3), torch.ones(3))[1:3] == (1.0, 0.0)

@@ -5,5 +5,6 @@ from .build import diff
 from .records import ModuleRollup, OpDivergence, Tolerance
 from .result import TraceDiff
 from .store import load_diff
+from .twins import compare
 
-__all__ = ["ModuleRollup", "OpDivergence", "Tolerance", "TraceDiff", "diff", "load_diff"]
+__all__ = ["ModuleRollup", "OpDivergence", "Tolerance", "TraceDiff", "compare", "diff", "load_diff"]

@@ -61,6 +61,11 @@ class OpChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     scope: tuple[str, ...]
     changes: tuple[FieldChange, ...]
 
+    @property
+    def dtype_only(self) -> bool:
+        """True when only the output dtype differs."""
+        return all(c.field == "dtype" for c in self.changes)
+
 
 class RecordChange(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A module or parameter present on both sides whose fields differ."""
@@ -115,7 +120,8 @@ class ModuleRollup(msgspec.Struct, frozen=True):
     status: str
     ops_added: int = 0
     ops_removed: int = 0
-    ops_changed: int = 0
+    ops_changed: int = 0  # function, shape or parameters read differ
+    ops_retyped: int = 0  # only the dtype differs (what a dtype twin expects)
     ops_compared: int = 0
     ops_diverged: int = 0
     worst_op: str | None = None

@@ -70,6 +70,8 @@ def _detail(row: ModuleRollup) -> str:
         parts.append(row.status)
     ops = [f"{sign}{n} ops" for sign, n in (("+", row.ops_added), ("-", row.ops_removed), ("~", row.ops_changed)) if n]
     parts.extend(ops)
+    if row.ops_retyped:
+        parts.append(f"{row.ops_retyped} retyped")
     if row.ops_compared:
         parts.append(f"{row.ops_diverged}/{row.ops_compared} beyond tol")
         parts.append(f"worst {row.worst_op} rel {row.worst_rel_l2:.3g}")

@@ -12,15 +12,16 @@ if TYPE_CHECKING:
 
 def module_rollups(diff: "TraceDiff") -> dict[str, ModuleRollup]:
     """Every module of the merged tree with its share of `diff` (see ModuleRollup)."""
-    counts: dict[str, dict[str, int]] = {a: {"ops_added": 0, "ops_removed": 0, "ops_changed": 0,
+    counts: dict[str, dict[str, int]] = {a: {"ops_added": 0, "ops_removed": 0, "ops_changed": 0, "ops_retyped": 0,
                                               "ops_compared": 0, "ops_diverged": 0} for a in diff.modules}
     worst: dict[str, OpDivergence] = {}
     for name, records in (("ops_added", diff.added_ops), ("ops_removed", diff.removed_ops),
                           ("ops_changed", diff.changed_ops)):
         for rec in records:
+            name_here = "ops_retyped" if name == "ops_changed" and rec.dtype_only else name
             for address in _scope(rec.scope):
                 if address in counts:
-                    counts[address][name] += 1
+                    counts[address][name_here] += 1
     by_label: dict[str, OpDivergence] = {}
     for div in diff.divergences:
         by_label[div.label_a] = div
