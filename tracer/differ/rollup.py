@@ -12,6 +12,13 @@ if TYPE_CHECKING:
 
 def module_rollups(diff: "TraceDiff") -> dict[str, ModuleRollup]:
     """Every module of the merged tree with its share of `diff` (see ModuleRollup)."""
+    memo: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def _scope(scope: tuple[str, ...]) -> tuple[str, ...]:
+        if scope not in memo:
+            memo[scope] = _enclosing(scope)
+        return memo[scope]
+
     counts: dict[str, dict[str, int]] = {a: {"ops_added": 0, "ops_removed": 0, "ops_changed": 0, "ops_retyped": 0,
                                               "ops_compared": 0, "ops_diverged": 0} for a in diff.modules}
     worst: dict[str, OpDivergence] = {}
@@ -52,8 +59,15 @@ def first_divergence(divergences: tuple[OpDivergence, ...], tolerance: Tolerance
     return next((d for d in divergences if d.diverged(tolerance)), None)
 
 
-def _scope(scope: tuple[str, ...]) -> tuple[str, ...]:
-    return scope if scope and scope[0] == "" else ("", *scope)
+def _enclosing(scope: tuple[str, ...]) -> tuple[str, ...]:
+    """The modules an op ran inside: its call stack, plus each address's dotted parents (a ModuleList
+    that is never called itself still holds its blocks), root first."""
+    found = dict.fromkeys(("",))
+    for address in scope:
+        parts = address.split(".") if address else []
+        for i in range(1, len(parts) + 1):
+            found[".".join(parts[:i])] = None
+    return tuple(found)
 
 
 def _worst_output(labels: tuple[str, ...], by_label: dict[str, OpDivergence]) -> OpDivergence | None:
