@@ -18,14 +18,14 @@ def drawn_side(diff: TraceDiff) -> str:
     return "b" if diff.added_ops else "a"
 
 
-def divergence_scores(diff: TraceDiff, side: str = "a") -> dict[str, float]:
-    """`{op label on side: score}` (see module docstring)."""
+def divergence_scores(diff: TraceDiff, side: str = "a", *, beyond_only: bool = False) -> dict[str, float]:
+    """`{op label on side: score}` (see module docstring); `beyond_only` scores ops within the tolerance 0."""
     first = 0 if side == "a" else 1
     scores = {pair[first]: 0.0 for pair in diff.pairs}
     by_a = {d.label_a: d for d in diff.divergences}
     for pair in diff.pairs:
         found = by_a.get(pair[0])
-        if found is not None:
+        if found is not None and (not beyond_only or found.diverged(diff.tolerance)):
             scores[pair[first]] = found.rel_l2
     for change in diff.changed_ops:
         if not change.dtype_only:

@@ -5,6 +5,6 @@ from .build import diff
 from .records import ModuleRollup, OpDivergence, Tolerance
 from .result import TraceDiff
 from .store import load_diff
-from .twins import compare
+from .twins import compare, describe_model, twin_traces
 
-__all__ = ["ModuleRollup", "OpDivergence", "Tolerance", "TraceDiff", "compare", "diff", "load_diff"]
+__all__ = ["ModuleRollup", "OpDivergence", "Tolerance", "TraceDiff", "compare", "describe_model", "diff", "load_diff", "twin_traces"]

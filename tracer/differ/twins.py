@@ -3,13 +3,14 @@ seed, and diff them. Twins: a dtype, an attention backend, LoRA merged, or a sec
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 
 from ..errors import CompareTwinError, CompareTwinUnavailableError, DiffInputError
+from ..ir import Trace
 from ..options import CaptureOptions
 from .build import diff
 from .result import TraceDiff
@@ -39,19 +40,29 @@ def compare(model: nn.Module, args: Any = (), input_kwargs: Mapping[str, Any] | 
 
     `against`: a dtype (torch.bfloat16, "bf16", "fp16"), an attention backend ("eager", "sdpa"),
     "lora-merged" (a peft model against its merged copy) or a second nn.Module. `model` is never changed.
+    A model on the meta device (weights-free) gives a structure diff.
     """
+    side_a, side_b, twin = twin_traces(model, args, input_kwargs, against=against, seed=seed, capture=capture)
+    chosen = rtol if rtol is not None else (twin.rtol if twin.rtol is not None else 1e-3)
+    return diff(side_a, side_b, rtol=chosen, atol=atol, describe_a=describe_model(model),
+                describe_b=twin.description)
+
+
+def twin_traces(model: nn.Module, args: Any = (), input_kwargs: Mapping[str, Any] | None = None, *, against: Any,
+                seed: int = 0, capture: CaptureOptions = CaptureOptions()) -> tuple[Trace, Trace, Twin]:
+    """The traces of `model` and of its twin (same inputs, same seed) and the twin itself."""
     from ..tracing import trace
 
     if not isinstance(model, nn.Module):
         raise DiffInputError(f"compare() needs an nn.Module, got {type(model).__name__}", site="compare(model=...)")
     twin = make_twin(model, against)
+    if any(p.is_meta for p in model.parameters()):
+        capture = replace(capture, structure_only=True)  # weights-free: both sides capture structure only
     kwargs = dict(input_kwargs or {})
     side_a = _seeded(seed, lambda: trace(_base(model, against), args, kwargs, capture=capture))
     side_b = _seeded(seed, lambda: trace(twin.model, twin.adapt_inputs(args), twin.adapt_inputs(kwargs),
                                          capture=capture))
-    chosen = rtol if rtol is not None else (twin.rtol if twin.rtol is not None else 1e-3)
-    return diff(side_a, side_b, rtol=chosen, atol=atol, describe_a=_describe(model),
-                describe_b=twin.description)
+    return side_a, side_b, twin
 
 
 def make_twin(model: nn.Module, against: Any) -> Twin:
@@ -117,7 +128,8 @@ def _base(model: nn.Module, against: Any) -> nn.Module:
     return model
 
 
-def _describe(model: nn.Module) -> str:
+def describe_model(model: nn.Module) -> str:
+    """A model in a few words: class, parameter dtypes, attention backend."""
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
     backend = getattr(getattr(model, "config", None), "_attn_implementation", None)
     extra = f", attention {backend}" if backend else ""
