@@ -32,40 +32,55 @@ def op_divergence(x: Op, y: Op, value_a: Any, value_b: Any) -> OpDivergence | No
 def distance(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float, int, int]:
     """(max abs, relative L2, cosine, non-finite in a, non-finite in b) of two same-shaped tensors, in float64.
 
-    One pass over the full tensors; only when a norm comes out non-finite are the non-finite
-    elements counted and left out (the slow path).
+    Read in chunks of CHUNK elements (below torch's parallel grain, so no thread pool is woken: on a
+    busy machine that costs more than the arithmetic) and widened chunk by chunk, so memory stays
+    bounded. Only when a sum comes out non-finite are the non-finite elements counted and left out.
     """
-    x, y = _wide(a), _wide(b)
+    x, y = _flat(a), _flat(b)
     if x.numel() == 0:
         return 0.0, 0.0, 1.0, 0, 0
-    stats = _stats(x, y)
+    stats = _sums(x, y, masked=False)
     bad_a = bad_b = 0
     if not all(math.isfinite(v) for v in stats):
-        finite_a, finite_b = torch.isfinite(x), torch.isfinite(y)
-        bad_a, bad_b = int((~finite_a).sum()), int((~finite_b).sum())
-        both = finite_a & finite_b
-        x, y = x[both], y[both]
-        if x.numel() == 0:
-            return 0.0, 0.0, 1.0, bad_a, bad_b
-        stats = _stats(x, y)
-    max_abs, nd, na, nb, dot = stats
+        stats = _sums(x, y, masked=True)
+        bad_a, bad_b = int(stats[5]), int(stats[6])
+    max_abs, dd, xx, yy, xy = (max(0.0, v) if i else v for i, v in enumerate(stats[:5]))
+    nd, na, nb = math.sqrt(dd), math.sqrt(xx), math.sqrt(yy)
     scale = max(na, nb)
     rel = nd / scale if scale > 0 else 0.0
     if na > 0 and nb > 0:
-        cos = max(-1.0, min(1.0, dot / (na * nb)))
+        cos = max(-1.0, min(1.0, xy / (na * nb)))
     else:
         cos = 1.0 if na == nb else 0.0
     return float(max_abs), float(min(rel, 2.0)), float(cos), bad_a, bad_b
 
 
-def _stats(x: torch.Tensor, y: torch.Tensor) -> list[float]:
-    d = x - y
-    return torch.stack([d.abs().max(), torch.linalg.vector_norm(d), torch.linalg.vector_norm(x),
-                        torch.linalg.vector_norm(y), torch.dot(x, y)]).tolist()
+CHUNK = 1 << 15  # at most torch's parallel grain size (32,768): each chunk runs on the calling thread
 
 
-def _wide(value: torch.Tensor) -> torch.Tensor:
+def _sums(x: torch.Tensor, y: torch.Tensor, masked: bool) -> list[float]:
+    """[max |x-y|, sum (x-y)^2, sum x^2, sum y^2, sum x*y] (and, when `masked`, the non-finite counts of x
+    and y, the sums taken over elements finite on both sides)."""
+    parts = []
+    for start in range(0, x.numel(), CHUNK):
+        xs = x[start:start + CHUNK].to("cpu", torch.float64)
+        ys = y[start:start + CHUNK].to("cpu", torch.float64)
+        extra = []
+        if masked:
+            fa, fb = torch.isfinite(xs), torch.isfinite(ys)
+            both = fa & fb
+            extra = [(~fa).sum().to(torch.float64), (~fb).sum().to(torch.float64)]
+            xs, ys = xs[both], ys[both]
+        d = xs - ys
+        top = d.abs().max() if d.numel() else torch.zeros((), dtype=torch.float64)
+        # products summed elementwise, not torch.dot: BLAS may wake its own threads even for a short vector
+        parts.append(torch.stack([top, (d * d).sum(), (xs * xs).sum(), (ys * ys).sum(), (xs * ys).sum(), *extra]))
+    table = torch.stack(parts)
+    return [table[:, 0].max().item(), *table[:, 1:].sum(0).tolist()]
+
+
+def _flat(value: torch.Tensor) -> torch.Tensor:
     flat = value.detach().reshape(-1)
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
-    return flat.to("cpu", torch.float64)
+    return flat
