@@ -3,13 +3,15 @@
 Run: `python tests/bench/bench_diff.py [--repeats 7] [--tokens 16]`. Side b of the 8B case is the same
 config with sdpa attention (so the diff has real work: matched, added and removed ops); the GPT-2 small
 case compares fp32 against a bf16 twin with every value saved (random weights, the shipped config's
-sizes). Only `tracer.diff` is timed: captures happen once, before. Prints markdown rows for
+sizes). Only `tracer.diff` is timed: captures happen once, before. The last row times the Compare tab's
+recolour on a tolerance change (re-judging the diff, new fills, patched source; no browser round trip). Prints markdown rows for
 docs/benchmarks.md with medians, min-max, the sizes and the machine's load.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import platform
 import statistics
@@ -65,6 +67,8 @@ def main() -> None:
     dg = tracer.diff(ga, gb)
     numeric = timed(lambda: tracer.diff(ga, gb), args.repeats)
 
+    recolour = recolour_times(gpt2, ids, (ga, gb, dg), args.repeats)
+
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"# {time.strftime('%Y-%m-%d')} · {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"torch threads {torch.get_num_threads()}, Python {platform.python_version()}, load average {load:.1f}")
@@ -75,6 +79,22 @@ def main() -> None:
     print(f"| numeric: GPT-2 small fp32 vs bf16, {args.tokens} tokens, all values | {len(ga.ops):,} ops, "
           f"{len(dg.divergences):,} compared, {sum(v.numel() for v in ga.values.values()):,} elements per side "
           f"| {spread(numeric)} | <= 0.5 s |")
+    print(f"| Compare tab recolour on a tolerance change (same GPT-2 diff, default view) | "
+          f"{recolour[1]} boxes | {spread(recolour[0])} | <= 0.2 s |")
+
+
+def recolour_times(model, ids, result, repeats: int) -> tuple[list[float], int]:
+    """Seconds the Compare tab takes to re-judge and recolour on a tolerance change (no browser)."""
+    from app.sources import Loaded
+    from app.state import ExplorerState
+    from app.views.compare import ComparePanel
+
+    panel = ComparePanel(state=ExplorerState(Loaded(result[0], "bench", "factory", "bench", model=model,
+                                                    inputs=(ids,))))
+    panel.show(result)
+    tolerances = itertools.cycle([1e-2, 1e-3])
+    times = timed(lambda: panel.set_tolerance(next(tolerances)), repeats)
+    return times, len(panel.layout.nodes)
 
 
 if __name__ == "__main__":
