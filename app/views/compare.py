@@ -15,7 +15,7 @@ import param
 
 import tracer
 from exporters.bokeh_graph import graph_figure
-from exporters.diff_overlay import TITLE, diff_caption, divergence_scores, drawn_side
+from exporters.diff_overlay import TITLE, diff_caption, divergence_scores, drawn_side, op_notes
 from exporters.figures import overlay_fills
 from exporters.layout import LayoutEngine
 from tracer.configs import shipped_configs
@@ -149,6 +149,7 @@ class ComparePanel(pn.viewable.Viewer):
         self.layout = layout
         fig = graph_figure(layout, trace, caption=None, width=GRAPH_W, height=GRAPH_H)
         self.figure = fig
+        self._annotate(fig)
         self._recolour()
         self._attach_tap(fig)
         self.pane.object = fig
@@ -163,6 +164,25 @@ class ComparePanel(pn.viewable.Viewer):
         source.data = {**source.data, "fill": [fills.get(i, "#eeeeee") for i in source.data["id"]]}
         self.legend.object = _legend_html(legend)
         self.recolour_ms = (time.perf_counter() - started) * 1000
+
+    def _annotate(self, fig: Any) -> None:
+        """Each box's hover gains a `diff` line: an op's match, distance or change (both shapes when they
+        differ), a module's roll-up."""
+        from bokeh.models import HoverTool
+
+        notes = op_notes(self.diff, self._side())
+        rollups = self.diff.rollups()
+        source = fig.select_one({"name": "nodes"}).data_source
+        column = []
+        for ident, module in zip(source.data["id"], source.data["module"]):
+            if ident in notes:
+                column.append(notes[ident])
+            else:
+                row = rollups.get("" if module == "(root)" else module)
+                column.append(row.describe() if row is not None else "")
+        source.data = {**source.data, "diff": column}
+        for tool in fig.select({"type": HoverTool}):
+            tool.tooltips = [*tool.tooltips, ("diff", "@diff")]
 
     def set_tolerance(self, rtol: float | None) -> None:
         """Judge the diff under a new relative tolerance and recolour (nothing is recomputed from values)."""

@@ -37,6 +37,10 @@ def test_bf16_twin_draws_a_coloured_graph_with_both_sides(loaded):
     assert "OBSERVED" in panel.sides.object and 'data-side="b"' in panel.sides.object
     assert "divergence" in panel.legend.object
     assert panel.figure is not None and len(set(_fills(panel).values())) > 1
+    data = panel.figure.select_one({"name": "nodes"}).data_source.data
+    notes = dict(zip(data["id"], data["diff"]))
+    assert any("retyped" in n and "beyond tol" in n for n in notes.values())  # module boxes: roll-ups
+    assert any("changed: dtype float32 -> bfloat16" in n for n in notes.values())  # op boxes: both dtypes
 
 
 def test_tolerance_change_recolours_without_recomputing(loaded, tmp_path):

@@ -140,6 +140,20 @@ class ModuleRollup(msgspec.Struct, frozen=True):
     def divergent(self) -> bool:
         return self.structural or self.ops_diverged > 0
 
+    def describe(self) -> str:
+        """One line: status, ops added/removed/changed/retyped, beyond tolerance, worst op, output distance."""
+        parts = [self.status] if self.status != "matched" else []
+        parts += [f"{sign}{n} ops" for sign, n in (("+", self.ops_added), ("-", self.ops_removed),
+                                                   ("~", self.ops_changed)) if n]
+        if self.ops_retyped:
+            parts.append(f"{self.ops_retyped} retyped")
+        if self.ops_compared:
+            parts.append(f"{self.ops_diverged}/{self.ops_compared} beyond tol")
+            parts.append(f"worst {self.worst_op} rel {self.worst_rel_l2:.3g}")
+        if self.output_rel_l2 is not None:
+            parts.append(f"output rel {self.output_rel_l2:.3g}")
+        return " · ".join(parts) if parts else "same"
+
     def sort_key(self) -> tuple:
         """Most divergent first: structural changes, then ops beyond tolerance, then the worst distance."""
         return (not self.structural, not self.ops_diverged, -self.worst_rel_l2)

@@ -37,12 +37,12 @@ def render_diff(diff: "TraceDiff", *, max_depth: int | None = None, top: int = 1
     if divergent:
         lines.append("divergent modules (most first):")
         for row in divergent[:top]:
-            lines.append(f"  {_MARK[row.status]}{row.address or '(root)'}: {row.class_name}  {_detail(row)}")
+            lines.append(f"  {_MARK[row.status]}{row.address or '(root)'}: {row.class_name}  {row.describe()}")
         if len(divergent) > top:
             lines.append(f"  ... and {len(divergent) - top} more")
     root = diff.modules.get("")
     if root is not None:
-        lines.append(f"tree: {root.class_name}  {_detail(rollups[''])}")
+        lines.append(f"tree: {root.class_name}  {rollups[''].describe()}")
         _render_tree(diff, rollups, max_depth, lines)
     for change in diff.changed_ops[:top]:
         fields = "; ".join(f"{c.field} {c.a} -> {c.b}" for c in change.changes)
@@ -62,22 +62,6 @@ def _non_finite(div) -> str:
     if div.non_finite_a or div.non_finite_b:
         return f", non-finite {div.non_finite_a} vs {div.non_finite_b}"
     return ""
-
-
-def _detail(row: ModuleRollup) -> str:
-    parts = []
-    if row.status != "matched":
-        parts.append(row.status)
-    ops = [f"{sign}{n} ops" for sign, n in (("+", row.ops_added), ("-", row.ops_removed), ("~", row.ops_changed)) if n]
-    parts.extend(ops)
-    if row.ops_retyped:
-        parts.append(f"{row.ops_retyped} retyped")
-    if row.ops_compared:
-        parts.append(f"{row.ops_diverged}/{row.ops_compared} beyond tol")
-        parts.append(f"worst {row.worst_op} rel {row.worst_rel_l2:.3g}")
-    if row.output_rel_l2 is not None:
-        parts.append(f"output rel {row.output_rel_l2:.3g}")
-    return " · ".join(parts) if parts else "same"
 
 
 def _render_tree(diff: "TraceDiff", rollups: dict[str, ModuleRollup], max_depth: int | None, lines: list[str]) -> None:
@@ -104,7 +88,7 @@ def _render_tree(diff: "TraceDiff", rollups: dict[str, ModuleRollup], max_depth:
             deep = depth >= _MAX_INDENT
             stack.append((shown, prefix if deep else prefix + extend, depth + 1))
             stack.append(f"  {prefix}{branch}{_MARK[first.status]}{name}: {first.class_name}{times}{which}  "
-                         f"{_detail(rollups[shown])}")
+                         f"{rollups[shown].describe()}")
 
 
 def _runs(diff: "TraceDiff", rollups: dict[str, ModuleRollup], children: tuple[str, ...]) -> list[list[str]]:
