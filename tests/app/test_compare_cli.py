@@ -63,3 +63,12 @@ def test_snapshot_diff_writes_a_captioned_svg(saved, tmp_path, capsys):
     root = ET.parse(out).getroot()
     texts = " ".join(t.text or "" for t in root.iter() if t.tag.endswith("text"))
     assert "Diff of a:" in texts and "divergence" in texts
+
+
+def test_diff_of_two_factory_models(capsys):
+    assert cli.main(["diff", "--model-a", "tests.models:tiny_gpt2", "--model-b", "tests.models:tiny_gpt2"]) == 0
+    assert "no differences" in capsys.readouterr().out  # same seed, same inputs: equal op for op
+    assert cli.main(["diff", "--model-a", "tests.models:tiny_gpt2", "--model-b", "tests.models:tiny_llama",
+                     "--max-depth", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "+ model: LlamaModel  added" in out and "- transformer: GPT2Model  removed" in out
