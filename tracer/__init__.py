@@ -1,6 +1,6 @@
 """tracer: capture a PyTorch model's forward pass into a plain-data Trace.
 
-Public face: `trace`, `CaptureOptions`, `load`, `summary`, `diff`, and the IR classes.
+Public face: `trace`, `CaptureOptions`, `load`, `summary`, `diff` and `compare` (with `load_diff`), and the IR classes.
 """
 from __future__ import annotations
 

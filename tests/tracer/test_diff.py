@@ -187,3 +187,21 @@ def test_distance_counts_non_finite_and_measures_the_rest():
     assert (bad_a, bad_b) == (2, 1) and max_abs == pytest.approx(0.5) and 0 < rel < 1 and 0.99 < cos <= 1
     assert distance(torch.zeros(3), torch.zeros(3))[1:3] == (0.0, 1.0)
     assert distance(torch.zeros(3), torch.ones(3))[1:3] == (1.0, 0.0)
+
+
+def test_every_truncation_and_byte_flip_of_a_saved_diff_refuses_typed(base, tmp_path):
+    from tracer.errors import StoreError
+
+    raw = tracer.diff(base, base).save(tmp_path / "d.json").read_bytes()
+    bad = tmp_path / "bad.json"
+    cuts = sorted({1, 10, 40, 80, len(raw) // 3, len(raw) // 2, len(raw) - 2, len(raw) - 1})
+    flips = range(0, len(raw), max(1, len(raw) // 40))
+    cases = [raw[:n] for n in cuts] + [raw[:i] + bytes([raw[i] ^ 0x01]) + raw[i + 1:] for i in flips]
+    refused = 0
+    for data in cases:
+        bad.write_bytes(data)
+        try:
+            tracer.load_diff(bad)
+        except StoreError:
+            refused += 1
+    assert refused == len(cases)  # nothing loads, and nothing untyped escapes
