@@ -64,7 +64,7 @@ def _side(trace: Trace, description: str) -> Side:
 
 def _default_description(trace: Trace) -> str:
     source = trace.provenance.config_source
-    kind = "weights-free" if trace.structure_only else "eager"
+    kind = "weights-free" if trace.structure_only else ("values saved" if trace.values else "no values saved")
     return f"{trace.model_class} ({kind}{', ' + str(source) if source else ''})"
 
 
@@ -86,7 +86,7 @@ def _divergences(a: Trace, b: Trace, pairs) -> tuple[tuple[OpDivergence, ...], s
                 found.append(div)
     note = f"values compared on {len(found)} of {len(pairs)} matched ops"
     if skipped:
-        note += f" ({skipped} with both values but different shapes or non-tensor values not compared)"
+        note += f" ({skipped} more hold values that cannot be compared: different shapes, meta or non-tensor)"
     if len(found) < len(pairs) - skipped:
         note += "; the other matched ops have no saved value on one side"
     return tuple(found), note
