@@ -233,11 +233,24 @@ class ComparePanel(pn.viewable.Viewer):
         parts = op.module.split(".") if op.module else []
         self.expanded = self.expanded | {""} | {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
         self._draw()
+        self._centre_on(label)
         self.stats.object = self._stats_html(label)
         if self._side() == "a" and label in self.state.trace:
             self.state.select_op(label)  # the main graph and inspector follow
         self._say(f"First divergence: {label} in {op.module or '(root)'}.")
         return label
+
+    def _centre_on(self, label: str) -> None:
+        """Pan the tab's graph so the box drawing op `label` sits in view, a third from the top."""
+        try:
+            node = self.layout.node_of_op(label)
+        except KeyError:
+            return
+        xr, yr = self.figure.x_range, self.figure.y_range
+        span_x, span_y = xr.end - xr.start, yr.start - yr.end  # y is flipped: start is the bottom
+        top = node.y - span_y / 3
+        yr.update(end=top, start=top + span_y)
+        xr.update(start=node.x - span_x / 2, end=node.x + span_x / 2)
 
     # -- text -------------------------------------------------------------------------------------
     def _sides_html(self) -> str:

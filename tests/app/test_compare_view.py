@@ -63,6 +63,9 @@ def test_tolerance_change_recolours_without_recomputing(loaded, tmp_path):
     assert label == panel.diff.first_divergence.label_a
     assert panel.state.selected == label  # the explorer's own graph and inspector follow
     assert "transformer.h.1.ln_1" in panel.expanded
+    node = panel.layout.node_of_op(label)
+    yr, xr = panel.figure.y_range, panel.figure.x_range
+    assert yr.end < node.y < yr.start and xr.start < node.x < xr.end  # the tab's graph shows it
     assert label in panel.stats.object and "mean" in panel.stats.object
 
 
