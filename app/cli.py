@@ -5,6 +5,8 @@
     torchlens-explore --model pkg.mod:factory --input-shape 1,8
     torchlens-explore --summary [gpt2]        print the trace summary and exit
     torchlens-explore snapshot PATH --out fig.svg [--width column|page|IN] [--hide FAMILY] [--no-caption]
+    torchlens-explore diff A B [--rtol R] [--json] [--save d.json]   compare two traces (app.diff_cli)
+    torchlens-explore snapshot --diff A B --out fig.svg              the diff as a figure coloured by divergence
 """
 from __future__ import annotations
 
@@ -60,6 +62,11 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     from exporters.figures import add_overlay_arguments
 
     add_overlay_arguments(p)
+    from .diff_cli import add_side_arguments
+
+    p.add_argument("--diff", nargs=2, default=None, metavar=("A", "B"),
+                   help="draw the diff of two sides (saved traces or configs) coloured by divergence")
+    add_side_arguments(p)
     return p
 
 
@@ -69,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args and args[0] == "snapshot":
             return snapshot(_snapshot_parser().parse_args(args[1:]))
+        if args and args[0] == "diff":
+            from .diff_cli import diff_main
+
+            return diff_main(args[1:])
         if args and args[0] == "export-html":
             from .export_html import export_html_main
 
@@ -174,6 +185,10 @@ def snapshot(ns: argparse.Namespace) -> int:
 
         raise InvalidInputError(f"--out {ns.out!r} must end in .svg or .png", site="snapshot --out",
                                 remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
+    if ns.diff:
+        from .diff_cli import snapshot_diff
+
+        return snapshot_diff(ns)
     from exporters import figures
     from exporters.layout import LayoutEngine
     from exporters.layout.dag import COMPACT

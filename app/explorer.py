@@ -12,6 +12,7 @@ from exporters.model_explorer.server import free_port
 from .sources import Loaded
 from .state import ExplorerState
 from .views.banner import ClaimBanner
+from .views.compare import ComparePanel
 from .views.discharge import DischargePanel
 from .views.doctor import DoctorPanel
 from .views.export import ExportPanel
@@ -29,7 +30,7 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     graph = GraphView(state=state)
     left = pn.Column(ModuleTree(state=state), Inspector(state=state), width=360, css_classes=["tlx-left"])
     right = pn.Tabs(("Discharge", DischargePanel(state=state)), ("Doctor", DoctorPanel(state=state)),
-                    ("Export", ExportPanel(state=state)), width=380, css_classes=["tlx-right"])
+                    ("Export", ExportPanel(state=state)), ("Compare", ComparePanel(state=state)), width=380, css_classes=["tlx-right"])
     header = pn.Column(
         pn.pane.HTML(f'<div class="tlx-title" style="font:600 20px sans-serif">torchlens-explore &middot; '
                      f'{html.escape(loaded.title)}</div>'),

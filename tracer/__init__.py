@@ -1,6 +1,6 @@
 """tracer: capture a PyTorch model's forward pass into a plain-data Trace.
 
-Public face: `trace`, `CaptureOptions`, `load`, `summary`, and the IR classes.
+Public face: `trace`, `CaptureOptions`, `load`, `summary`, `diff` and `compare` (with `load_diff`), and the IR classes.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trac
 from .options import CaptureOptions
 from .provenance import Provenance
 from .compat import doctor
+from .differ import TraceDiff, compare, diff, load_diff
 from .tracing import trace
 from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
@@ -26,5 +27,6 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
-    "Trace", "TracerError", "doctor", "explore", "load", "summary", "trace", "validate", "__version__",
+    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "summary", "trace",
+    "validate", "__version__",
 ]

@@ -360,3 +360,45 @@ def _family(cls: type[TracerError]) -> str:
     if cls is TracerError or TracerError in cls.__bases__:
         return "-"
     return next(b.__name__ for b in cls.__mro__ if TracerError in b.__bases__)
+
+
+# -- diff and compare ------------------------------------------------------------------
+class DiffInputError(InvalidInputError):
+    code = "diff_input_invalid"
+    default_remedy = "Pass two tracer.Trace objects (tracer.trace(...) or tracer.load(path)) and a tolerance >= 0."
+
+
+class CompareTwinError(InvalidInputError):
+    code = "compare_twin_unsupported"
+    default_remedy = ("Pass against= a dtype (torch.bfloat16, 'bf16', 'fp16'), an attention backend ('eager', 'sdpa'), "
+                      "'lora-merged' for a peft model, 'int8' for bitsandbytes 8-bit, or a second nn.Module.")
+
+
+class CompareTwinUnavailableError(CompareTwinError):
+    code = "compare_twin_unavailable"
+    default_remedy = "This twin needs an optional package or device that is not present; install it or pick another twin."
+
+
+class DiffFileNotFoundError(StoreError):
+    code = "diff_file_missing"
+    default_remedy = "Pass the JSON file written by TraceDiff.save(path)."
+
+
+class DiffFileCorruptError(StoreError):
+    code = "diff_file_corrupt"
+    default_remedy = "The file is truncated, not a diff, or a record in it is malformed; compute and save the diff again."
+
+
+class DiffFileTamperedError(StoreError):
+    code = "diff_digest_mismatch"
+    default_remedy = "The diff's contents do not match its digest; it was edited or damaged. Save the diff again."
+
+
+class DiffSchemaError(StoreError):
+    code = "diff_schema_unsupported"
+    default_remedy = "This file was written by another format or version of torchlens-explore; save the diff again."
+
+
+class DiffSavePathError(StoreError):
+    code = "diff_save_path_invalid"
+    default_remedy = "Pass a file path ending in .json whose folder can be written; an existing non-diff file is left alone."
