@@ -11,7 +11,9 @@ import math
 import operator
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import Any
+from typing import Any, Iterable
+
+import msgspec
 
 from ..errors import TraceLimitError, TraceStructureInvalidError
 from ..ir import ModuleScope, Op, ParamRecord
@@ -134,7 +136,7 @@ def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params
         lines = [src.line for src in map(_SOURCE, ops) if src is not None]
         if lines and (min(lines) < 0 or max(lines) > MAX_INT):
             return False
-        for attrs in filter(None, map(_ATTRS, ops)):
+        for attrs in distinct_plain(filter(None, map(_ATTRS, ops))):
             check_plain(attrs, "", "")
     except (TraceStructureInvalidError, TraceLimitError):
         return False
@@ -225,6 +227,22 @@ def _check_module_records(modules: dict[str, ModuleScope], ops: tuple[Op, ...], 
             for label in (*call.inputs, *call.outputs):
                 if label not in labels:
                     raise _bad(site, where, f"has a call reading or giving unknown op {label!r}")
+
+
+def distinct_plain(values: Iterable[Any]) -> Iterable[Any]:
+    """One of each distinct decoded JSON value (equal JSON text passes `check_plain` alike), made at C speed.
+
+    For values decoded from JSON only (where a list is never a tuple and every float is finite): an
+    op-dense trace repeats a handful of call templates 100,000s of times.
+    """
+    values = list(values)
+    try:
+        return dict(zip(map(_JSON_TEXT, values), values)).values()
+    except (TypeError, ValueError, OverflowError, RecursionError):  # not plain: let check_plain name it
+        return values
+
+
+_JSON_TEXT = msgspec.json.encode
 
 
 def check_plain(value: Any, where: str, site: str) -> None:
