@@ -106,7 +106,7 @@ def _meta(raw: tuple, cache: dict) -> TensorMeta:
     hit = cache.get(raw)
     if hit is None:
         shape, dtype, device, rg = raw
-        hit = TensorMeta(shape=shape, dtype=str(dtype).replace("torch.", ""), device=str(device), requires_grad=rg)
+        hit = TensorMeta(shape=tuple(shape), dtype=str(dtype).replace("torch.", ""), device=str(device), requires_grad=rg)
         cache[raw] = hit
     return hit
 
