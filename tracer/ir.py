@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
 from typing import Any, Iterator, Mapping, Sequence
 
 from .provenance import Provenance
@@ -250,7 +249,7 @@ class Trace:
     def __post_init__(self) -> None:
         if not isinstance(self.provenance, Provenance):  # a plain mapping, as saved
             self.provenance = Provenance.from_dict(self.provenance)
-        self._by_label = dict(zip(map(_LABEL, self.ops), self.ops))
+        self._by_label = {op.label: op for op in self.ops}
 
     def with_provenance(self, **changes: Any) -> "Trace":
         """A new trace sharing this one's graph and values, its provenance with `changes`."""
@@ -389,6 +388,3 @@ class Trace:
             f"<Trace {self.model_class}: {len(self.ops)} ops, {self.num_edges} edges, "
             f"{len(self.modules)} modules, {n_params:,} params{saved}; {self.ladder_state}>"
         )
-
-
-_LABEL = attrgetter("label")
