@@ -7,6 +7,17 @@ import time
 from typing import Callable
 
 
+class Times(list):
+    """Wall seconds of each run; `.cpu` holds this process's CPU seconds (`time.process_time`) of the same runs.
+
+    On shared cores CPU time is the steadier figure: it leaves out the time spent waiting for a core.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpu: list[float] = []
+
+
 def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
     """Median wall time of `fn` over `repeats` warm runs."""
     for _ in range(warmup):

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import tracer  # noqa: E402
 from tests.bench._memory import reset_peak, status_kb  # noqa: E402
+from tests.bench._timing import Times  # noqa: E402
 
 
 class Loop(nn.Module):
@@ -82,16 +83,21 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn: Callable[[], object], device: str, repeats: int) -> list[float]:
-    """Wall times of `repeats` runs of `fn` (after one warm-up), synchronising the device."""
+def timed(fn: Callable[[], object], device: str, repeats: int) -> Times:
+    """Wall and CPU times of `repeats` runs of `fn` (after one warm-up), synchronising the device.
+
+    CPU time (`time.process_time`) is reported beside wall time: on shared cores it is the steadier
+    figure (it leaves out time spent waiting for a core).
+    """
     fn()
-    out = []
+    out = Times()
     for _ in range(repeats):
         _sync(device)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fn()
         _sync(device)
         out.append(time.perf_counter() - start)
+        out.cpu.append(time.process_time() - cpu)
     return out
 
 
@@ -100,7 +106,7 @@ def fmt(times: list[float]) -> str:
     return f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f})"
 
 
-def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, list[float], int]]:
+def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, Times, int]]:
     """(step, times, ops) for one loop size."""
     from exporters.model_explorer import export
 
@@ -108,7 +114,7 @@ def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, list
     torch.manual_seed(0)
     model = Loop(steps).to(device).eval()
     x = torch.randn(2, 4, device=device)
-    rows: list[tuple[str, list[float], int]] = []
+    rows: list[tuple[str, Times, int]] = []
 
     def recorder() -> None:
         with BareRecorder():
@@ -154,7 +160,7 @@ def million_rss(device: str) -> tuple[float, int]:
     return took, (status_kb("VmHWM") - base) // 1024
 
 
-def gpt2_ratio(device: str, repeats: int) -> tuple[list[float], list[float], list[float]]:
+def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times]:
     """Bare forward, bare recorder and capture (save=none) of GPT-2 small on 8 ids."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -166,42 +172,43 @@ def gpt2_ratio(device: str, repeats: int) -> tuple[list[float], list[float], lis
         with BareRecorder():
             model(ids)
 
-    bare = timed(lambda: model(ids), device, repeats)
-    rec = timed(recorder, device, repeats)
+    with torch.no_grad():
+        bare = timed(lambda: model(ids), device, repeats)
+        rec = timed(recorder, device, repeats)
     cap = timed(lambda: tracer.trace(model, (ids,), capture=tracer.CaptureOptions(save="none")), device, repeats)
     return bare, rec, cap
 
 
-def weights_free_ratio(repeats: int) -> tuple[list[float], list[float]]:
-    """Bare meta forward of the shipped Llama-3.1-8B config against its weights-free capture."""
-    from tracer.bridges.transformers import build_meta_model, trace_config
+def weights_free_ratio(repeats: int) -> tuple[Times, Times]:
+    """Bare meta forward of the shipped Llama-3.1-8B config against its weights-free capture of the same model."""
+    from tracer.bridges.transformers import build_meta_model, load_config, trace_ids
 
-    model = build_meta_model("llama-3.1-8b")
+    model = build_meta_model(load_config("llama-3.1-8b"))
     ids = torch.zeros((1, 8), dtype=torch.long, device="meta")
     with torch.no_grad():
         bare = timed(lambda: model(ids), "cpu", repeats)
-    cap = timed(lambda: trace_config("llama-3.1-8b", input_shape=(1, 8)), "cpu", repeats)
+    cap = timed(lambda: trace_ids(model, (1, 8)), "cpu", repeats)
     return bare, cap
 
 
-def nest_rows(depths: tuple[int, ...]) -> list[tuple[int, float, float]]:
-    """(depth, capture seconds, summary seconds) for chains of nested modules.
+def nest_rows(depths: tuple[int, ...], repeats: int) -> list[tuple[int, Times, Times, Times]]:
+    """(depth, bare forward, capture, summary) times for chains of nested modules.
 
     The plain forward of such a chain needs a higher recursion limit and, past a few thousand
     levels, a bigger C stack than the main thread's (CPython crashes at 10,000 levels here): each
     depth runs in a thread with a 512 MiB stack.
     """
-    out: list[tuple[int, float, float]] = []
+    out: list[tuple[int, Times, Times, Times]] = []
 
     def one(depth: int) -> None:
         model = nest(depth)
         x = torch.zeros(2)
-        start = time.perf_counter()
-        t = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save="none"))
-        cap = time.perf_counter() - start
-        start = time.perf_counter()
-        t.summary()
-        out.append((depth, cap, time.perf_counter() - start))
+        none = tracer.CaptureOptions(save="none")
+        with torch.no_grad():
+            bare = timed(lambda: model(x), "cpu", repeats)
+        cap = timed(lambda: tracer.trace(model, (x,), capture=none), "cpu", repeats)
+        t = tracer.trace(model, (x,), capture=none)
+        out.append((depth, bare, cap, timed(t.summary, "cpu", repeats)))
 
     for depth in depths:
         sys.setrecursionlimit(max(sys.getrecursionlimit(), 8 * depth + 1000))  # the plain forward needs it
@@ -213,9 +220,9 @@ def nest_rows(depths: tuple[int, ...]) -> list[tuple[int, float, float]]:
     return out
 
 
-def per_op_us(times: list[float], floor: list[float], bare: list[float], n: int) -> str:
-    """Microseconds per op beyond the bare forward, for a capture and for the floor."""
-    return f"{(statistics.median(times) - statistics.median(bare)) / n * 1e6:.1f} us"
+def cpu(times: Times) -> str:
+    """Median CPU seconds with the spread (min-max)."""
+    return fmt(times.cpu)
 
 
 def main() -> None:
@@ -228,43 +235,45 @@ def main() -> None:
     skip = set(filter(None, ns.skip.split(",")))
     sizes = [int(s) for s in ns.sizes.split(",") if s]
     dev = ns.device
+    med = statistics.median
     name = torch.cuda.get_device_name() if dev.startswith("cuda") else f"{os.cpu_count()} CPU cores"
     print(f"torch {torch.__version__}, python {platform.python_version()}, {name}, medians of "
-          f"{ns.repeats} warm runs with (min-max)")
+          f"{ns.repeats} warm runs with (min-max); load average at start {os.getloadavg()[0]:.1f}")
     print()
-    print("| ops | step | time | per op beyond bare | vs floor |")
-    print("|---|---|---|---|---|")
+    print("| ops | step | wall | CPU | CPU per op beyond bare | vs floor (CPU) |")
+    print("|---|---|---|---|---|---|")
     for n in sizes:
         if n > 200_000:
             took, mb = million_rss(dev)
-            print(f"| {n:,} | capture, save=none (one run) | {took:.2f} s | - | peak RSS +{mb:,} MB |")
+            print(f"| {n:,} | capture, save=none (one run) | {took:.2f} s | - | - | peak RSS +{mb:,} MB |")
             continue
         rows = op_dense_rows(n, dev, ns.repeats)
-        bare = rows[0][1]
-        floor = rows[1][1]
-        floor_cost = statistics.median(floor) - statistics.median(bare)
+        bare = med(rows[0][1].cpu)
+        floor_cost = med(rows[1][1].cpu) - bare
         for step, times, ops in rows:
-            extra = statistics.median(times) - statistics.median(bare)
+            extra = med(times.cpu) - (bare if step.startswith(("bare", "capture")) else 0.0)
             vs = f"{extra / floor_cost:.1f}x" if step.startswith("capture") and floor_cost > 0 else "-"
-            per = per_op_us(times, floor, bare, ops) if step != "bare forward" else "-"
-            print(f"| {n:,} | {step} | {fmt(times)} | {per} | {vs} |")
+            per = f"{extra / ops * 1e6:.1f} us" if step != "bare forward" else "-"
+            print(f"| {n:,} | {step} | {fmt(times)} | {cpu(times)} | {per} | {vs} |")
+    print()
+    print("(CPU per op: beyond the bare forward for the bare recorder and the captures; the whole step otherwise)")
     if "nest" not in skip:
         print()
-        print("| nested modules | capture (save=none) | summary() |")
-        print("|---|---|---|")
-        for depth, cap, summ in nest_rows((3_000, 10_000)):
-            print(f"| {depth:,} | {cap:.2f} s | {summ:.2f} s |")
+        print("| nested modules | bare forward (CPU) | capture, save=none: wall | CPU | summary(): CPU |")
+        print("|---|---|---|---|---|")
+        for depth, bare_t, cap, summ in nest_rows((3_000, 10_000), ns.repeats):
+            print(f"| {depth:,} | {cpu(bare_t)} | {fmt(cap)} | {cpu(cap)} | {cpu(summ)} |")
     if "gpt2" not in skip:
         bare, rec, cap = gpt2_ratio(dev, ns.repeats)
         print()
-        print(f"GPT-2 small, 8 ids, {dev}: bare {fmt(bare)}, bare recorder {fmt(rec)} "
-              f"({statistics.median(rec) / statistics.median(bare):.2f}x), capture save=none {fmt(cap)} "
-              f"(**{statistics.median(cap) / statistics.median(bare):.2f}x** the bare forward)")
+        print(f"GPT-2 small, 8 ids, {dev}, CPU time: bare {cpu(bare)}, bare recorder {cpu(rec)} "
+              f"({med(rec.cpu) / med(bare.cpu):.2f}x), capture save=none {cpu(cap)} "
+              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)})")
     if "weights-free" not in skip and not dev.startswith("cuda"):
         bare, cap = weights_free_ratio(ns.repeats)
         print()
-        print(f"Llama-3.1-8B weights-free: bare meta forward {fmt(bare)}, trace_config {fmt(cap)} "
-              f"(**{statistics.median(cap) / statistics.median(bare):.2f}x**)")
+        print(f"Llama-3.1-8B weights-free, CPU time: bare meta forward {cpu(bare)}, `trace_ids` {cpu(cap)} "
+              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x**; wall {fmt(cap)} vs {fmt(bare)})")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import tracer  # noqa: E402
 from tracer.ir import Op  # noqa: E402
 from tracer.store import save_trace  # noqa: E402
+from tests.bench._timing import Times  # noqa: E402
 
 
 class TanhLoop(torch.nn.Module):
@@ -42,28 +43,31 @@ class TanhLoop(torch.nn.Module):
         return self.lin(x)
 
 
-def timed(fn: Callable[[], object], repeats: int, before: Callable[[], object] | None = None) -> list[float]:
+def timed(fn: Callable[[], object], repeats: int, before: Callable[[], object] | None = None) -> Times:
     """Wall times of `fn`, each with the cyclic GC paused (as the store does) and its deferred collection
     included, so libraries that allocate many objects are not charged for collections of the benchmark's data."""
-    times = []
+    times = Times()
     for _ in range(repeats):
         if before is not None:
             before()
         gc.collect()
         gc.disable()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             result = fn()
             gc.collect(0)
             times.append(time.perf_counter() - start)
+            times.cpu.append(time.process_time() - cpu)
         finally:
             gc.enable()
         del result
     return times
 
 
-def spread(times: list[float]) -> str:
-    return f"{statistics.median(times):.3f} s (min {min(times):.3f}, max {max(times):.3f}, n={len(times)})"
+def spread(times: Times) -> str:
+    """Wall and CPU medians, each with (min-max)."""
+    return (f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f}); CPU "
+            f"{statistics.median(times.cpu):.3f} s ({min(times.cpu):.3f}-{max(times.cpu):.3f}), n={len(times)}")
 
 
 def _op_dict(op: Op) -> dict:

@@ -1,6 +1,7 @@
 """Turning a finished capture session's raw records into the immutable Trace IR."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable
 
@@ -9,44 +10,61 @@ import torch
 from .call_template import call_templates
 from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
 from ..provenance import Provenance
+from ..store.codec import gc_paused
 from .walk import named_state
 from .session import (TEMPLATE_FIELDS, R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
                       R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
 
 
 def build_ops(session: CaptureSession) -> tuple[Op, ...]:
-    """The session's raw records as Ops (labels, metadata strings and records made here, once)."""
+    """The session's raw records as Ops (labels, metadata strings and records made here, once).
+
+    One linear pass; the cyclic GC is paused while it builds its 100,000s of small acyclic records.
+    """
+    with gc_paused():
+        return _build_ops(session)
+
+
+def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
     records = session.records
     labels = _labels(records)
-    meta_cache: dict[tuple, TensorMeta] = {}
-    site_cache: dict[tuple, SourceSite] = {}
+    metas: dict[tuple, TensorMeta] = {}
+    sites: dict[tuple, SourceSite | None] = {None: None}
     ops = []
+    append = ops.append
     templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
         stack = rec[R_STACK]
         module, call = stack[-1] if stack else ("", 0)
-        ops.append(Op(
-            index=idx,
-            label=labels[idx],
-            kind=info.kind,
-            func=info.qualname,
-            parents=tuple(Edge(labels[p], pos) for p, pos in rec[R_PARENTS]),
-            out=_meta(rec[R_META], meta_cache),
-            func_call_id=rec[R_CALL],
-            output_index=rec[R_OUT_IDX],
-            num_outputs=rec[R_N_OUT],
-            module=module,
-            module_call=call,
-            module_stack=stack,
-            params=_unique(rec[R_PARAMS]),
-            buffer_writes=_unique(rec[R_WRITES]),
-            inplace=rec[R_INPLACE],
-            source=_site(rec[R_SITE], site_cache),
-            io_path=rec[R_IO],
-            attrs=templates[idx],
+        parents = rec[R_PARENTS]
+        meta = metas.get(rec[R_META]) or _meta(rec[R_META], metas)
+        site = sites.get(rec[R_SITE], _UNSEEN)
+        if site is _UNSEEN:
+            site = _site(rec[R_SITE], sites)
+        params = rec[R_PARAMS]
+        writes = rec[R_WRITES]
+        append(Op(  # positional, in field order: a keyword call costs half as much again
+            idx, labels[idx], info.kind, info.qualname,
+            tuple([Edge(labels[p], pos) for p, pos in parents]) if parents else (),
+            meta, rec[R_CALL], rec[R_OUT_IDX], rec[R_N_OUT], module, call, stack,
+            params if len(params) < 2 else _unique(params),
+            writes if len(writes) < 2 else _unique(writes),
+            rec[R_INPLACE],
+            site,
+            rec[R_IO], templates[idx],
         ))
     return tuple(ops)
+
+
+_UNSEEN = object()
+# The Op fields `_build_ops` passes by position, in order (checked once here, so a field inserted
+# into Op cannot silently shift them).
+_POSITIONAL = ("index", "label", "kind", "func", "parents", "out", "func_call_id", "output_index", "num_outputs",
+               "module", "module_call", "module_stack", "params", "buffer_writes", "inplace", "source", "io_path",
+               "attrs")
+if tuple(f.name for f in dataclasses.fields(Op))[:len(_POSITIONAL)] != _POSITIONAL:
+    raise ImportError("tracer.capture.build passes Op fields by position and Op's fields changed order")
 
 
 def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
@@ -88,7 +106,7 @@ def _meta(raw: tuple, cache: dict) -> TensorMeta:
     hit = cache.get(raw)
     if hit is None:
         shape, dtype, device, rg = raw
-        hit = TensorMeta(shape=shape, dtype=str(dtype).replace("torch.", ""), device=str(device), requires_grad=rg)
+        hit = TensorMeta(shape=tuple(shape), dtype=str(dtype).replace("torch.", ""), device=str(device), requires_grad=rg)
         cache[raw] = hit
     return hit
 
@@ -112,8 +130,6 @@ def _short_path(path: str) -> str:
 
 
 def _unique(items: tuple) -> tuple:
-    if len(items) < 2:
-        return tuple(items)
     return tuple(dict.fromkeys(items))
 
 

@@ -42,7 +42,8 @@ class FuncInfo(NamedTuple):
     func: Any = None  # the callable itself (names it in an op's call template)
 
 
-_cache: dict[Any, FuncInfo] = {}
+INFO_CACHE: dict[Any, FuncInfo] = {}  # the hot path reads it directly (one dict lookup per call)
+_cache = INFO_CACHE
 
 
 def func_info(func: Any) -> FuncInfo:

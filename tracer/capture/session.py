@@ -20,7 +20,8 @@ from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
 from ..ir import EMPTY_STACK, ModuleStack
 from .call_template import scrub_args, scrub_deep, scrub_kwargs
-from .functions import FuncInfo, func_info
+from .collector import fewer_collections
+from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
 _Tensor = torch.Tensor
@@ -160,7 +161,8 @@ class CaptureSession:
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
-            with grad_context, recorder, (witness if witness is not None else contextlib.nullcontext()), \
+            with fewer_collections(), grad_context, recorder, \
+                    (witness if witness is not None else contextlib.nullcontext()), \
                     _boundaries.function_boundaries(self):  # Function.apply, restored on exit
                 output = self.model(*args, **kwargs)
         finally:
@@ -303,7 +305,10 @@ class CaptureSession:
             return func(*args, **kwargs)
         if _in_functorch_transform() is not None:  # inside torch.vmap/grad: wrapped tensors must not escape
             return self._transform_call(func, args, kwargs)
-        info = func_info(func)
+        try:
+            info = _INFO_CACHE[func]
+        except (KeyError, TypeError):  # first call of `func`, or an unhashable callable
+            info = func_info(func)
         if info.metadata_only:
             return func(*args, **kwargs)
         if self.exits and info.kind in _boundaries.REENTRY_KINDS and args and _boundaries.is_foreign_array(args[0]):
@@ -320,6 +325,11 @@ class CaptureSession:
         # Arguments: tensors become edges, parameters and buffers become attributions.
         for i, a in enumerate(args):
             if isinstance(a, _Tensor):
+                hit = tmap.get(id(a))  # the common case inline: a tensor an earlier op produced
+                if hit is not None and (hit[1] is a or (type(hit[1]) is _WeakRef and hit[1]() is a)) \
+                        and id(a) not in param_ids:
+                    parents.append((hit[0], _POS[i] if i < 64 else str(i)))
+                    continue
                 watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
             elif type(a) in (list, tuple) and a and isinstance(a[0], _Tensor):
                 nested = True
@@ -390,8 +400,8 @@ class CaptureSession:
         records = self.records
         for k, t in enumerate(outs):
             idx = len(records)
-            records.append([info, ptuple, t if save else None, _meta(t), call_id, k, n, stack, pa, writes, inplace,
-                            site, "", spec, s_args, s_kwargs])
+            records.append([info, ptuple, t if save else None, (t.shape, t.dtype, t.device, t.requires_grad), call_id,
+                            k, n, stack, pa, writes, inplace, site, "", spec, s_args, s_kwargs])  # meta as `_meta`
             tid = id(t)
             if tid in param_ids:  # an in-place write to a buffer keeps its parameter identity
                 if save and inplace:
@@ -541,7 +551,8 @@ def _version(t: torch.Tensor) -> int:
 
 
 def _meta(t: torch.Tensor) -> tuple:
-    return (tuple(t.shape), t.dtype, t.device, t.requires_grad)
+    """Shape (a torch.Size, read as a tuple), dtype, device and grad flag: the record's R_META."""
+    return (t.shape, t.dtype, t.device, t.requires_grad)
 
 
 _IO_INPUT = FuncInfo("input", "input", False, False, False)

@@ -11,7 +11,9 @@ import math
 import operator
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import Any
+from typing import Any, Iterable
+
+import msgspec
 
 from ..errors import TraceLimitError, TraceStructureInvalidError
 from ..ir import ModuleScope, Op, ParamRecord
@@ -25,10 +27,11 @@ def check_body(ops: tuple[Op, ...], modules: tuple[ModuleScope, ...], params: tu
     modules_by = _unique(modules, "modules", site)
     addresses = _param_addresses(params_by, site)
     _check_module_tree(modules_by, site)
-    if not _ops_look_right(ops, modules_by, addresses):
+    position = _ops_look_right(ops, modules_by, addresses)
+    if position is None:
         _check_ops(ops, modules_by, addresses, site)  # op by op, to name the first offending record
         raise _bad(site, "ops", "fail a structural check")
-    _check_module_records(modules_by, ops, addresses, site)
+    _check_module_records(modules_by, position, addresses, site)
     check_plain(provenance, "provenance", site)
     check_plain(envelope, "envelope", site)
     return modules_by, params_by
@@ -108,41 +111,43 @@ def _check_module_tree(modules: dict[str, ModuleScope], site: str) -> None:
         raise _bad(site, f"modules[{stray!r}]", "is not reachable from the root module")
 
 
-def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str]) -> bool:
-    """Every op check of `_check_ops`, column by column (C-level iteration over 100,000s of ops)."""
+def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str]) -> dict[str, int] | None:
+    """Every op check of `_check_ops`, column by column (C-level iteration over 100,000s of ops).
+
+    Returns each label's position when all hold, else None.
+    """
     n = len(ops)
-    labels = list(map(_LABEL, ops))
-    if list(map(_INDEX, ops)) != list(range(n)) or len(set(labels)) != n:
-        return False
-    position = dict(zip(labels, range(n)))
+    position = dict(zip(map(_LABEL, ops), range(n)))
+    if len(position) != n or list(map(_INDEX, ops)) != list(range(n)):
+        return None
     sources = map(_EDGE_SOURCE, chain.from_iterable(map(_PARENTS_OF, ops)))
     readers = chain.from_iterable(map(repeat, range(n), map(len, map(_PARENTS_OF, ops))))
     if any(map(operator.ge, map(position.get, sources, repeat(n)), readers)):  # a parent must precede its reader
-        return False
+        return None
     call_ids, n_out, out_idx = list(map(_CALL_ID, ops)), list(map(_N_OUT, ops)), list(map(_OUT_IDX, ops))
     if n and (min(call_ids) < 0 or max(call_ids) > MAX_INT or min(n_out) < 1 or max(n_out) > MAX_INT
               or min(out_idx) < 0 or any(map(operator.ge, out_idx, n_out))):
-        return False
+        return None
     try:
-        for shape in {out.shape for out in map(_OUT, ops) if out is not None}:
+        for shape in set(map(_SHAPE, filter(None, map(_OUT, ops)))):
             _shape(shape, "", "")
         enclosing: dict = {}
         for module, call, stack in set(zip(map(_MODULE, ops), map(_MODULE_CALL, ops), map(_STACK, ops))):
             _check_stack(stack, modules, enclosing, "", "")
             if (stack and (module, call) != stack[-1]) or (not stack and (module != "" or call != 0)):
-                return False
-        lines = [src.line for src in map(_SOURCE, ops) if src is not None]
+                return None
+        lines = list(map(_LINE, filter(None, map(_SOURCE, ops))))
         if lines and (min(lines) < 0 or max(lines) > MAX_INT):
-            return False
-        for attrs in filter(None, map(_ATTRS, ops)):
+            return None
+        for attrs in distinct_plain(filter(None, map(_ATTRS, ops))):
             check_plain(attrs, "", "")
     except (TraceStructureInvalidError, TraceLimitError):
-        return False
+        return None
     used = set().union(*map(_PARAMS, ops), *map(_WRITES, ops))
-    return used <= params
+    return position if used <= params else None
 
 
-_PARENTS_OF, _EDGE_SOURCE = attrgetter("parents"), attrgetter("source")
+_PARENTS_OF, _EDGE_SOURCE, _SHAPE, _LINE = attrgetter("parents"), attrgetter("source"), attrgetter("shape"), attrgetter("line")
 _LABEL, _INDEX, _CALL_ID, _N_OUT, _OUT_IDX, _OUT, _MODULE, _MODULE_CALL, _STACK, _SOURCE, _ATTRS, _PARAMS, _WRITES = (
     attrgetter(name) for name in ("label", "index", "func_call_id", "num_outputs", "output_index", "out", "module",
                                   "module_call", "module_stack", "source", "attrs", "params", "buffer_writes"))
@@ -209,10 +214,9 @@ def _check_stack(stack: tuple, modules: dict[str, ModuleScope], enclosing: dict,
         raise _bad(site, where, "lists one module call twice in its module_stack")
 
 
-def _check_module_records(modules: dict[str, ModuleScope], ops: tuple[Op, ...], params: frozenset[str],
+def _check_module_records(modules: dict[str, ModuleScope], labels: dict[str, int], params: frozenset[str],
                           site: str) -> None:
-    labels = {op.label for op in ops}
-    last = len(ops) - 1
+    last = len(labels) - 1
     for addr, scope in modules.items():
         where = f"modules[{addr!r}]"
         for p in scope.params:
@@ -225,6 +229,22 @@ def _check_module_records(modules: dict[str, ModuleScope], ops: tuple[Op, ...], 
             for label in (*call.inputs, *call.outputs):
                 if label not in labels:
                     raise _bad(site, where, f"has a call reading or giving unknown op {label!r}")
+
+
+def distinct_plain(values: Iterable[Any]) -> Iterable[Any]:
+    """One of each distinct decoded JSON value (equal JSON text passes `check_plain` alike), made at C speed.
+
+    For values decoded from JSON only (where a list is never a tuple and every float is finite): an
+    op-dense trace repeats a handful of call templates 100,000s of times.
+    """
+    values = list(values)
+    try:
+        return dict(zip(map(_JSON_TEXT, values), values)).values()
+    except (TypeError, ValueError, OverflowError, RecursionError):  # not plain: let check_plain name it
+        return values
+
+
+_JSON_TEXT = msgspec.json.encode
 
 
 def check_plain(value: Any, where: str, site: str) -> None:

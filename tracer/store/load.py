@@ -1,6 +1,7 @@
 """Loading a trace folder: safe files, header and digests, typed decoding, structural checks, values."""
 from __future__ import annotations
 
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -65,4 +66,7 @@ def _values(folder: Path, expected: str | None, trace: Trace) -> dict[str, Any]:
         return {}
     if not (path.exists() or path.is_symlink()):
         raise TraceFileCorruptError(f"{path} is missing but the trace records saved values", site=str(path))
-    return read_values(checked_file(folder, path), expected, {op.label: op.out for op in trace.ops})
+    return read_values(checked_file(folder, path), expected, dict(zip(map(_LABEL, trace.ops), map(_OUT, trace.ops))))
+
+
+_LABEL, _OUT = attrgetter("label"), attrgetter("out")

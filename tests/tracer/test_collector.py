@@ -1,0 +1,51 @@
+"""The capture's cyclic-GC setting: raised while the forward runs, restored afterwards (also on error)."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import tracer
+from tracer.capture.collector import YOUNG_THRESHOLD
+
+
+class _Probe(nn.Module):
+    """Records the GC threshold seen inside its forward; raises when asked to."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.seen: tuple[int, ...] = ()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen = gc.get_threshold()
+        if self.fail:
+            raise ValueError("forward failed on purpose")
+        return x * 2
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_threshold_raised_in_forward_and_restored(fail: bool) -> None:
+    before = gc.get_threshold()
+    probe = _Probe(fail)
+    if fail:
+        with pytest.raises(ValueError):
+            tracer.trace(probe, (torch.ones(2),))
+    else:
+        tracer.trace(probe, (torch.ones(2),))
+    assert probe.seen[0] == max(before[0], YOUNG_THRESHOLD)
+    assert gc.get_threshold() == before
+
+
+def test_a_higher_threshold_is_kept() -> None:
+    before = gc.get_threshold()
+    gc.set_threshold(50_000, *before[1:])
+    try:
+        probe = _Probe()
+        tracer.trace(probe, (torch.ones(2),))
+        assert probe.seen[0] == 50_000
+        assert gc.get_threshold()[0] == 50_000
+    finally:
+        gc.set_threshold(*before)
