@@ -97,6 +97,8 @@ class CaptureSession:
         self._ref: Callable[[torch.Tensor], Any] = (lambda t: t) if save_values else weakref.ref
         self.values: dict[int, torch.Tensor] = {}
         self.value_versions: dict[int, int] = {}
+        # storage key -> op indices whose saved value is still the live tensor on that storage (copy-on-write)
+        self.shared_storage: dict[int, list[int]] = {}
         self.warnings: list[str] = []
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
         self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
@@ -424,19 +426,23 @@ class CaptureSession:
     def _save(self, idx: int, t: torch.Tensor) -> None:
         self.values[idx] = t
         self.value_versions[idx] = _version(t)
+        self.shared_storage.setdefault(_storage_key(t), []).append(idx)
 
     def _protect(self, target: torch.Tensor) -> None:
-        """Before an in-place write, copy the saved value(s) the write would change."""
-        for t in (target, target._base):
-            if t is None:
-                continue
-            hit = self.tmap.get(id(t))
-            if hit is None:
-                continue
-            idx = hit[0]
-            saved = self.values.get(idx)
-            if saved is not None and saved is t:
-                self.values[idx] = t.detach().clone()
+        """Before an in-place write, copy every saved value that still lives on the written storage.
+
+        Copy-on-write: a view, its base, a sibling view or an alias shares the storage (and the version
+        counter) with `target`, so the write would change it or make it look changed; each saved value
+        is copied at most once, at the first write to its storage, and never when nothing writes.
+        """
+        held = self.shared_storage.pop(_storage_key(target), None)
+        if not held:
+            return
+        values, records = self.values, self.records
+        for idx in held:
+            saved = values.get(idx)
+            if saved is not None and saved is records[idx][R_TENSOR]:
+                values[idx] = saved.detach().clone()
 
     def finished_values(self) -> dict[int, torch.Tensor]:
         """Saved values by op index, detached; values changed behind the capture are dropped."""
@@ -511,6 +517,14 @@ def _version(t: torch.Tensor) -> int:
         return t._version
     except RuntimeError:  # inference tensors carry no version counter
         return -1
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """Tensors that may share memory share this key (their storage's address; the tensor's id if it has none)."""
+    try:
+        return t.untyped_storage().data_ptr() or id(t)
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested and other storage-less tensors
+        return id(t)
 
 
 def _meta(t: torch.Tensor) -> tuple:
