@@ -94,7 +94,7 @@ def _not_perturbable(replayer: ReceivingReplayer, op: Op, edge: Edge, parent: to
     """Why no change of this argument can move the output in this forward, or None (then the edge fails)."""
     position = edge.position
     if bound == 1 or _indexes_a_single_position(replayer, op, position, parent):
-        return "not perturbable: its values index a dimension of size 1, whose only valid index is 0"
+        return "not perturbable: indices into a dimension of size 1: the only valid index is 0"
     if accepted and op.kind in OVERWRITING_KINDS and position in _DESTINATION_POSITIONS:
         return (f"not perturbable: {op.kind} overwrites every element of this destination in this forward "
                 "(constant fills of it and large values of both signs left the output unchanged)")
@@ -103,13 +103,13 @@ def _not_perturbable(replayer: ReceivingReplayer, op: Op, edge: Edge, parent: to
     why = _unselected_branch(replayer, op, position)
     if why:
         return why
+    if not accepted:
+        return ("not perturbable: the kernel rejects every changed value of this argument (a size or value "
+                "the other arguments fix), so its values are read")
     if not _float(parent):
         what = f"an index into a dimension of size {bound}" if bound else "an integer or boolean argument"
         return (f"not perturbable: {what} (index, mask or count) of a piecewise-constant choice; none of its "
                 "changes (other in-range values, swaps, flips, fills) moved the output in this forward")
-    if not accepted:
-        return ("not perturbable: the kernel rejects every changed value of this argument (a size or value "
-                "the other arguments fix), so its values are read")
     return None
 
 

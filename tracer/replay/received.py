@@ -65,30 +65,53 @@ class ReceivingReplayer(Replayer):
         return self._after[write.label]
 
     def _rebuild(self, write: Op) -> torch.Tensor | None:
-        target = _parent_at(write, "0")
-        if not write.inplace or target is None:
+        """Walk from the write's target to the tensor that owns its memory, then replay the write into it.
+
+        Walking up, view ops make the target's geometry; an in-place op passed on the way is a write into
+        the same memory (its target is the tensor walked through), and the first one met holds the base's
+        latest state. The walk stops at the first op read as the base whose geometry gives the target's shape.
+        """
+        edge = _parent_at(write, "out") or _parent_at(write, "0")  # the written tensor
+        if not write.inplace or edge is None or write.out is None:
             return None
         chain: list[Op] = []
-        op = self.trace[target.source]
-        while op.kind in VIEW_KINDS and _parent_at(op, "0") is not None:
-            chain.append(op)
-            op = self.trace[_parent_at(op, "0").source]
-        if not chain or any(e.source not in self.values for e in write.parents):
-            return None
-        before = self.base_after(op) if op.inplace else None
-        if before is None:
-            if op.label not in self.values:
-                return None
-            before = self.values[op.label]
-        base = before.detach().clone()
+        state: torch.Tensor | None = None
+        op = self.trace[edge.source]
+        while True:
+            up = _parent_at(op, "0")
+            if op.kind in VIEW_KINDS and up is not None:
+                chain.append(op)
+            else:
+                if state is None:
+                    state = self._state_after(op)
+                    if state is None:
+                        return None
+                if chain:
+                    rebuilt = self._write_into(write, edge.position, state, chain)
+                    if rebuilt is not None:
+                        return rebuilt
+                if not op.inplace or up is None:
+                    return None
+            op = self.trace[up.source]
+
+    def _state_after(self, op: Op) -> torch.Tensor | None:
+        """The memory `op` wrote or produced, as it was after `op`."""
+        after = self.base_after(op) if op.inplace else None
+        return after if after is not None else self.values.get(op.label)
+
+    def _write_into(self, write: Op, position: str, state: torch.Tensor, chain: list[Op]) -> torch.Tensor | None:
+        """A copy of `state` with `write` replayed into the view `chain` makes of it (None if that view does not fit)."""
+        base = state.detach().clone()
         view = base
         for v in reversed(chain):
             view = super().run(v, {"0": view})
             if not isinstance(view, torch.Tensor) or not _shares_storage(view, base):
                 return None  # a copy, not a view: the write never reached the base
+        if tuple(view.shape) != tuple(write.out.shape):
+            return None
         func, args, kwargs = self.call_of(write)
         subs = {e.position: self.parent_value(write, e) for e in write.parents}
-        subs["0"] = view
+        subs[position] = view
         new_args, new_kwargs = substitute(args, kwargs, subs)
         with torch.no_grad():
             func(*new_args, **new_kwargs)

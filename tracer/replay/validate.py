@@ -266,18 +266,29 @@ def _replay_as_received(replayer: ReceivingReplayer, op: Op, ops: list[Op], want
     if want is not None and isinstance(got, torch.Tensor) and _meta_ok(got, op) and same(got, want):
         return got
     bases = replayer.bases_after_view_writes(op)
-    if bases:
+    for chosen in _subsets(list(bases))[:_MAX_BASE_CHOICES]:  # each parent read either the view or its base
+        override = {pos: bases[pos] for pos in chosen}
         try:
-            again = replayer.run(op, bases)
+            again = replayer.run(op, override)
         except ReplayError:
-            again = None
+            continue
         if isinstance(again, torch.Tensor) and want is not None and _meta_ok(again, op) and same(again, want):
             for each in ops:
-                replayer.received[each.label] = bases
+                replayer.received[each.label] = override
             return again
     if failure is not None:
         raise failure
     return got
+
+
+_MAX_BASE_CHOICES = 15
+
+
+def _subsets(items: list[str]) -> list[tuple[str, ...]]:
+    """Every non-empty subset of `items`, largest first."""
+    from itertools import combinations
+
+    return [c for n in range(len(items), 0, -1) for c in combinations(items, n)]
 
 
 def _record_edges(replayer: ReceivingReplayer, ops: list[Op], report: ValidationReport, gen: torch.Generator,
