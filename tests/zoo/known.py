@@ -8,9 +8,6 @@ from __future__ import annotations
 
 # (layer, column) -> (failure class, variants)
 NN_KNOWN = {
-    # x.new() and resize_as_ into uninitialised memory, then in-place writes through select views: a
-    # view written behind the capture is not saved, so its readers are typed "not replayable".
-    ("CrossMapLRN2d", "validate"): ("view_written_in_place", ("train", "train_no_grad", "eval", "eval_no_grad")),
     # eval under no_grad the plain forward runs torch's fused kernel, capture the op-by-op path: not
     # bit-equal, disclosed by the typed warning fast_path_not_taken and provenance.fast_paths.
     **{(name, "capture"): ("fast_path_disclosed", ("eval_no_grad",)) for name in (
