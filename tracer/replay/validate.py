@@ -35,6 +35,7 @@ from .offline import has_call_templates
 from .received import ReceivingReplayer
 
 _SEED = 20240606
+_LISTED = 20  # not-perturbable edges named in to_text()
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class ValidationReport:
             "findings": [f.__dict__ for f in self.findings[:50]], "num_findings": len(self.findings),
             "excused": [list(e) for e in self.excused[:50]],
             "edges_not_perturbable": self.edges_not_perturbable,
-            "not_perturbable": [list(e) for e in self.not_perturbable[:50]],
+            "not_perturbable": [list(e) for e in self.not_perturbable],  # every one, with its reason
             "ops_within_spread": self.ops_within_spread, "tolerances": dict(self.tolerances),
             "seconds": round(self.seconds, 4),
         }
@@ -106,8 +107,10 @@ class ValidationReport:
             lines.append(f"  tolerance {label}: max abs {tol['atol']:.3e} ({tol['why']})")
         for label, position, why in self.excused[:5]:
             lines.append(f"  excused {label} argument {position}: {why}")
-        for label, position, why in self.not_perturbable[:5]:
+        for label, position, why in self.not_perturbable[:_LISTED]:
             lines.append(f"  not perturbable {label} argument {position}: {why}")
+        if len(self.not_perturbable) > _LISTED:
+            lines.append(f"  ... {len(self.not_perturbable) - _LISTED} more not perturbable (all in to_dict())")
         for f in self.findings[:10]:
             lines.append(f"  [{f.check}] {f.label}: {f.message}")
         if len(self.findings) > 10:
