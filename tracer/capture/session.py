@@ -99,6 +99,7 @@ class CaptureSession:
         self.value_versions: dict[int, int] = {}
         # storage key -> op indices whose saved value is still the live tensor on that storage (copy-on-write)
         self.shared_storage: dict[int, list[int]] = {}
+        self.aliased: dict[int, int] = {}  # op index of a value copied for a write through an alias -> the write's
         self.warnings: list[str] = []
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
         self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
@@ -439,10 +440,13 @@ class CaptureSession:
         if not held:
             return
         values, records = self.values, self.records
+        base = target._base
         for idx in held:
             saved = values.get(idx)
             if saved is not None and saved is records[idx][R_TENSOR]:
                 values[idx] = saved.detach().clone()
+                if saved is not target and saved is not base:  # readers of it keep their edge to idx
+                    self.aliased[idx] = len(records)
 
     def finished_values(self) -> dict[int, torch.Tensor]:
         """Saved values by op index, detached; values changed behind the capture are dropped."""
@@ -456,7 +460,27 @@ class CaptureSession:
                 )
                 continue
             out[idx] = t.detach()
+        if self.aliased:
+            self._disclose_alias_reads()
         return out
+
+    def _disclose_alias_reads(self) -> None:
+        """Warn where an op read a tensor after a write through an alias changed it, with its edge to the old value."""
+        readers: dict[int, int] = {}
+        for r, rec in enumerate(self.records):
+            for p, _pos in rec[R_PARENTS]:
+                if p in self.aliased and r > self.aliased[p] and p not in readers:
+                    readers[p] = r
+        for idx, r in readers.items():
+            live, saved = self.records[idx][R_TENSOR], self.values[idx]
+            if torch.equal(live, saved):  # the write did not reach its elements
+                continue
+            w = self.aliased[idx]
+            self.warnings.append(
+                f"the value of op #{idx} ({self.records[idx][R_INFO].qualname}) was changed in place through a "
+                f"view or alias by op #{w} ({self.records[w][R_INFO].qualname}); op #{r} "
+                f"({self.records[r][R_INFO].qualname}) reads it afterwards without an edge to that write (the "
+                "value saved is the one produced, so validation names the reader)")
 
     # -- sites and errors -------------------------------------------------------------------
     def _site(self):
