@@ -194,7 +194,7 @@ def test_bad_inputs_are_typed():
         tracer.trace(MLP(), 3)
 
 
-def test_mutation_through_a_view_is_disclosed_not_silently_saved():
+def test_mutation_through_a_view_is_disclosed_and_the_value_saved_as_produced():
     class ViewMut(nn.Module):
         def forward(self, x):
             y = x * 1
@@ -203,9 +203,13 @@ def test_mutation_through_a_view_is_disclosed_not_silently_saved():
             return v + 0
 
     t = tracer.trace(ViewMut(), (torch.randn(3, 4),))
-    assert "getitem_1" not in t.values  # its saved value would be the mutated one
-    assert any("op #2 (torch.Tensor.__getitem__)" in w and "not saved" in w for w in t.warnings)
+    # copy-on-write: v's value is the one it had when produced, not the mutated one
+    assert torch.equal(t.values["getitem_1"], t.values["mul_1"][0])
+    assert any("op #2 (torch.Tensor.__getitem__)" in w and "op #3 (torch.Tensor.add_)" in w
+               and "without an edge" in w for w in t.warnings)
     assert torch.equal(t.values["add_1"], t.output)
+    report = tracer.validate(t)  # the reader's missing dependence on the write is a named replay failure
+    assert not report.passed and report.first_failing_op == "add_1" and report.findings[0].check == "replay"
 
 
 def test_iterating_a_tensor_records_each_row():

@@ -300,7 +300,7 @@ def test_an_index_into_a_dimension_of_size_one_and_an_empty_output_are_not_false
     report = validation_report(t)
     assert report.passed, report.to_text()
     reasons = {why for _op, _pos, why in report.not_perturbable} | {why for _op, _pos, why in report.excused}
-    assert "indices into a dimension of size 1: the only valid index is 0" in reasons
+    assert "not perturbable: indices into a dimension of size 1: the only valid index is 0" in reasons
     assert "the output is empty: it holds no values to change" in reasons
     # with a batch of 2 the arange index really selects rows: its edge must carry data
     t2 = tracer.trace(_PoolAtIndex(), (torch.randn(2, 6, 4), torch.randint(0, 9, (2, 6))))

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 # (layer, column) -> (failure class, variants)
 NN_KNOWN = {
-    # x.new() and resize_as_ into uninitialised memory, then in-place writes through select views: a
-    # view written behind the capture is not saved, so its readers are typed "not replayable".
-    ("CrossMapLRN2d", "validate"): ("view_written_in_place", ("train", "train_no_grad", "eval", "eval_no_grad")),
     # The fused attention kernel returns (output, weights); the edge check perturbs `value` and looks at the
     # weights record alone, which does not depend on it (a multi-output edge: issue 11, validator).
     ("MultiheadAttention", "validate"): ("edge_false_alarm", ("eval_no_grad",)),

@@ -109,6 +109,9 @@ class CaptureSession:
         self._ref: Callable[[torch.Tensor], Any] = (lambda t: t) if save_values else weakref.ref
         self.values: dict[int, torch.Tensor] = {}
         self.value_versions: dict[int, int] = {}
+        # storage key -> op indices whose saved value is still the live tensor on that storage (copy-on-write)
+        self.shared_storage: dict[int, list[int]] = {}
+        self.aliased: dict[int, int] = {}  # op index of a value copied for a write through an alias -> the write's
         self.warnings: list[str] = []
         self.transform_warned = False
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
@@ -461,19 +464,26 @@ class CaptureSession:
     def _save(self, idx: int, t: torch.Tensor) -> None:
         self.values[idx] = t
         self.value_versions[idx] = _version(t)
+        self.shared_storage.setdefault(_storage_key(t), []).append(idx)
 
     def _protect(self, target: torch.Tensor) -> None:
-        """Before an in-place write, copy the saved value(s) the write would change."""
-        for t in (target, target._base):
-            if t is None:
-                continue
-            hit = self.tmap.get(id(t))
-            if hit is None:
-                continue
-            idx = hit[0]
-            saved = self.values.get(idx)
-            if saved is not None and saved is t:
-                self.values[idx] = t.detach().clone()
+        """Before an in-place write, copy every saved value that still lives on the written storage.
+
+        Copy-on-write: a view, its base, a sibling view or an alias shares the storage (and the version
+        counter) with `target`, so the write would change it or make it look changed; each saved value
+        is copied at most once, at the first write to its storage, and never when nothing writes.
+        """
+        held = self.shared_storage.pop(_storage_key(target), None)
+        if not held:
+            return
+        values, records = self.values, self.records
+        base = target._base
+        for idx in held:
+            saved = values.get(idx)
+            if saved is not None and saved is records[idx][R_TENSOR]:
+                values[idx] = saved.detach().clone()
+                if saved is not target and saved is not base:  # readers of it keep their edge to idx
+                    self.aliased[idx] = len(records)
 
     def finished_values(self) -> dict[int, torch.Tensor]:
         """Saved values by op index, detached; values changed behind the capture are dropped."""
@@ -487,7 +497,27 @@ class CaptureSession:
                 )
                 continue
             out[idx] = t.detach()
+        if self.aliased:
+            self._disclose_alias_reads()
         return out
+
+    def _disclose_alias_reads(self) -> None:
+        """Warn where an op read a tensor after a write through an alias changed it, with its edge to the old value."""
+        readers: dict[int, int] = {}
+        for r, rec in enumerate(self.records):
+            for p, _pos in rec[R_PARENTS]:
+                if p in self.aliased and r > self.aliased[p] and p not in readers:
+                    readers[p] = r
+        for idx, r in readers.items():
+            live, saved = self.records[idx][R_TENSOR], self.values[idx]
+            if torch.equal(live, saved):  # the write did not reach its elements
+                continue
+            w = self.aliased[idx]
+            self.warnings.append(
+                f"the value of op #{idx} ({self.records[idx][R_INFO].qualname}) was changed in place through a "
+                f"view or alias by op #{w} ({self.records[w][R_INFO].qualname}); op #{r} "
+                f"({self.records[r][R_INFO].qualname}) reads it afterwards without an edge to that write (the "
+                "value saved is the one produced, so validation names the reader)")
 
     # -- sites and errors -------------------------------------------------------------------
     def _site(self):
@@ -548,6 +578,14 @@ def _version(t: torch.Tensor) -> int:
         return t._version
     except RuntimeError:  # inference tensors carry no version counter
         return -1
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """Tensors that may share memory share this key (their storage's address; the tensor's id if it has none)."""
+    try:
+        return t.untyped_storage().data_ptr() or id(t)
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested and other storage-less tensors
+        return id(t)
 
 
 def _meta(t: torch.Tensor) -> tuple:
