@@ -10,6 +10,7 @@ from .options import CaptureOptions
 from .provenance import Provenance
 from .compat import doctor
 from .tracing import trace
+from .replay.offline import offline_callables
 from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
 
@@ -25,5 +26,5 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
-    "Trace", "TracerError", "doctor", "load", "summary", "trace", "validate", "__version__",
+    "Trace", "TracerError", "doctor", "load", "offline_callables", "summary", "trace", "validate", "__version__",
 ]

@@ -3,9 +3,13 @@
 Layout: 8-byte little-endian header length, a JSON header `{label: {dtype, shape, data_offsets}}`
 (plus `__metadata__`), then every tensor's bytes back to back. The file is hashed while it is
 written and read; reading makes one buffer and views every tensor into it. A value that was a
-dense but non-contiguous tensor (a permuted activation) keeps its strides in `__metadata__`
-(`strides`: JSON `{label: [stride, ...]}`) and is read back in that layout, so an offline replay
-feeds each kernel the memory layout it saw in the forward.
+dense tensor with other than row-major strides (a permuted activation, or a size-1 dimension with an
+odd stride) keeps its strides in `__metadata__` (`strides`: JSON `{label: [stride, ...]}`) and is
+read back in that layout. A non-dense view (a slice, an expand, a strided step) is stored as the
+storage span it covers, from its first element (a 1-D tensor of `span_of(shape, strides)` elements),
+with its strides in `__metadata__` (`views`, values version 2), and read back with `as_strided`; a
+span above `MAX_SPAN_FACTOR` times the view's size (plus `SPAN_SLACK`) is stored dense instead and
+listed in `dense_views`. So an offline replay feeds each kernel the memory layout it saw in the forward.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ import msgspec
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from ..errors import TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError
+from ..errors import (TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError,
+                      TraceSchemaError)
 from ..ir import TensorMeta
 from .format import FORMAT, MAX_VALUES_HEADER_BYTES
 
@@ -36,6 +41,25 @@ _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _DTYPE_TEXT = {dtype: str(dtype).replace("torch.", "") for dtype in _NAMES}  # as TensorMeta.dtype writes it
 _CHUNK_BYTES = 64 << 20
 MAX_STRIDE = 1 << 62  # a recorded stride beyond this is not a layout this writer makes
+# The values file's own version (`__metadata__.version`): 1 (absent) dense and permuted values only;
+# 2 adds `views` (non-dense views stored as their storage span) and `dense_views`.
+VALUES_VERSION = "2"
+_READABLE_VERSIONS = frozenset({"1", VALUES_VERSION})
+# A non-dense view is stored as its storage span when that holds at most this many elements per
+# element of the view, plus SPAN_SLACK (an expand saves one row; a sliced q/k/v about three times).
+MAX_SPAN_FACTOR = 4
+SPAN_SLACK = 4096
+
+
+def span_of(shape: Any, strides: Any) -> int:
+    """Elements of storage a view of `shape` and `strides` covers from its first element (0 when empty)."""
+    if 0 in shape:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def _span_fits(numel: int, span: int) -> bool:
+    return span <= MAX_SPAN_FACTOR * numel + SPAN_SLACK
 
 
 # -- write ------------------------------------------------------------------------------
@@ -46,8 +70,17 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     tensor is aligned) and copied out in blocks of about _CHUNK_BYTES, not one by one.
     """
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+    views: dict[str, list[int]] = {}
+    dense_views: list[str] = []
     for label, value in values.items():
         _check_storable(label, value)
+        if _is_view(value):
+            span = span_of(value.shape, value.stride())
+            if _span_fits(value.numel(), span):
+                views[label] = list(value.stride())
+                value = value.as_strided((span,), (1,))  # the storage it covers, from its first element
+            else:
+                dense_views.append(label)
         groups.setdefault((value.dtype, tuple(value.shape)), []).append((label, value))
     order = sorted(groups, key=lambda k: (-k[0].itemsize, _NAMES[k[0]], k[1]))
     header: dict[str, Any] = {}
@@ -58,9 +91,15 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
             header[label] = {"dtype": name, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
     header["__metadata__"] = {"format": FORMAT}
-    layouts = {label: list(v.stride()) for label, v in values.items() if _kept_layout(v)}
+    in_file = [label for label in header if label != "__metadata__"]  # metadata in file order: a resave is identical
+    layouts = {label: list(values[label].stride()) for label in in_file
+               if label not in views and _kept_layout(values[label])}
     if layouts:
         header["__metadata__"]["strides"] = msgspec.json.encode(layouts).decode()
+    if views or dense_views:
+        header["__metadata__"]["version"] = VALUES_VERSION
+        header["__metadata__"]["views"] = msgspec.json.encode({k: views[k] for k in in_file if k in views}).decode()
+        header["__metadata__"]["dense_views"] = msgspec.json.encode(sorted(dense_views)).decode()
     head = msgspec.json.encode(header)
     head += b" " * (-len(head) % 8)
     hasher = hashlib.sha256()
@@ -72,12 +111,27 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     return hasher.hexdigest()
 
 
+def _row_major(shape: Any) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
 def _kept_layout(t: torch.Tensor) -> bool:
-    """True for a non-contiguous tensor whose elements tile its memory exactly (a permutation of dims)."""
-    if t.is_contiguous() or t.dim() < 2 or 0 in t.stride() or t.numel() < 2:
+    """True for a tensor with other than row-major strides whose elements tile its memory exactly (a
+    permutation of dims, or a size-1 dim with an odd stride: BLAS reads that as a transposed operand)."""
+    if t.numel() < 2 or 0 in t.stride() or t.stride() == _row_major(t.shape):
         return False
     order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
     return t.permute(order).is_contiguous()
+
+
+def _is_view(t: torch.Tensor) -> bool:
+    """True for a non-empty tensor whose elements do not tile their memory (a slice, an expand, a step)."""
+    return t.numel() > 1 and t.stride() != _row_major(t.shape) and not _kept_layout(t) and not (
+        t.dim() and all(n == 1 for n in t.shape))
 
 
 def _in_layout(value: torch.Tensor, stride: Any, label: str, site: str) -> torch.Tensor:
@@ -125,15 +179,19 @@ class _Entry(msgspec.Struct):
     shape: tuple[int, ...] = ()
     data_offsets: tuple[int, int] = (-1, -1)
     strides: str = ""  # `__metadata__` only: JSON {label: [stride, ...]} of values kept non-contiguous
+    version: str = ""  # `__metadata__` only: the values version ("" for 1)
+    views: str = ""  # `__metadata__` only: JSON {label: [stride, ...]} of views stored as their span
+    dense_views: str = ""  # `__metadata__` only: JSON [label, ...] of views whose span was too large
 
 
 def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, torch.Tensor]:
     """Read, verify and split `path`; every tensor must match its op's recorded shape and dtype."""
     site = str(path)
-    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + _largest_data(metas))
+    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + MAX_SPAN_FACTOR * _largest_data(metas)
+                    + SPAN_SLACK * 16 * len(metas))
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
-    labels, dtypes, shapes, begins, start, layouts = _entries(buf, site, metas)
+    labels, dtypes, shapes, begins, start, layouts, views = _entries(buf, site, metas)
     if not labels:
         return {}
     data = torch.frombuffer(buf, dtype=torch.uint8)
@@ -150,6 +208,8 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
         if label not in values:
             raise TraceFileCorruptError(f"{site}: strides recorded for {label!r}, which has no value", site=site)
         values[label] = _in_layout(values[label], stride, label, site)
+    for label, stride in views.items():  # spans were checked against the recorded shape in _entries
+        values[label] = values[label].as_strided(metas[label].shape, stride)
     return values
 
 
@@ -198,6 +258,7 @@ def _entries(buf: bytearray, site: str,
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
     meta = header.pop("__metadata__", None)
     layouts = _recorded_layouts(meta.strides if meta is not None else "", site)
+    views = _recorded_views(meta, site, metas)
     labels, entries = list(header), list(header.values())
     begins = list(map(_FIRST, map(_OFFSETS, entries)))
     if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
@@ -206,10 +267,16 @@ def _entries(buf: bytearray, site: str,
     found = list(map(metas.get, labels))
     dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
     offsets = list(map(_OFFSETS, entries))
+    stored = [] if None in found else list(map(_SHAPE, found)) if not views else [
+        views[label][1] if label in views else m.shape for label, m in zip(labels, found)]
+    if set(views) - set(labels):
+        raise TraceFileCorruptError(f"{site}: strides recorded for {sorted(set(views) - set(labels))[0]!r}, which "
+                                    "has no value", site=site)
     if (None in found or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
-            or list(map(_SHAPE, entries)) != list(map(_SHAPE, found))):
+            or list(map(_SHAPE, entries)) != stored):
         bad = next(label for label, spec, meta in zip(labels, entries, found)
-                   if meta is None or spec.shape != meta.shape or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
+                   if meta is None or spec.shape != views.get(label, (None, meta.shape))[1]
+                   or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
         raise TraceFileCorruptError(f"the saved value of {bad!r} disagrees with its recorded shape/dtype (or there "
                                     f"is no such op)", site=site)
     sizes = {shape: math.prod(shape) for shape in set(map(_SHAPE, entries))}
@@ -221,7 +288,35 @@ def _entries(buf: bytearray, site: str,
                 raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
                                             f"follow the previous tensor's", site=site)
         raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
-    return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n, layouts
+    return labels, dtypes, stored, expected, 8 + n, layouts, {label: v[0] for label, v in views.items()}
+
+
+def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, Any]:
+    """Views stored as their storage span: label -> (strides, stored shape), checked against the recorded shape."""
+    if meta is None or not (meta.version or meta.views or meta.dense_views):
+        return {}
+    if meta.version not in _READABLE_VERSIONS:
+        raise TraceSchemaError(f"{site} has values version {meta.version!r}, which this build cannot read "
+                               f"(it reads {', '.join(sorted(_READABLE_VERSIONS))})", site=site,
+                               remedy="Load it with the build that saved it, or save the trace again.")
+    try:
+        views = msgspec.json.decode(meta.views or "{}", type=dict[str, list[int]])
+        msgspec.json.decode(meta.dense_views or "[]", type=list[str])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceFileCorruptError(f"{site} has unreadable views metadata ({exc})", site=site) from None
+    out: dict[str, Any] = {}
+    for label, stride in views.items():
+        m = metas.get(label)
+        if (m is None or len(stride) != len(m.shape) or any(s < 0 or s > MAX_STRIDE for s in stride)
+                or math.prod(m.shape) < 2):
+            raise TraceFileCorruptError(f"{site}: the recorded view strides of {label!r} do not fit its shape",
+                                        site=site)
+        span = span_of(m.shape, stride)
+        if not _span_fits(math.prod(m.shape), span):
+            raise TraceFileCorruptError(f"{site}: the recorded view of {label!r} spans {span:,} elements, more than "
+                                        "a stored view may", site=site)
+        out[label] = (stride, (span,))
+    return out
 
 
 def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
