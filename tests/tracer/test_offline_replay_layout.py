@@ -213,3 +213,22 @@ def test_small_tensors_in_tuples_and_python_dtypes_are_stored_in_the_template():
     pow_op = next(op for op in t.ops if op.kind == "pow")
     assert pow_op.attrs["call"] == "torch.Tensor.pow"  # `q ** 2` runs Tensor.__pow__, torch's wrapper of pow
     assert Cube.__module__ == MODULE
+
+
+def test_a_view_stored_dense_is_disclosed_on_the_loaded_trace_once(tmp_path):
+    class Sparse(torch.nn.Module):
+        def forward(self, x):
+            return x[::x.numel() // 4] * 2  # 4 elements a quarter of a long vector apart: a span far too large
+
+    x = torch.randn(4 * (MAX_SPAN_FACTOR * 4 + SPAN_SLACK))
+    t = tracer.trace(Sparse(), (x,))
+    loaded = tracer.load(t.save(tmp_path / "a"))
+    notes = [w for w in loaded.warnings if "stored dense" in w]
+    assert len(notes) == 1 and "getitem_1" in notes[0]
+    again = tracer.load(loaded.save(tmp_path / "b"))
+    assert [w for w in again.warnings if "stored dense" in w] == notes  # disclosed once, not per resave
+    assert not any("stored dense" in w for w in tracer.load(_views_trace_folder(tmp_path)).warnings)
+
+
+def _views_trace_folder(tmp_path: Path) -> Path:
+    return tracer.trace(build(), (inputs(),)).save(tmp_path / "views")

@@ -184,18 +184,33 @@ class _Entry(msgspec.Struct):
     dense_views: str = ""  # `__metadata__` only: JSON [label, ...] of views whose span was too large
 
 
-def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, torch.Tensor]:
+class ReadValues(dict):
+    """The values read from a file (label -> tensor), and which non-dense views it holds dense."""
+
+    dense_views: tuple[str, ...] = ()
+
+
+def layout_note(labels: Any) -> str:
+    """The trace warning for values whose non-dense layout was not kept."""
+    shown = ", ".join(list(labels)[:5]) + (", ..." if len(labels) > 5 else "")
+    return (f"{len(labels)} saved value(s) ({shown}) were non-dense views spanning more than {MAX_SPAN_FACTOR}x "
+            "their size and are stored dense: an offline replay of the ops that read them may take another "
+            "kernel path and differ in the last bits")
+
+
+def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> ReadValues:
     """Read, verify and split `path`; every tensor must match its op's recorded shape and dtype."""
     site = str(path)
     buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + MAX_SPAN_FACTOR * _largest_data(metas)
                     + SPAN_SLACK * 16 * len(metas))
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
-    labels, dtypes, shapes, begins, start, layouts, views = _entries(buf, site, metas)
+    labels, dtypes, shapes, begins, start, layouts, views, dense_views = _entries(buf, site, metas)
+    values = ReadValues()
+    values.dense_views = tuple(label for label in dense_views if label in metas)
     if not labels:
-        return {}
+        return values
     data = torch.frombuffer(buf, dtype=torch.uint8)
-    values: dict[str, torch.Tensor] = {}
     i = 0
     for (dtype, shape), run in groupby(range(len(labels)), key=list(zip(dtypes, shapes)).__getitem__):
         k = len(list(run))
@@ -258,7 +273,7 @@ def _entries(buf: bytearray, site: str,
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
     meta = header.pop("__metadata__", None)
     layouts = _recorded_layouts(meta.strides if meta is not None else "", site)
-    views = _recorded_views(meta, site, metas)
+    views, dense_views = _recorded_views(meta, site, metas)
     labels, entries = list(header), list(header.values())
     begins = list(map(_FIRST, map(_OFFSETS, entries)))
     if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
@@ -288,20 +303,21 @@ def _entries(buf: bytearray, site: str,
                 raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
                                             f"follow the previous tensor's", site=site)
         raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
-    return labels, dtypes, stored, expected, 8 + n, layouts, {label: v[0] for label, v in views.items()}
+    return labels, dtypes, stored, expected, 8 + n, layouts, {label: v[0] for label, v in views.items()}, dense_views
 
 
-def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, Any]:
-    """Views stored as their storage span: label -> (strides, stored shape), checked against the recorded shape."""
+def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[dict[str, Any], list[str]]:
+    """Views stored as their storage span (label -> (strides, stored shape), checked against the recorded
+    shape), and the views stored dense."""
     if meta is None or not (meta.version or meta.views or meta.dense_views):
-        return {}
+        return {}, []
     if meta.version not in _READABLE_VERSIONS:
         raise TraceSchemaError(f"{site} has values version {meta.version!r}, which this build cannot read "
                                f"(it reads {', '.join(sorted(_READABLE_VERSIONS))})", site=site,
                                remedy="Load it with the build that saved it, or save the trace again.")
     try:
         views = msgspec.json.decode(meta.views or "{}", type=dict[str, list[int]])
-        msgspec.json.decode(meta.dense_views or "[]", type=list[str])
+        dense_views = msgspec.json.decode(meta.dense_views or "[]", type=list[str])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise TraceFileCorruptError(f"{site} has unreadable views metadata ({exc})", site=site) from None
     out: dict[str, Any] = {}
@@ -316,7 +332,7 @@ def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]
             raise TraceFileCorruptError(f"{site}: the recorded view of {label!r} spans {span:,} elements, more than "
                                         "a stored view may", site=site)
         out[label] = (stride, (span,))
-    return out
+    return out, dense_views
 
 
 def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
