@@ -159,8 +159,17 @@ def test_views_round_trip_as_views_and_a_far_larger_span_falls_back_to_dense(tmp
         n = int.from_bytes(fh.read(8), "little")
         meta = json.loads(fh.read(n))["__metadata__"]
     assert meta["version"] == "2" and json.loads(meta["dense_views"]) == ["far_1"]
-    assert set(json.loads(meta["views"])) == {"slice_1", "expand_1", "step_1"}
-    assert set(json.loads(meta["strides"])) == {"odd_1", "perm_1"}
+    views = json.loads(meta["views"])
+    assert set(views) == {"slice_1", "expand_1", "step_1", "perm_1"} and set(json.loads(meta["strides"])) == {"odd_1"}
+    # the slice, the step and the permutation share `base`: its 96 elements are stored once, for all three
+    assert len({views[k][0] for k in ("slice_1", "step_1", "perm_1")}) == 1
+    assert sorted(json.loads(meta["spans"]).values()) == [4, 96]
+    assert (tmp_path / "v.safetensors").stat().st_size - 8 - n == (96 + 4 + 32 + 4) * 4
+
+
+def _header(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
 
 
 def _forge(path: Path, out: Path, edit) -> str:
@@ -175,19 +184,28 @@ def _forge(path: Path, out: Path, edit) -> str:
     return hashlib.sha256(forged).hexdigest()
 
 
+_VIEW = ["slice_1", 0, [12, 4, 1]]
+
+
 @pytest.mark.parametrize("edit,error", [
     (lambda m: m.update(version="9"), errors.TraceSchemaError),
-    (lambda m: m.update(views=json.dumps({"slice_1": [6, 2]})), errors.TraceFileCorruptError),  # wrong rank
-    (lambda m: m.update(views=json.dumps({"slice_1": [6, -2, 1]})), errors.TraceFileCorruptError),
-    (lambda m: m.update(views=json.dumps({"slice_1": [6, 2, 1 << 40]})), errors.TraceFileCorruptError),  # span
-    (lambda m: m.update(views=json.dumps({"slice_1": [6, 2, 1], "nowhere_1": [1]})), errors.TraceFileCorruptError),
-    (lambda m: m.update(views=json.dumps({"slice_1": [5, 2, 1]})), errors.TraceFileCorruptError),  # span != stored
+    (lambda m: m.update(views=json.dumps({"slice_1": ["slice_1", 0, [4, 1]]})), errors.TraceFileCorruptError),  # rank
+    (lambda m: m.update(views=json.dumps({"slice_1": ["slice_1", 0, [12, -4, 1]]})), errors.TraceFileCorruptError),
+    (lambda m: m.update(views=json.dumps({"slice_1": ["slice_1", 0, [12, 4, 1 << 40]]})), errors.TraceFileCorruptError),
+    (lambda m: m.update(views=json.dumps({"slice_1": ["slice_1", 5, [12, 4, 1]]})), errors.TraceFileCorruptError),
+    (lambda m: m.update(views=json.dumps({"slice_1": _VIEW, "nowhere_1": _VIEW})), errors.TraceFileCorruptError),
+    (lambda m: m.update(views=json.dumps({"slice_1": ["other_1", 0, [12, 4, 1]]})), errors.TraceFileCorruptError),
+    (lambda m: m.update(spans=json.dumps({"slice_1": 30})), errors.TraceFileCorruptError),  # not the stored length
+    (lambda m: m.update(spans=json.dumps({"slice_1": 22, "other_1": 5})), errors.TraceFileCorruptError),
+    (lambda m: m.update(spans=json.dumps({"slice_1": 1 << 40})), errors.TraceFileCorruptError),
     (lambda m: m.update(views="{not json"), errors.TraceFileCorruptError),
-    (lambda m: m.pop("views"), errors.TraceFileCorruptError),  # the span no longer matches the recorded shape
+    (lambda m: m.pop("spans"), errors.TraceFileCorruptError),  # the stored span no longer matches the recorded shape
 ])
 def test_forged_view_metadata_refuses_typed(tmp_path, edit, error):
     values = {"slice_1": torch.arange(24.0).reshape(2, 3, 4)[:, :, 1:3]}
     write_values(values, tmp_path / "v.safetensors")
+    assert _header(tmp_path / "v.safetensors")["__metadata__"]["views"] == json.dumps({"slice_1": _VIEW},
+                                                                                   separators=(",", ":"))
     digest = _forge(tmp_path / "v.safetensors", tmp_path / "f.safetensors", edit)
     with pytest.raises(error):
         read_values(tmp_path / "f.safetensors", digest, _metas(values))
@@ -217,11 +235,14 @@ def test_small_tensors_in_tuples_and_python_dtypes_are_stored_in_the_template():
 
 def test_a_view_stored_dense_is_disclosed_on_the_loaded_trace_once(tmp_path):
     class Sparse(torch.nn.Module):
-        def forward(self, x):
-            return x[::x.numel() // 4] * 2  # 4 elements a quarter of a long vector apart: a span far too large
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4 * (MAX_SPAN_FACTOR * 4 + SPAN_SLACK)))  # never a saved value
 
-    x = torch.randn(4 * (MAX_SPAN_FACTOR * 4 + SPAN_SLACK))
-    t = tracer.trace(Sparse(), (x,))
+        def forward(self, x):
+            return self.w[::self.w.numel() // 4] * x  # 4 elements a quarter of a long vector apart: too large a span
+
+    t = tracer.trace(Sparse(), (torch.randn(4),))
     loaded = tracer.load(t.save(tmp_path / "a"))
     notes = [w for w in loaded.warnings if "stored dense" in w]
     assert len(notes) == 1 and "getitem_1" in notes[0]

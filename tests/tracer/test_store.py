@@ -188,10 +188,12 @@ def test_values_file_is_plain_safetensors(gpt2_trace, tmp_path):
 
     folder = _saved(gpt2_trace, tmp_path)
     theirs = load_file(str(folder / VALUES_FILE))
-    with safe_open(str(folder / VALUES_FILE), "pt") as fh:  # non-dense views: their storage span and strides
+    with safe_open(str(folder / VALUES_FILE), "pt") as fh:  # values sharing a storage: its span, once
         views = json.loads(fh.metadata().get("views", "{}"))
-    assert views  # GPT-2's q/k/v split makes non-dense views
-    theirs.update({k: theirs[k].as_strided(gpt2_trace.values[k].shape, s) for k, s in views.items()})
+    assert views  # GPT-2's q/k/v split makes non-dense views of one buffer
+    spans = {owner: theirs[owner] for owner, _, _ in views.values()}
+    theirs.update({k: spans[owner].as_strided(gpt2_trace.values[k].shape, stride, offset)
+                   for k, (owner, offset, stride) in views.items()})
     assert theirs.keys() == gpt2_trace.values.keys()
     assert all(torch.equal(theirs[k], gpt2_trace.values[k]) for k in theirs)
     other = tmp_path / "other.safetensors"

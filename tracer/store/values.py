@@ -69,18 +69,14 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     Tensors of one dtype and shape are stored next to each other (widest dtype first, so every
     tensor is aligned) and copied out in blocks of about _CHUNK_BYTES, not one by one.
     """
-    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
-    views: dict[str, list[int]] = {}
-    dense_views: list[str] = []
     for label, value in values.items():
         _check_storable(label, value)
-        if _is_view(value):
-            span = span_of(value.shape, value.stride())
-            if _span_fits(value.numel(), span):
-                views[label] = list(value.stride())
-                value = value.as_strided((span,), (1,))  # the storage it covers, from its first element
-            else:
-                dense_views.append(label)
+    stored, spans, views, dense_views = _spans(values)
+    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+    for label, value in values.items():
+        if label in views and label not in spans:
+            continue  # read back from another value's span
+        value = stored.get(label, value)
         groups.setdefault((value.dtype, tuple(value.shape)), []).append((label, value))
     order = sorted(groups, key=lambda k: (-k[0].itemsize, _NAMES[k[0]], k[1]))
     header: dict[str, Any] = {}
@@ -98,7 +94,10 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
         header["__metadata__"]["strides"] = msgspec.json.encode(layouts).decode()
     if views or dense_views:
         header["__metadata__"]["version"] = VALUES_VERSION
-        header["__metadata__"]["views"] = msgspec.json.encode({k: views[k] for k in in_file if k in views}).decode()
+        header["__metadata__"]["spans"] = msgspec.json.encode({k: spans[k] for k in in_file if k in spans}).decode()
+        rank = {label: i for i, label in enumerate(in_file)}
+        ordered = sorted(views, key=lambda k: (rank[views[k][0]], views[k][1], k))  # not the values' order: a resave is identical
+        header["__metadata__"]["views"] = msgspec.json.encode({k: views[k] for k in ordered}).decode()
         header["__metadata__"]["dense_views"] = msgspec.json.encode(sorted(dense_views)).decode()
     head = msgspec.json.encode(header)
     head += b" " * (-len(head) % 8)
@@ -109,6 +108,44 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
             for block in _blocks([t for _, t in groups[key]], math.prod(key[1]) * key[0].itemsize):
                 emit(fh, hasher, block)
     return hasher.hexdigest()
+
+
+def _spans(values: Mapping[str, torch.Tensor]) -> tuple[dict, dict, dict, list]:
+    """Values sharing one storage (a tensor and its views), and lone non-dense views: stored as the storage
+    span they cover together. Returns the span tensors and their lengths by owner label, each member's
+    `[owner, offset in the span, strides]`, and the views whose span was too large (stored dense)."""
+    files = {getattr(values, "file_storage", 0)}
+    by_storage: dict[tuple, list[str]] = {}
+    for label, v in values.items():
+        if v.numel():
+            ptr = v.untyped_storage().data_ptr()
+            key = (ptr, v.dtype, v.device) if ptr not in files else (label,)  # values read from one file stand alone
+            by_storage.setdefault(key, []).append(label)
+    stored: dict[str, torch.Tensor] = {}
+    spans: dict[str, int] = {}
+    views: dict[str, list] = {}
+    dense_views: list[str] = []
+    for labels in by_storage.values():
+        members = [values[label] for label in labels]
+        if len(labels) == 1 and not _is_view(members[0]):
+            continue  # a value alone in its storage that tiles it: stored as itself
+        lo = min(m.storage_offset() for m in members)
+        hi = max(m.storage_offset() + span_of(m.shape, m.stride()) for m in members)
+        if _span_fits(sum(m.numel() for m in members), hi - lo):
+            groups = [(labels, members, lo, hi)]
+        else:  # too far apart to store together: each view on its own span, the rest as themselves
+            groups = [([label], [m], m.storage_offset(), m.storage_offset() + span_of(m.shape, m.stride()))
+                      for label, m in zip(labels, members) if _is_view(m)]
+        for group, tensors, start, end in groups:
+            if not _span_fits(sum(m.numel() for m in tensors), end - start):
+                dense_views += group
+                continue
+            owner = group[0]
+            stored[owner] = tensors[0].as_strided((end - start,), (1,), start)
+            spans[owner] = end - start
+            for label, m in zip(group, tensors):
+                views[label] = [owner, m.storage_offset() - start, list(m.stride())]
+    return stored, spans, views, dense_views
 
 
 def _row_major(shape: Any) -> tuple[int, ...]:
@@ -180,7 +217,8 @@ class _Entry(msgspec.Struct):
     data_offsets: tuple[int, int] = (-1, -1)
     strides: str = ""  # `__metadata__` only: JSON {label: [stride, ...]} of values kept non-contiguous
     version: str = ""  # `__metadata__` only: the values version ("" for 1)
-    views: str = ""  # `__metadata__` only: JSON {label: [stride, ...]} of views stored as their span
+    spans: str = ""  # `__metadata__` only: JSON {owner: length} of storage spans stored under an owner's label
+    views: str = ""  # `__metadata__` only: JSON {label: [owner, offset, [stride, ...]]} of values read from a span
     dense_views: str = ""  # `__metadata__` only: JSON [label, ...] of views whose span was too large
 
 
@@ -188,6 +226,7 @@ class ReadValues(dict):
     """The values read from a file (label -> tensor), and which non-dense views it holds dense."""
 
     dense_views: tuple[str, ...] = ()
+    file_storage: int = 0  # the buffer read: its values share one storage only because they share a file
 
 
 def layout_note(labels: Any) -> str:
@@ -205,7 +244,7 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
                     + SPAN_SLACK * 16 * len(metas))
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
-    labels, dtypes, shapes, begins, start, layouts, views, dense_views = _entries(buf, site, metas)
+    labels, dtypes, shapes, begins, start, layouts, (spans, views, dense_views) = _entries(buf, site, metas)
     values = ReadValues()
     values.dense_views = tuple(label for label in dense_views if label in metas)
     if not labels:
@@ -223,8 +262,11 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
         if label not in values:
             raise TraceFileCorruptError(f"{site}: strides recorded for {label!r}, which has no value", site=site)
         values[label] = _in_layout(values[label], stride, label, site)
-    for label, stride in views.items():  # spans were checked against the recorded shape in _entries
-        values[label] = values[label].as_strided(metas[label].shape, stride)
+    # a span gets its own memory, so that its members (and only they) share a storage again, as in the forward
+    span_of_owner = {owner: values[owner].clone() for owner in spans}
+    for label, (owner, offset, stride) in views.items():  # bounds were checked in _entries
+        values[label] = span_of_owner[owner].as_strided(metas[label].shape, stride, offset)
+    values.file_storage = data.untyped_storage().data_ptr()
     return values
 
 
@@ -273,7 +315,7 @@ def _entries(buf: bytearray, site: str,
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
     meta = header.pop("__metadata__", None)
     layouts = _recorded_layouts(meta.strides if meta is not None else "", site)
-    views, dense_views = _recorded_views(meta, site, metas)
+    spans, views, dense_views = _recorded_views(meta, site, metas)
     labels, entries = list(header), list(header.values())
     begins = list(map(_FIRST, map(_OFFSETS, entries)))
     if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
@@ -282,15 +324,16 @@ def _entries(buf: bytearray, site: str,
     found = list(map(metas.get, labels))
     dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
     offsets = list(map(_OFFSETS, entries))
-    stored = [] if None in found else list(map(_SHAPE, found)) if not views else [
-        views[label][1] if label in views else m.shape for label, m in zip(labels, found)]
-    if set(views) - set(labels):
-        raise TraceFileCorruptError(f"{site}: strides recorded for {sorted(set(views) - set(labels))[0]!r}, which "
-                                    "has no value", site=site)
+    stored = [] if None in found else list(map(_SHAPE, found)) if not spans else [
+        (spans[label],) if label in spans else m.shape for label, m in zip(labels, found)]
+    extra = (set(spans) - set(labels)) | (set(views) - set(spans)) & set(labels)
+    if extra:
+        raise TraceFileCorruptError(f"{site}: {sorted(extra)[0]!r} is recorded both as a span and not (or its span "
+                                    "is missing)", site=site)
     if (None in found or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
             or list(map(_SHAPE, entries)) != stored):
         bad = next(label for label, spec, meta in zip(labels, entries, found)
-                   if meta is None or spec.shape != views.get(label, (None, meta.shape))[1]
+                   if meta is None or spec.shape != ((spans[label],) if label in spans else meta.shape)
                    or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
         raise TraceFileCorruptError(f"the saved value of {bad!r} disagrees with its recorded shape/dtype (or there "
                                     f"is no such op)", site=site)
@@ -303,36 +346,38 @@ def _entries(buf: bytearray, site: str,
                 raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
                                             f"follow the previous tensor's", site=site)
         raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
-    return labels, dtypes, stored, expected, 8 + n, layouts, {label: v[0] for label, v in views.items()}, dense_views
+    return labels, dtypes, stored, expected, 8 + n, layouts, (spans, views, dense_views)
 
 
-def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[dict[str, Any], list[str]]:
-    """Views stored as their storage span (label -> (strides, stored shape), checked against the recorded
-    shape), and the views stored dense."""
-    if meta is None or not (meta.version or meta.views or meta.dense_views):
-        return {}, []
+def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[dict, dict, list]:
+    """Spans (owner -> length), the values read from them (label -> (owner, offset, strides)), checked
+    against the recorded shapes and dtypes, and the views stored dense."""
+    if meta is None or not (meta.version or meta.spans or meta.views or meta.dense_views):
+        return {}, {}, []
     if meta.version not in _READABLE_VERSIONS:
         raise TraceSchemaError(f"{site} has values version {meta.version!r}, which this build cannot read "
                                f"(it reads {', '.join(sorted(_READABLE_VERSIONS))})", site=site,
                                remedy="Load it with the build that saved it, or save the trace again.")
     try:
-        views = msgspec.json.decode(meta.views or "{}", type=dict[str, list[int]])
+        spans = msgspec.json.decode(meta.spans or "{}", type=dict[str, int])
+        views = msgspec.json.decode(meta.views or "{}", type=dict[str, tuple[str, int, list[int]]])
         dense_views = msgspec.json.decode(meta.dense_views or "[]", type=list[str])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise TraceFileCorruptError(f"{site} has unreadable views metadata ({exc})", site=site) from None
-    out: dict[str, Any] = {}
-    for label, stride in views.items():
-        m = metas.get(label)
-        if (m is None or len(stride) != len(m.shape) or any(s < 0 or s > MAX_STRIDE for s in stride)
-                or math.prod(m.shape) < 2):
-            raise TraceFileCorruptError(f"{site}: the recorded view strides of {label!r} do not fit its shape",
+    members: dict[str, int] = dict.fromkeys(spans, 0)
+    for label, (owner, offset, stride) in views.items():
+        m, o = metas.get(label), metas.get(owner)
+        if (m is None or o is None or owner not in spans or m.dtype != o.dtype or len(stride) != len(m.shape)
+                or any(s < 0 or s > MAX_STRIDE for s in stride) or not 0 <= offset <= spans[owner]
+                or offset + span_of(m.shape, stride) > spans[owner]):
+            raise TraceFileCorruptError(f"{site}: the recorded view of {label!r} does not fit its shape or its span",
                                         site=site)
-        span = span_of(m.shape, stride)
-        if not _span_fits(math.prod(m.shape), span):
-            raise TraceFileCorruptError(f"{site}: the recorded view of {label!r} spans {span:,} elements, more than "
-                                        "a stored view may", site=site)
-        out[label] = (stride, (span,))
-    return out, dense_views
+        members[owner] += math.prod(m.shape)
+    for owner, length in spans.items():
+        if owner not in views or views[owner][0] != owner or not 0 < length or not _span_fits(members[owner], length):
+            raise TraceFileCorruptError(f"{site}: the span stored under {owner!r} ({length:,} elements) is not one "
+                                        "its views need", site=site)
+    return spans, {label: (owner, offset, stride) for label, (owner, offset, stride) in views.items()}, dense_views
 
 
 def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
