@@ -5,11 +5,14 @@ Layout: 8-byte little-endian header length, a JSON header `{label: {dtype, shape
 written and read; reading makes one buffer and views every tensor into it. A value that was a
 dense tensor with other than row-major strides (a permuted activation, or a size-1 dimension with an
 odd stride) keeps its strides in `__metadata__` (`strides`: JSON `{label: [stride, ...]}`) and is
-read back in that layout. A non-dense view (a slice, an expand, a strided step) is stored as the
-storage span it covers, from its first element (a 1-D tensor of `span_of(shape, strides)` elements),
-with its strides in `__metadata__` (`views`, values version 2), and read back with `as_strided`; a
-span above `MAX_SPAN_FACTOR` times the view's size (plus `SPAN_SLACK`) is stored dense instead and
-listed in `dense_views`. So an offline replay feeds each kernel the memory layout it saw in the forward.
+read back in that layout. Values sharing one storage (a tensor and its views: a q/k/v split, an
+eval-mode dropout returning its input) and lone non-dense views (a slice, an expand, a strided step)
+are stored once, as the storage span they cover, under one owner's label (values version 2:
+`spans` `{owner: length}`, `views` `{label: [owner, offset, [stride, ...]]}`), and read back with
+`as_strided` over one fresh copy of that span, so they share memory again. A span above
+`MAX_SPAN_FACTOR` times its values' size (plus `SPAN_SLACK`) is not stored: those views are stored
+dense and listed in `dense_views`. So an offline replay feeds each kernel the memory layout it saw
+in the forward.
 """
 from __future__ import annotations
 
