@@ -9,7 +9,7 @@ read back in that layout. Values sharing one storage (a tensor and its views: a 
 eval-mode dropout returning its input) and lone non-dense views (a slice, an expand, a strided step)
 are stored once, as the storage span they cover, under one owner's label (values version 2:
 `spans` `{owner: length}`, `views` `{label: [owner, offset, [stride, ...]]}`), and read back with
-`as_strided` over one fresh copy of that span, so they share memory again. A span above
+`as_strided` over that span, so they share memory again. A span above
 `MAX_SPAN_FACTOR` times its values' size (plus `SPAN_SLACK`) is not stored: those views are stored
 dense and listed in `dense_views`. So an offline replay feeds each kernel the memory layout it saw
 in the forward.
@@ -118,11 +118,13 @@ def _spans(values: Mapping[str, torch.Tensor]) -> tuple[dict, dict, dict, list]:
     span they cover together. Returns the span tensors and their lengths by owner label, each member's
     `[owner, offset in the span, strides]`, and the views whose span was too large (stored dense)."""
     files = {getattr(values, "file_storage", 0)}
+    read_from = getattr(values, "span_owner", {})
     by_storage: dict[tuple, list[str]] = {}
     for label, v in values.items():
         if v.numel():
             ptr = v.untyped_storage().data_ptr()
-            key = (ptr, v.dtype, v.device) if ptr not in files else (label,)  # values read from one file stand alone
+            # values read from one file share its buffer: they group as the file grouped them
+            key = (ptr, v.dtype, v.device) if ptr not in files else (read_from.get(label, label),)
             by_storage.setdefault(key, []).append(label)
     stored: dict[str, torch.Tensor] = {}
     spans: dict[str, int] = {}
@@ -230,6 +232,7 @@ class ReadValues(dict):
 
     dense_views: tuple[str, ...] = ()
     file_storage: int = 0  # the buffer read: its values share one storage only because they share a file
+    span_owner: dict[str, str] = {}  # label -> the owner of the span it was read from
 
 
 def layout_note(labels: Any) -> str:
@@ -265,11 +268,12 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
         if label not in values:
             raise TraceFileCorruptError(f"{site}: strides recorded for {label!r}, which has no value", site=site)
         values[label] = _in_layout(values[label], stride, label, site)
-    # a span gets its own memory, so that its members (and only they) share a storage again, as in the forward
-    span_of_owner = {owner: values[owner].clone() for owner in spans}
+    span_of_owner = {owner: values[owner] for owner in spans}
     for label, (owner, offset, stride) in views.items():  # bounds were checked in _entries
-        values[label] = span_of_owner[owner].as_strided(metas[label].shape, stride, offset)
+        span = span_of_owner[owner]
+        values[label] = span.as_strided(metas[label].shape, stride, span.storage_offset() + offset)
     values.file_storage = data.untyped_storage().data_ptr()
+    values.span_owner = {label: owner for label, (owner, _, _) in views.items()}
     return values
 
 
