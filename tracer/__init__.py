@@ -11,6 +11,7 @@ from .provenance import Provenance
 from .compat import doctor
 from .differ import TraceDiff, compare, diff, load_diff
 from .tracing import trace
+from .replay.offline import offline_callables
 from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
 from .frontends import explore
@@ -27,6 +28,6 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
-    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "summary", "trace",
-    "validate", "__version__",
+    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "offline_callables",
+    "summary", "trace", "validate", "__version__",
 ]

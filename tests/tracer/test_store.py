@@ -184,8 +184,16 @@ def test_values_file_is_plain_safetensors(gpt2_trace, tmp_path):
     from safetensors.torch import load_file, save_file
     from tracer.store.values import read_values
 
+    from safetensors import safe_open
+
     folder = _saved(gpt2_trace, tmp_path)
     theirs = load_file(str(folder / VALUES_FILE))
+    with safe_open(str(folder / VALUES_FILE), "pt") as fh:  # values sharing a storage: its span, once
+        views = json.loads(fh.metadata().get("views", "{}"))
+    assert views  # GPT-2's q/k/v split makes non-dense views of one buffer
+    spans = {owner: theirs[owner] for owner, _, _ in views.values()}
+    theirs.update({k: spans[owner].as_strided(gpt2_trace.values[k].shape, stride, offset)
+                   for k, (owner, offset, stride) in views.items()})
     assert theirs.keys() == gpt2_trace.values.keys()
     assert all(torch.equal(theirs[k], gpt2_trace.values[k]) for k in theirs)
     other = tmp_path / "other.safetensors"
@@ -240,7 +248,8 @@ def test_a_permuted_value_comes_back_in_its_layout_and_bad_strides_refuse(tmp_pa
     metas = {k: tracer.TensorMeta(tuple(v.shape), "float32", "cpu") for k, v in values.items()}
     back = read_values(tmp_path / "v.safetensors", digest, metas)
     assert back["a_1"].stride() == values["a_1"].stride() and torch.equal(back["a_1"], values["a_1"])
-    assert back["b_1"].is_contiguous() and torch.equal(back["c_1"], values["c_1"])  # a slice is stored dense
+    assert back["b_1"].is_contiguous() and torch.equal(back["c_1"], values["c_1"])
+    assert back["c_1"].stride() == values["c_1"].stride()  # a slice comes back as a view of its stored span
     raw = bytearray((tmp_path / "v.safetensors").read_bytes())
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])

@@ -4,7 +4,9 @@ Shape: `{"call": "torch.nn.functional.gelu" | None, "args": [...], "kwargs": {..
 values stand for themselves (a non-finite float is `{"float": "inf"}`); every other argument is a
 one-key object: `{"edge": "<position>"}` a parent's tensor (see `Op.parents`), `{"param": "<address>"}`
 a parameter or buffer, `{"before": "<address>", "value": <small tensor> | None}` a buffer's value
-before the in-place write this op made, `{"tensor": "<position>"}` a tensor the trace does not know,
+before the in-place write this op made, `{"tensor": "<position>"}` a tensor the trace does not know
+(with `"value": <small tensor>` when it holds at most `INLINE_NUMEL` elements: a size or an index
+tensor inside a tuple, read when the trace is built), `{"pytype": "int"}` a Python number type,
 `{"tuple": [...]}`, `{"size": [...]}`, `{"slice": [start, stop, step]}`, `{"ellipsis": None}`,
 `{"dtype": "float32"}`, `{"device": "cpu"}`, `{"layout": "strided"}`, `{"memory_format": "..."}`,
 `{"complex": [re, im]}`, `{"dict": {...}}`, and `{"opaque": "<type>"}` for an object no file can hold.
@@ -14,6 +16,7 @@ the template is first read, so capture pays nothing for it.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Iterator, Mapping
 
 import torch
@@ -53,6 +56,15 @@ def _scrub(a: Any) -> Any:
     return a
 
 
+class _Inline:
+    """A small tensor argument that may be no edge and no parameter: its value, encoded when the trace is built."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.value = tensor_value(t)
+
+
 class _Before:
     """A buffer's value before an in-place write, encoded when the trace is built."""
 
@@ -63,25 +75,22 @@ class _Before:
         self.value = tensor_value(t)
 
 
-def _detach_call(source: tuple, snapshots: Mapping[int, str]) -> tuple:
-    """A live call without its tensors, so a template never keeps one alive (pre-write copies encoded)."""
+def _detach_call(source: tuple, snapshots: Mapping[int, str], edges: frozenset = frozenset()) -> tuple:
+    """A live call without its tensors, so a template never keeps one alive (pre-write copies and small
+    tensors that are not on an edge encoded)."""
     func, args, kwargs = source
-    if snapshots:
-        return func, tuple([_detach(a, snapshots) for a in args]), {k: _detach(v, snapshots) for k, v in kwargs.items()}
-    deep = False
-    for a in args:
-        if type(a) in _SEQ:
-            deep = True
-            break
-    return func, scrub_deep(args) if deep else scrub_args(args), scrub_kwargs(kwargs) if kwargs else {}
+    return (func, tuple([_detach(a, snapshots, edges, _POS[i] if i < 16 else str(i)) for i, a in enumerate(args)]),
+            {k: _detach(v, snapshots, edges, k) for k, v in kwargs.items()} if kwargs else {})
 
 
-def _detach(a: Any, snapshots: Mapping[int, str]) -> Any:
+def _detach(a: Any, snapshots: Mapping[int, str], edges: frozenset, position: str) -> Any:
     if isinstance(a, _Tensor):
         addr = snapshots.get(id(a))
-        return TENSOR if addr is None else _Before(addr, a)
+        if addr is not None:
+            return _Before(addr, a)
+        return TENSOR if position in edges or a.numel() > INLINE_NUMEL else _Inline(a)
     if type(a) in _SEQ:
-        return type(a)(_detach(b, snapshots) for b in a)
+        return type(a)(_detach(b, snapshots, edges, f"{position}.{j}") for j, b in enumerate(a))
     return a
 
 
@@ -159,7 +168,7 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
             out.append(last)
         else:
             if live is not None:
-                func, args, kwargs = _detach_call(live, snapshots)
+                func, args, kwargs = _detach_call(live, snapshots, frozenset(pos for _p, pos in rec[f_parents]))
             else:
                 func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
             last = CallTemplate(func, args, kwargs, rec[f_parents], rec[f_params])
@@ -176,10 +185,12 @@ class _Encoder:
         self.positions = positions
         self.params = list(params) if params else params
 
-    def tensor(self, position: str | None, before: _Before | None) -> dict[str, Any]:
+    def tensor(self, position: str | None, before: _Before | None, inline: _Inline | None = None) -> dict[str, Any]:
         if position is not None and position in self.positions:
             return {"edge": position}
         if position is None or not self.params:
+            if inline is not None and inline.value is not None:
+                return {"tensor": position, "value": inline.value}
             return {"tensor": position}
         addr = self.params.pop(0)
         if before is not None:
@@ -189,6 +200,8 @@ class _Encoder:
     def value(self, a: Any, position: str | None) -> Any:
         if a is TENSOR or isinstance(a, _Before):
             return self.tensor(position, a if isinstance(a, _Before) else None)
+        if isinstance(a, _Inline):
+            return self.tensor(position, None, a)
         if isinstance(a, _Tensor):  # inside a container capture did not walk: not an edge
             return {"tensor": None}
         if a is None or isinstance(a, (bool, int, str)):
@@ -219,6 +232,8 @@ def _atom(a: Any) -> Any:
         parts = [a.start, a.stop, a.step]
         if all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
             return {"slice": parts}
+    if a is int or a is float or a is bool or a is complex:  # a Python type standing for a dtype
+        return {"pytype": a.__name__}
     if a is Ellipsis:
         return {"ellipsis": None}
     if isinstance(a, complex):
@@ -252,15 +267,30 @@ def callable_path(func: Any) -> str | None:
     from ..replay.offline import resolve_callable  # the resolver is the test of a path
 
     path = None
-    for candidate in _candidates(func):
-        try:
-            if _same_callable(resolve_callable(candidate), func):
-                path = candidate
-                break
-        except Exception:
-            continue
+    # a torch wrapper (Tensor.__pow__ wraps TensorBase.pow) is named by the kernel it wraps
+    targets = [func, func.__wrapped__] if _torch_wrapper(func) else [func]
+    for target in targets:
+        for candidate in _candidates(target):
+            try:
+                if _same_callable(resolve_callable(candidate), target):
+                    path = candidate
+                    break
+            except Exception:
+                continue
+        if path is not None:
+            break
     _path_cache[func] = path
     return path
+
+
+_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "")
+
+
+def _torch_wrapper(func: Any) -> bool:
+    """True for a function defined in torch's own source that wraps another (`functools.wraps`)."""
+    code = getattr(func, "__code__", None)
+    return getattr(func, "__wrapped__", None) is not None and code is not None and \
+        code.co_filename.startswith(_TORCH_DIR)
 
 
 def _candidates(func: Any) -> Iterator[str]:

@@ -227,13 +227,15 @@ def _materialized(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 class Replayer:
     """Replays single ops: from the live calls of a trace captured in this process, else from the
-    call templates a trace file stores (parameters from `params`); loads `Deferred` arguments."""
+    call templates a trace file stores (parameters from `params`; foreign callables from `callables`
+    and `offline_callables`, see `offline`); loads `Deferred` arguments."""
 
-    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None = None) -> None:
+    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None = None,
+                 callables: Iterable[Any] = ()) -> None:
         self.trace = trace
         self.values = trace.values
         self.calls = trace.live_calls
-        self.offline = None if trace.live_calls else OfflineCalls(trace, params)
+        self.offline = None if trace.live_calls else OfflineCalls(trace, params, callables)
         self.resolve: Callable[[tuple, dict], tuple[tuple, dict]] | None = (
             _materialized if trace.provenance.deferred_args else None)
 

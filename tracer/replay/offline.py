@@ -2,13 +2,22 @@
 
 A trace loaded from a file has its saved values and, per op, the call template written at
 capture (see `tracer.capture.call_template`). Parameters and buffers are not in a trace file:
-the caller supplies them (`params=model`, or a mapping such as its state dict). Only callables under `torch` resolve,
-so a trace file can never name arbitrary code to run.
+the caller supplies them (`params=model`, or a mapping such as its state dict).
+
+What a stored call may name: a torch callable (resolved under `torch` alone), a custom op already
+registered in this process (`torch.ops.<ns>.<op>.<overload>`), or, for an `autograd.Function` op, the
+Function class named by its qualified name, found only in a module this process has already imported
+(`sys.modules`, read through `__dict__`: nothing is imported, no module hook runs) or among the
+objects the caller allows (`offline_callables`). Loading a trace never resolves anything; a name
+that resolves neither way is a typed `not_replayable_offline` finding naming the op.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
-from typing import Any, Mapping
+import sys
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
@@ -19,6 +28,10 @@ _ALLOWED_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch._C._nn.", "
                      "torch.linalg.", "torch.fft.", "torch.special.", "torch._C._linalg.", "torch._C._fft.",
                      "torch._C._special.", "torch.functional.", "torch.ops.aten.", "torch._C.TensorBase.")
 _SYNTHETIC = (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND)
+_FUNCTION_KIND = "autograd_function"  # tracer.capture.boundaries.FUNCTION_KIND (not imported: capture is heavy)
+_PYTYPES = {"int": int, "float": float, "bool": bool, "complex": complex}
+# Callables the caller allows an offline replay to call, by the name an op records (Op.func).
+_ALLOWED: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("offline_callables", default={})
 
 
 class NotReplayable(Exception):
@@ -34,8 +47,73 @@ def has_call_templates(trace: Trace) -> bool:
     return any("args" in op.attrs for op in trace.ops if op.kind not in _SYNTHETIC)
 
 
+@contextlib.contextmanager
+def offline_callables(*callables: Any) -> Iterator[None]:
+    """Allow an offline replay (validate on a loaded trace) to call these `autograd.Function` classes
+    or registered custom ops where an op names them, whether or not their module is imported."""
+    from ..capture.boundaries import kernel_name
+
+    allowed = dict(_ALLOWED.get())
+    for c in callables:
+        try:
+            allowed[kernel_name(c)] = c
+        except TypeError:
+            raise TypeError(f"offline_callables takes autograd.Function classes and custom ops, not {c!r}") from None
+    token = _ALLOWED.set(allowed)
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
+
+
+def allowed_callables(extra: Iterable[Any] = ()) -> dict[str, Any]:
+    """The callables allowed now (`offline_callables`), plus `extra` (objects), by recorded name."""
+    from ..capture.boundaries import kernel_name
+
+    return {**_ALLOWED.get(), **{kernel_name(c): c for c in extra}}
+
+
+def resolve_foreign(op: Op, allowed: Mapping[str, Any]) -> Any:
+    """The callable replaying an op the trace could not name under `torch`: an allowed object, or an
+    `autograd.Function` class found by qualified name in a module already imported; else `NotReplayable`."""
+    name = op.func
+    hit = allowed.get(name)
+    if hit is None and op.kind == _FUNCTION_KIND:
+        hit = _imported_object(name)
+    if isinstance(hit, type) and issubclass(hit, torch.autograd.Function):
+        return hit.apply
+    if hit is not None and op.kind != _FUNCTION_KIND and callable(hit):
+        return hit
+    module = name.rsplit(".", 1)[0]
+    raise NotReplayable(
+        f"not replayable offline: {name} is not a torch function, and a trace file names it only; "
+        + (f"it is replayed from an autograd.Function class in a module already imported, and {module!r} is not "
+           f"(or holds no such class): import it in this process before validating, or allow it with "
+           f"`with tracer.offline_callables({name.rsplit('.', 1)[-1]}): tracer.validate(...)`"
+           if op.kind == _FUNCTION_KIND else
+           f"allow the callable with `with tracer.offline_callables(...): tracer.validate(...)`"))
+
+
+def _imported_object(name: str) -> Any:
+    """The object at dotted `name` inside a module already in `sys.modules`, read through `__dict__` only."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:i]))
+        if module is None:
+            continue
+        obj: Any = module
+        for part in parts[i:]:
+            obj = vars(obj).get(part) if hasattr(obj, "__dict__") else None
+            if obj is None:
+                return None
+        return obj
+    return None
+
+
 def resolve_callable(path: Any) -> Any:
     """The torch callable a stored dotted path names; raises `NotReplayable` for anything else."""
+    if isinstance(path, str) and path.startswith("torch.ops.") and not path.startswith("torch.ops.aten."):
+        return _registered_op(path)
     if not isinstance(path, str) or not (path.startswith(_ALLOWED_PREFIXES) or _top_level_builtin(path)):
         raise NotReplayable(f"not replayable offline: the call {path!r} is not a torch function "
                             "(a foreign callable cannot be stored in a trace file)")
@@ -54,6 +132,21 @@ def resolve_callable(path: Any) -> Any:
     return obj
 
 
+def _registered_op(path: str) -> Any:
+    """`torch.ops.<ns>.<op>.<overload>` when that op is registered in this process (nothing is imported)."""
+    parts = path.split(".")
+    if len(parts) != 5 or not all(p.isidentifier() for p in parts):
+        raise NotReplayable(f"not replayable offline: the call {path!r} is not a torch function")
+    try:
+        overload = getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
+    except (AttributeError, RuntimeError):
+        raise NotReplayable(f"not replayable offline: the custom op {path!r} is not registered in this process "
+                            "(load the library that defines it before validating)") from None
+    if not isinstance(overload, torch._ops.OpOverload):
+        raise NotReplayable(f"not replayable offline: {path!r} is not an operator overload")
+    return overload
+
+
 def _top_level_builtin(path: str) -> bool:
     """`torch.<name>` where the name is one of torch's own builtin ops (torch.add, torch.where)."""
     parts = path.split(".")
@@ -66,9 +159,11 @@ def _top_level_builtin(path: str) -> bool:
 class OfflineCalls:
     """Decodes op call templates into `(func, args, kwargs)`, once per call."""
 
-    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None) -> None:
+    def __init__(self, trace: Trace, params: Mapping[str, torch.Tensor] | None,
+                 callables: Iterable[Any] = ()) -> None:
         self.trace = trace
         self.params = dict(params or {})
+        self.allowed = allowed_callables(callables)
         self._aliases = {alias: rec.address for rec in trace.params.values() for alias in rec.tied}
         self._calls: dict[int, tuple] = {}
         self._param_cache: dict[str, torch.Tensor] = {}
@@ -84,10 +179,7 @@ class OfflineCalls:
         template = op.attrs
         if "args" not in template:
             raise NotReplayable("not replayable offline: the trace file holds no call template for it")
-        if template.get("call") is None:
-            raise NotReplayable(f"not replayable offline: {op.func} is not a torch function, and a trace file "
-                                "cannot store a foreign callable")
-        func = resolve_callable(template["call"])
+        func = resolve_foreign(op, self.allowed) if template.get("call") is None else resolve_callable(template["call"])
         edges = {e.position: e.source for e in op.parents}
         args = tuple(self._value(a, edges) for a in template["args"])
         kwargs = {str(k): self._value(v, edges) for k, v in template["kwargs"].items()}
@@ -102,6 +194,8 @@ class OfflineCalls:
             if a.get("value") is None:
                 raise NotReplayable(f"not replayable offline: the value of buffer {a['before']!r} before this "
                                     "write was too large to store in the template")
+            return tensor_from_value(a["value"])
+        if isinstance(a, dict) and "tensor" in a and len(a) == 2 and "value" in a:  # a small tensor kept by value
             return tensor_from_value(a["value"])
         if not isinstance(a, dict) or len(a) != 1:
             raise NotReplayable(f"not replayable offline: malformed template value {a!r}")
@@ -157,6 +251,10 @@ def _decode_atom(tag: str, v: Any, value: Any) -> Any:
         return _torch_attr(v, torch.layout)
     if tag == "memory_format":
         return _torch_attr(v, torch.memory_format)
+    if tag == "pytype":
+        if v not in _PYTYPES:
+            raise NotReplayable(f"not replayable offline: {v!r} is not a Python number type")
+        return _PYTYPES[v]
     if tag == "device":
         return torch.device(str(v))
     if tag == "dict":
@@ -175,9 +273,13 @@ def tensor_from_value(v: Any) -> torch.Tensor:
     """A tensor from `call_template.tensor_value` data."""
     if not isinstance(v, dict):
         raise NotReplayable("not replayable offline: a stored tensor value is missing")
-    dtype = _torch_attr(v["dtype"], torch.dtype)
-    data = [float(x) if isinstance(x, str) else x for x in v["data"]]
-    return torch.tensor(data, dtype=dtype).reshape([int(s) for s in v["shape"]])
+    try:
+        dtype = _torch_attr(v["dtype"], torch.dtype)
+        data = [float(x) if isinstance(x, str) else x for x in v["data"]]
+        return torch.tensor(data, dtype=dtype).reshape([int(s) for s in v["shape"]])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise NotReplayable(f"not replayable offline: a stored tensor value is malformed ({exc})") from None
 
 
-__all__ = ["NotReplayable", "OfflineCalls", "has_call_templates", "resolve_callable", "tensor_from_value"]
+__all__ = ["NotReplayable", "OfflineCalls", "allowed_callables", "has_call_templates", "offline_callables",
+           "resolve_callable", "resolve_foreign", "tensor_from_value"]

@@ -12,7 +12,7 @@ from .document import unframe
 from .files import as_path, checked_file, read_structure, structure_file, trace_folder
 from .format import VALUES_FILE
 from .integrity import check_body
-from .values import read_values
+from .values import layout_note, read_values
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -28,10 +28,15 @@ def _load(path: str | Path) -> Trace:
     body_bytes, digests = unframe(read_structure(structure), site)
     body = decode_body(body_bytes, site)
     modules, params = check_body(body.ops, body.modules, body.params, body.provenance, body.envelope, site)
+    values = _values(folder, digests.values, body.ops)
+    warnings = body.warnings
+    if getattr(values, "dense_views", ()):  # a layout the values file could not keep: disclosed on the trace
+        note = layout_note(values.dense_views)
+        warnings = warnings if note in warnings else (*warnings, note)
     trace = Trace(ops=body.ops, modules=modules, params=params, model_class=body.model_class,
-                  provenance=provenance_from_json(body.provenance, site), warnings=body.warnings,
+                  provenance=provenance_from_json(body.provenance, site), warnings=warnings,
                   envelope=_envelope(body, site), backward=_backward(body, site))
-    trace.values = _values(folder, digests.values, trace)
+    trace.values = values
     return trace
 
 
@@ -58,7 +63,7 @@ def _envelope(body: Body, site: str) -> Any:
     return envelope_from_dict(data)
 
 
-def _values(folder: Path, expected: str | None, trace: Trace) -> dict[str, Any]:
+def _values(folder: Path, expected: str | None, ops: Any) -> dict[str, Any]:
     path = folder / VALUES_FILE
     if expected is None:
         if path.exists() or path.is_symlink():
@@ -66,7 +71,7 @@ def _values(folder: Path, expected: str | None, trace: Trace) -> dict[str, Any]:
         return {}
     if not (path.exists() or path.is_symlink()):
         raise TraceFileCorruptError(f"{path} is missing but the trace records saved values", site=str(path))
-    return read_values(checked_file(folder, path), expected, dict(zip(map(_LABEL, trace.ops), map(_OUT, trace.ops))))
+    return read_values(checked_file(folder, path), expected, dict(zip(map(_LABEL, ops), map(_OUT, ops))))
 
 
 _LABEL, _OUT = attrgetter("label"), attrgetter("out")

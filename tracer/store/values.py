@@ -3,9 +3,16 @@
 Layout: 8-byte little-endian header length, a JSON header `{label: {dtype, shape, data_offsets}}`
 (plus `__metadata__`), then every tensor's bytes back to back. The file is hashed while it is
 written and read; reading makes one buffer and views every tensor into it. A value that was a
-dense but non-contiguous tensor (a permuted activation) keeps its strides in `__metadata__`
-(`strides`: JSON `{label: [stride, ...]}`) and is read back in that layout, so an offline replay
-feeds each kernel the memory layout it saw in the forward.
+dense tensor with other than row-major strides (a permuted activation, or a size-1 dimension with an
+odd stride) keeps its strides in `__metadata__` (`strides`: JSON `{label: [stride, ...]}`) and is
+read back in that layout. Values sharing one storage (a tensor and its views: a q/k/v split, an
+eval-mode dropout returning its input) and lone non-dense views (a slice, an expand, a strided step)
+are stored once, as the storage span they cover, under one owner's label (values version 2:
+`spans` `{owner: length}`, `views` `{label: [owner, offset, [stride, ...]]}`), and read back with
+`as_strided` over that span, so they share memory again. A span above
+`MAX_SPAN_FACTOR` times its values' size (plus `SPAN_SLACK`) is not stored: those views are stored
+dense and listed in `dense_views`. So an offline replay feeds each kernel the memory layout it saw
+in the forward.
 """
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ import msgspec
 import torch
 from torch._utils import _flatten_dense_tensors
 
-from ..errors import TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError
+from ..errors import (TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError,
+                      TraceSchemaError)
 from ..ir import TensorMeta
 from .format import FORMAT, MAX_VALUES_HEADER_BYTES
 
@@ -36,6 +44,25 @@ _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 _DTYPE_TEXT = {dtype: str(dtype).replace("torch.", "") for dtype in _NAMES}  # as TensorMeta.dtype writes it
 _CHUNK_BYTES = 64 << 20
 MAX_STRIDE = 1 << 62  # a recorded stride beyond this is not a layout this writer makes
+# The values file's own version (`__metadata__.version`): 1 (absent) dense and permuted values only;
+# 2 adds `views` (non-dense views stored as their storage span) and `dense_views`.
+VALUES_VERSION = "2"
+_READABLE_VERSIONS = frozenset({"1", VALUES_VERSION})
+# A non-dense view is stored as its storage span when that holds at most this many elements per
+# element of the view, plus SPAN_SLACK (an expand saves one row; a sliced q/k/v about three times).
+MAX_SPAN_FACTOR = 4
+SPAN_SLACK = 4096
+
+
+def span_of(shape: Any, strides: Any) -> int:
+    """Elements of storage a view of `shape` and `strides` covers from its first element (0 when empty)."""
+    if 0 in shape:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def _span_fits(numel: int, span: int) -> bool:
+    return span <= MAX_SPAN_FACTOR * numel + SPAN_SLACK
 
 
 # -- write ------------------------------------------------------------------------------
@@ -45,9 +72,14 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     Tensors of one dtype and shape are stored next to each other (widest dtype first, so every
     tensor is aligned) and copied out in blocks of about _CHUNK_BYTES, not one by one.
     """
-    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     for label, value in values.items():
         _check_storable(label, value)
+    stored, spans, views, dense_views = _spans(values)
+    groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
+    for label, value in values.items():
+        if label in views and label not in spans:
+            continue  # read back from another value's span
+        value = stored.get(label, value)
         groups.setdefault((value.dtype, tuple(value.shape)), []).append((label, value))
     order = sorted(groups, key=lambda k: (-k[0].itemsize, _NAMES[k[0]], k[1]))
     header: dict[str, Any] = {}
@@ -58,9 +90,18 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
             header[label] = {"dtype": name, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
     header["__metadata__"] = {"format": FORMAT}
-    layouts = {label: list(v.stride()) for label, v in values.items() if _kept_layout(v)}
+    in_file = [label for label in header if label != "__metadata__"]  # metadata in file order: a resave is identical
+    layouts = {label: list(values[label].stride()) for label in in_file
+               if label not in views and _kept_layout(values[label])}
     if layouts:
         header["__metadata__"]["strides"] = msgspec.json.encode(layouts).decode()
+    if views or dense_views:
+        header["__metadata__"]["version"] = VALUES_VERSION
+        header["__metadata__"]["spans"] = msgspec.json.encode({k: spans[k] for k in in_file if k in spans}).decode()
+        rank = {label: i for i, label in enumerate(in_file)}
+        ordered = sorted(views, key=lambda k: (rank[views[k][0]], views[k][1], k))  # not the values' order: a resave is identical
+        header["__metadata__"]["views"] = msgspec.json.encode({k: views[k] for k in ordered}).decode()
+        header["__metadata__"]["dense_views"] = msgspec.json.encode(sorted(dense_views)).decode()
     head = msgspec.json.encode(header)
     head += b" " * (-len(head) % 8)
     hasher = hashlib.sha256()
@@ -72,12 +113,67 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     return hasher.hexdigest()
 
 
+def _spans(values: Mapping[str, torch.Tensor]) -> tuple[dict, dict, dict, list]:
+    """Values sharing one storage (a tensor and its views), and lone non-dense views: stored as the storage
+    span they cover together. Returns the span tensors and their lengths by owner label, each member's
+    `[owner, offset in the span, strides]`, and the views whose span was too large (stored dense)."""
+    files = {getattr(values, "file_storage", 0)}
+    read_from = getattr(values, "span_owner", {})
+    by_storage: dict[tuple, list[str]] = {}
+    for label, v in values.items():
+        if v.numel():
+            ptr = v.untyped_storage().data_ptr()
+            # values read from one file share its buffer: they group as the file grouped them
+            key = (ptr, v.dtype, v.device) if ptr not in files else (read_from.get(label, label),)
+            by_storage.setdefault(key, []).append(label)
+    stored: dict[str, torch.Tensor] = {}
+    spans: dict[str, int] = {}
+    views: dict[str, list] = {}
+    dense_views: list[str] = []
+    for labels in by_storage.values():
+        members = [values[label] for label in labels]
+        if len(labels) == 1 and not _is_view(members[0]):
+            continue  # a value alone in its storage that tiles it: stored as itself
+        lo = min(m.storage_offset() for m in members)
+        hi = max(m.storage_offset() + span_of(m.shape, m.stride()) for m in members)
+        if _span_fits(sum(m.numel() for m in members), hi - lo):
+            groups = [(labels, members, lo, hi)]
+        else:  # too far apart to store together: each view on its own span, the rest as themselves
+            groups = [([label], [m], m.storage_offset(), m.storage_offset() + span_of(m.shape, m.stride()))
+                      for label, m in zip(labels, members) if _is_view(m)]
+        for group, tensors, start, end in groups:
+            if not _span_fits(sum(m.numel() for m in tensors), end - start):
+                dense_views += group
+                continue
+            owner = group[0]
+            stored[owner] = tensors[0].as_strided((end - start,), (1,), start)
+            spans[owner] = end - start
+            for label, m in zip(group, tensors):
+                views[label] = [owner, m.storage_offset() - start, list(m.stride())]
+    return stored, spans, views, dense_views
+
+
+def _row_major(shape: Any) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
 def _kept_layout(t: torch.Tensor) -> bool:
-    """True for a non-contiguous tensor whose elements tile its memory exactly (a permutation of dims)."""
-    if t.is_contiguous() or t.dim() < 2 or 0 in t.stride() or t.numel() < 2:
+    """True for a tensor with other than row-major strides whose elements tile its memory exactly (a
+    permutation of dims, or a size-1 dim with an odd stride: BLAS reads that as a transposed operand)."""
+    if t.numel() < 2 or 0 in t.stride() or t.stride() == _row_major(t.shape):
         return False
     order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
     return t.permute(order).is_contiguous()
+
+
+def _is_view(t: torch.Tensor) -> bool:
+    """True for a non-empty tensor whose elements do not tile their memory (a slice, an expand, a step)."""
+    return t.numel() > 1 and t.stride() != _row_major(t.shape) and not _kept_layout(t) and not (
+        t.dim() and all(n == 1 for n in t.shape))
 
 
 def _in_layout(value: torch.Tensor, stride: Any, label: str, site: str) -> torch.Tensor:
@@ -125,19 +221,41 @@ class _Entry(msgspec.Struct):
     shape: tuple[int, ...] = ()
     data_offsets: tuple[int, int] = (-1, -1)
     strides: str = ""  # `__metadata__` only: JSON {label: [stride, ...]} of values kept non-contiguous
+    version: str = ""  # `__metadata__` only: the values version ("" for 1)
+    spans: str = ""  # `__metadata__` only: JSON {owner: length} of storage spans stored under an owner's label
+    views: str = ""  # `__metadata__` only: JSON {label: [owner, offset, [stride, ...]]} of values read from a span
+    dense_views: str = ""  # `__metadata__` only: JSON [label, ...] of views whose span was too large
 
 
-def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> dict[str, torch.Tensor]:
+class ReadValues(dict):
+    """The values read from a file (label -> tensor), and which non-dense views it holds dense."""
+
+    dense_views: tuple[str, ...] = ()
+    file_storage: int = 0  # the buffer read: its values share one storage only because they share a file
+    span_owner: dict[str, str] = {}  # label -> the owner of the span it was read from
+
+
+def layout_note(labels: Any) -> str:
+    """The trace warning for values whose non-dense layout was not kept."""
+    shown = ", ".join(list(labels)[:5]) + (", ..." if len(labels) > 5 else "")
+    return (f"{len(labels)} saved value(s) ({shown}) were non-dense views spanning more than {MAX_SPAN_FACTOR}x "
+            "their size and are stored dense: an offline replay of the ops that read them may take another "
+            "kernel path and differ in the last bits")
+
+
+def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> ReadValues:
     """Read, verify and split `path`; every tensor must match its op's recorded shape and dtype."""
     site = str(path)
-    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + _largest_data(metas))
+    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + MAX_SPAN_FACTOR * _largest_data(metas)
+                    + SPAN_SLACK * 16 * len(metas))
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
-    labels, dtypes, shapes, begins, start, layouts = _entries(buf, site, metas)
+    labels, dtypes, shapes, begins, start, layouts, (spans, views, dense_views) = _entries(buf, site, metas)
+    values = ReadValues()
+    values.dense_views = tuple(label for label in dense_views if label in metas)
     if not labels:
-        return {}
+        return values
     data = torch.frombuffer(buf, dtype=torch.uint8)
-    values: dict[str, torch.Tensor] = {}
     i = 0
     for (dtype, shape), run in groupby(range(len(labels)), key=list(zip(dtypes, shapes)).__getitem__):
         k = len(list(run))
@@ -150,6 +268,12 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
         if label not in values:
             raise TraceFileCorruptError(f"{site}: strides recorded for {label!r}, which has no value", site=site)
         values[label] = _in_layout(values[label], stride, label, site)
+    span_of_owner = {owner: values[owner] for owner in spans}
+    for label, (owner, offset, stride) in views.items():  # bounds were checked in _entries
+        span = span_of_owner[owner]
+        values[label] = span.as_strided(metas[label].shape, stride, span.storage_offset() + offset)
+    values.file_storage = data.untyped_storage().data_ptr()
+    values.span_owner = {label: owner for label, (owner, _, _) in views.items()}
     return values
 
 
@@ -198,6 +322,7 @@ def _entries(buf: bytearray, site: str,
         raise TraceFileCorruptError(f"{site} has an unreadable header ({exc})", site=site) from None
     meta = header.pop("__metadata__", None)
     layouts = _recorded_layouts(meta.strides if meta is not None else "", site)
+    spans, views, dense_views = _recorded_views(meta, site, metas)
     labels, entries = list(header), list(header.values())
     begins = list(map(_FIRST, map(_OFFSETS, entries)))
     if begins != sorted(begins):  # our writer lists tensors in file order; another writer may not
@@ -206,10 +331,17 @@ def _entries(buf: bytearray, site: str,
     found = list(map(metas.get, labels))
     dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
     offsets = list(map(_OFFSETS, entries))
+    stored = [] if None in found else list(map(_SHAPE, found)) if not spans else [
+        (spans[label],) if label in spans else m.shape for label, m in zip(labels, found)]
+    extra = (set(spans) - set(labels)) | (set(views) - set(spans)) & set(labels)
+    if extra:
+        raise TraceFileCorruptError(f"{site}: {sorted(extra)[0]!r} is recorded both as a span and not (or its span "
+                                    "is missing)", site=site)
     if (None in found or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
-            or list(map(_SHAPE, entries)) != list(map(_SHAPE, found))):
+            or list(map(_SHAPE, entries)) != stored):
         bad = next(label for label, spec, meta in zip(labels, entries, found)
-                   if meta is None or spec.shape != meta.shape or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
+                   if meta is None or spec.shape != ((spans[label],) if label in spans else meta.shape)
+                   or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
         raise TraceFileCorruptError(f"the saved value of {bad!r} disagrees with its recorded shape/dtype (or there "
                                     f"is no such op)", site=site)
     sizes = {shape: math.prod(shape) for shape in set(map(_SHAPE, entries))}
@@ -221,7 +353,38 @@ def _entries(buf: bytearray, site: str,
                 raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
                                             f"follow the previous tensor's", site=site)
         raise TraceFileCorruptError(f"{site}: the tensors do not cover the {len(buf) - 8 - n:,} data bytes", site=site)
-    return labels, dtypes, list(map(_SHAPE, found)), expected, 8 + n, layouts
+    return labels, dtypes, stored, expected, 8 + n, layouts, (spans, views, dense_views)
+
+
+def _recorded_views(meta: Any, site: str, metas: Mapping[str, TensorMeta | None]) -> tuple[dict, dict, list]:
+    """Spans (owner -> length), the values read from them (label -> (owner, offset, strides)), checked
+    against the recorded shapes and dtypes, and the views stored dense."""
+    if meta is None or not (meta.version or meta.spans or meta.views or meta.dense_views):
+        return {}, {}, []
+    if meta.version not in _READABLE_VERSIONS:
+        raise TraceSchemaError(f"{site} has values version {meta.version!r}, which this build cannot read "
+                               f"(it reads {', '.join(sorted(_READABLE_VERSIONS))})", site=site,
+                               remedy="Load it with the build that saved it, or save the trace again.")
+    try:
+        spans = msgspec.json.decode(meta.spans or "{}", type=dict[str, int])
+        views = msgspec.json.decode(meta.views or "{}", type=dict[str, tuple[str, int, list[int]]])
+        dense_views = msgspec.json.decode(meta.dense_views or "[]", type=list[str])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise TraceFileCorruptError(f"{site} has unreadable views metadata ({exc})", site=site) from None
+    members: dict[str, int] = dict.fromkeys(spans, 0)
+    for label, (owner, offset, stride) in views.items():
+        m, o = metas.get(label), metas.get(owner)
+        if (m is None or o is None or owner not in spans or m.dtype != o.dtype or len(stride) != len(m.shape)
+                or any(s < 0 or s > MAX_STRIDE for s in stride) or not 0 <= offset <= spans[owner]
+                or offset + span_of(m.shape, stride) > spans[owner]):
+            raise TraceFileCorruptError(f"{site}: the recorded view of {label!r} does not fit its shape or its span",
+                                        site=site)
+        members[owner] += math.prod(m.shape)
+    for owner, length in spans.items():
+        if owner not in views or views[owner][0] != owner or not 0 < length or not _span_fits(members[owner], length):
+            raise TraceFileCorruptError(f"{site}: the span stored under {owner!r} ({length:,} elements) is not one "
+                                        "its views need", site=site)
+    return spans, {label: (owner, offset, stride) for label, (owner, offset, stride) in views.items()}, dense_views
 
 
 def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
