@@ -34,6 +34,7 @@ class ExplorerState(param.Parameterized):
     ladder = param.Parameter(default=None, doc="LadderView shown by the banner")
     report = param.Parameter(default=None, doc="the last discharge report")
     message = param.String(default="", doc="the last status or refusal, readable")
+    query = param.String(default="", doc="the last search (kept in the URL)")
     centre_on = param.String(default="", doc='what the view centres on after a change: "module:<address>" or "op:<label>"')
 
     def __init__(self, loaded: Loaded, **params: Any) -> None:
@@ -51,6 +52,7 @@ class ExplorerState(param.Parameterized):
         self.relayout()
         if "fold_repeats" not in params and len(self.layout.nodes) > AUTO_FOLD_NODES:
             self.fold_repeats = True  # e.g. 126 decoder layers: one "x126" box until the user unfolds
+        self.default_fold = self.fold_repeats
 
     # -- layout ---------------------------------------------------------------------
     @param.depends("expanded", "fold_repeats", watch=True)
@@ -62,9 +64,11 @@ class ExplorerState(param.Parameterized):
 
     def toggle(self, address: str) -> None:
         """Expand a collapsed module or collapse an expanded one (the root stays open)."""
+        opening = address not in self.expanded
         new = frozenset(toggle_expansion(self.expanded, address))
         self.centre_on = f"module:{address}"
         self.expanded = new | {""}
+        self.message = f"{'Opened' if opening else 'Closed'} {address or '(root)'}."
 
     def expand_to(self, address: str, *, include_self: bool = False) -> None:
         """Open every ancestor of `address` (and itself if asked) so it is visible."""
@@ -79,8 +83,8 @@ class ExplorerState(param.Parameterized):
         op = self.trace[label]
         self.centre_on = f"op:{label}"
         self.expand_to(op.module, include_self=bool(op.module))
-        self.selected = label
-        self.focused = op.module
+        self.param.update(selected=label, focused=op.module)
+        self.param.trigger("centre_on")  # the view goes to it even when nothing had to open
 
     def focus_module(self, address: str) -> None:
         """Focus a module from the tree: open its ancestors and toggle it."""
@@ -109,6 +113,7 @@ class ExplorerState(param.Parameterized):
 
     def go(self, query: str) -> str:
         """Select the best search hit; returns a readable line saying what happened."""
+        self.query = query.strip()
         hits = self.search(query, limit=1)
         if not hits:
             self.message = f"Nothing matches {query!r}."
@@ -120,7 +125,8 @@ class ExplorerState(param.Parameterized):
         else:
             self.centre_on = f"module:{ident}"
             self.expand_to(ident, include_self=True)
-            self.focused = ident
+            self.param.update(selected="", focused=ident)
+            self.param.trigger("centre_on")
             self.message = f"Module {ident} opened."
         return self.message
 
