@@ -48,9 +48,10 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     left = pn.Column(ModuleTree(state=state), width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
     inspector = pn.Column(Inspector(state=state), sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
                           styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
-    tabs = pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
+    tabs = pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width", dynamic=True,
                    css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
-    right = pn.Column(inspector, tabs, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
+    right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
+    pn.state.onload(lambda: right.append(tabs))  # after the graph is on screen: the first paint waits for less
     title = pn.pane.HTML('<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore</div>',
                          width=LEFT_PX - 10)  # the banner names what is open
     header = pn.Row(title, banner, sizing_mode="stretch_width", css_classes=["tlx-header"])

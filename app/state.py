@@ -6,6 +6,7 @@ Layout comes from `exporters.layout`; this object only decides which modules are
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from typing import Any
 
@@ -20,6 +21,26 @@ from .sources import Loaded
 
 
 AUTO_FOLD_NODES = 80  # a default view with more boxes than this starts with repeated blocks folded
+
+
+_SHARED: dict[int, tuple[Any, LayoutEngine]] = {}  # id(trace) -> (trace, its read-only layout structure)
+_SHARED_LOCK = threading.Lock()
+
+
+def session_engine(trace: Any) -> LayoutEngine:
+    """A layout engine of its own for one session: the trace's group tree, edges and ports are built
+    once per trace and only read (never changed after construction); the sub-layout and header
+    caches, the parts that change, are the session's own."""
+    with _SHARED_LOCK:
+        hit = _SHARED.get(id(trace))
+        if hit is None or hit[0] is not trace:
+            template = LayoutEngine(trace)
+            template.tree.param_count("")  # fill its one lazy memo now: afterwards it is only read
+            hit = _SHARED[id(trace)] = (trace, template)
+    engine = copy.copy(hit[1])
+    engine.cache = {}
+    engine._header_w = {}
+    return engine
 
 
 class ExplorerState(param.Parameterized):
@@ -44,7 +65,7 @@ class ExplorerState(param.Parameterized):
         self.trace = copy.copy(loaded.trace)
         # The session's own layout engine: its caches are never shared with another session. A new
         # envelope (discharge) gives a new Trace over the same graph, so the engine stays valid.
-        self.engine = LayoutEngine(self.trace)
+        self.engine = session_engine(loaded.trace)
         self._param_totals = module_param_counts(self.trace)
         if "expanded" not in params:
             self.expanded = frozenset(self.engine.default_expansion())

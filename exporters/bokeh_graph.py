@@ -141,6 +141,11 @@ def view_data(box: tuple[float, float, float, float], seq: int = 0, max_scale: f
     return {"x0": [x0], "y0": [y0], "x1": [x1], "y1": [y1], "max_scale": [max_scale], "seq": [seq]}
 
 
+def view_source(fig: Any) -> Any:
+    """The figure's view source (the box the browser fits), found without walking the model graph."""
+    return fig.js_property_callbacks["change:inner_height"][-1].args["view"]
+
+
 def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]:
     """Column data of every source the figure draws, by renderer name: "frames", "edges", "arrows",
     "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
@@ -165,7 +170,7 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
 def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700,
                  sizing_mode: str | None = None):
     """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover), fitted to the plot; `caption`
-    goes below the plot. Its "view" source (`fig.select(name="view")`) says what the browser fits."""
+    goes below the plot. Its "view" source (`view_source(fig)`) holds the box the browser fits."""
     from bokeh.models import (Arrow, ColumnDataSource, CustomJS, HoverTool, Range1d, TapTool, Title, VeeHead)
     from bokeh.core.properties import value
     from bokeh.plotting import figure
