@@ -288,9 +288,14 @@ class GraphView(pn.viewable.Viewer):
         src.selected.indices = [ids.index(target)] if target in ids else []
 
     def _summary_html(self) -> str:
-        note = f' <span class="tlx-last-action" style="color:#555">&middot; {html.escape(self.state.message)}</span>' \
+        """One line, never wrapping (the graph below keeps its height): the last action first, then what
+        is drawn; the whole text is the line's tooltip."""
+        summary = view_summary(self.state)
+        note = f'<span class="tlx-last-action" style="color:#1f4f8a">{html.escape(self.state.message)}</span> &middot; ' \
             if self.state.message else ""
-        return f'<div class="tlx-summary-text" style="font-size:13px;font-family:sans-serif">{html.escape(view_summary(self.state))}{note}</div>'
+        whole = html.escape(f"{self.state.message} \u00b7 {summary}" if self.state.message else summary, quote=True)
+        return (f'<div class="tlx-summary-text" title="{whole}" style="font-size:13px;font-family:sans-serif;'
+                f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{note}{html.escape(summary)}</div>')
 
     def _restatus(self) -> None:
         """Rewrite the status line and breadcrumb once per tick, however many changes asked for it."""

@@ -60,9 +60,11 @@ INSPECTOR_SHOWS = """() => { const hit = []; const walk = (root) => { for (const
   walk(document); return hit.some(e => e.textContent.includes(%r)); }"""
 
 FRAME_HEADER_JS = """(a) => { const d = Bokeh.documents[Bokeh.documents.length - 1];
-  const s = d.get_model_by_name('tlx-frames').data; const i = s.address.indexOf(a); return [s.right[i] - 4, s.top[i] + 4]; }"""
+  const r = [...d._all_models.values()].find(m => m.name === 'frames'); const s = r.data_source.data;
+  const i = s.address.indexOf(a); return [s.right[i] - 4, s.top[i] + 4]; }"""
 
 
+RESPONSE: list[float] = []  # per page: seconds to the first byte of the page (the server builds the session first)
 SEEN: list[float] = []  # per measurement: ms from the input event to the change seen in the page (rest: painting)
 TAPS: list[float] = []  # per click: ms from pointerdown to Bokeh's tap event in the page
 
@@ -82,7 +84,9 @@ def page_load_s(page, url: str) -> float:
     page.goto(url, wait_until="commit")
     pagekit.wait_graph(page, timeout_ms=60_000)
     pagekit.to_page(page, 0.0, 0.0)
-    return page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))") / 1000
+    painted = page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))")
+    RESPONSE.append(page.evaluate("() => performance.getEntriesByType('navigation')[0].responseStart") / 1000)
+    return painted / 1000
 
 
 def click_ms(page, node_xy, node_id: str, present: bool) -> float:
@@ -138,6 +142,8 @@ def measure(browser, url: str, box: str, frame: str, op_label: str, pages: int, 
         got.setdefault("tap_ms", []).extend(TAPS)
         got["search_ms"].append(search_ms(page, op_label))
         page.close()
+    got["response_s"] = list(RESPONSE)
+    RESPONSE.clear()
     return got
 
 
@@ -180,6 +186,9 @@ def main() -> None:
     for name, capture_s, r, _ in rows:
         print(f"| {name} | {capture_s:.2f} | {spread(r['load_s'], '.2f')} | {spread(r['expand_ms'], '.0f')} "
               f"| {spread(r['collapse_ms'], '.0f')} | {spread(r['search_ms'], '.0f')} |")
+    print("\nload, navigation start to the page's first byte (the server has built the session's page):")
+    for name, _, r, _ in rows:
+        print(f"  {name}: {spread(r['response_s'], '.2f')} s")
     print("\nclicks, input event to the new data seen in the page (the rest of click-to-paint is two frames of painting):")
     for name, _, r, _ in rows:
         print(f"  {name}: {spread(r['click_seen_ms'], '.0f')} ms; of which pointerdown to Bokeh's tap event "
