@@ -3,6 +3,7 @@ the window (middle), the inspector always in view above the side tabs (right). N
 page: each column scrolls on its own. Served by Panel on loopback."""
 from __future__ import annotations
 
+import html
 from typing import Any, Callable
 
 import panel as pn
@@ -52,8 +53,10 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
                    css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
     pn.state.onload(lambda: right.append(tabs))  # after the graph is on screen: the first paint waits for less
-    title = pn.pane.HTML('<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore</div>',
-                         width=LEFT_PX - 10)  # the banner names what is open
+    name = html.escape(loaded.title)
+    title = pn.pane.HTML(f'<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore'
+                         f'<div title="{name}" style="font-weight:400;font-size:13px;white-space:nowrap;overflow:hidden;'
+                         f'text-overflow:ellipsis">{name}</div></div>', width=LEFT_PX - 10)
     header = pn.Row(title, banner, sizing_mode="stretch_width", css_classes=["tlx-header"])
     body = pn.Row(left, graph, right, sizing_mode="stretch_both", styles={"min-height": "0"}, css_classes=["tlx-body"])
     page = pn.Column(header, body, sizing_mode="stretch_both", css_classes=["tlx-page"],
