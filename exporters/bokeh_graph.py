@@ -158,7 +158,7 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
     }
     edges = list(layout.edges)
     lines = {"xs": [[p[0] for p in e.points] for e in edges], "ys": [[p[1] for p in e.points] for e in edges],
-             "color": edge_colors(edges)}
+             "line_color": edge_colors(edges)}
     heads = {
         "x_start": [e.points[-2][0] for e in edges], "y_start": [e.points[-2][1] for e in edges],
         "x_end": [e.points[-1][0] for e in edges], "y_end": [e.points[-1][1] for e in edges],
@@ -192,7 +192,7 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
                             text_font=value(FONT_FAMILY), text_font_style="bold", text_color="#334",
                             text_baseline="alphabetic", name="frame_labels")
-    fig.multi_line(xs="xs", ys="ys", line_color="color", line_width=1, name="edges",
+    fig.multi_line(xs="xs", ys="ys", line_color="line_color", line_width=1, name="edges",
                    source=ColumnDataSource(data["edges"], name="tlx-edges"))
     arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE),
                    source=ColumnDataSource(data["arrows"], name="tlx-arrows"),
