@@ -1,5 +1,6 @@
-"""The explorer page: banner on top, module tree and inspector on the left, the graph in the
-middle, discharge / doctor / export on the right; served by Panel on loopback."""
+"""The explorer page: banner on top; below it the module tree (left), the graph filling the rest of
+the window (middle), the inspector always in view above the side tabs (right). Nothing scrolls the
+page: each column scrolls on its own. Served by Panel on loopback."""
 from __future__ import annotations
 
 import html
@@ -11,6 +12,7 @@ from exporters.model_explorer.server import free_port
 
 from .sources import Loaded
 from .state import ExplorerState
+from .urlstate import apply_query, keep_in_url, session_query
 from .views.banner import ClaimBanner
 from .views.compare import ComparePanel
 from .views.discharge import DischargePanel
@@ -21,24 +23,49 @@ from .views.inspector import Inspector
 from .views.tree import ModuleTree
 
 HOST = "127.0.0.1"
+LEFT_PX = 300
+RIGHT_PX = 400
+
+# The tabs under the inspector, in order: (title, a panel class taking state=). Add a tab by adding a row.
+SIDE_TABS: list[tuple[str, Callable[..., Any]]] = [
+    ("Discharge", DischargePanel),
+    ("Doctor", DoctorPanel),
+    ("Export", ExportPanel),
+    ("Compare", ComparePanel),
+]
+
+PAGE_CSS = """
+html, body { margin: 0; padding: 0; height: 100%; overflow: hidden; }
+"""
 
 
 def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     """One session's page over a fresh `ExplorerState` of `loaded`."""
+    if PAGE_CSS not in pn.config.global_css:  # per session when served: the page itself never scrolls
+        pn.config.global_css = [*pn.config.global_css, PAGE_CSS]
     state = ExplorerState(loaded)
+    apply_query(state, session_query())  # a link with a view reopens it
     banner = ClaimBanner(state=state)
     graph = GraphView(state=state)
-    left = pn.Column(ModuleTree(state=state), Inspector(state=state), width=360, css_classes=["tlx-left"])
-    right = pn.Tabs(("Discharge", DischargePanel(state=state)), ("Doctor", DoctorPanel(state=state)),
-                    ("Export", ExportPanel(state=state)), ("Compare", ComparePanel(state=state)), width=380, css_classes=["tlx-right"])
-    header = pn.Column(
-        pn.pane.HTML(f'<div class="tlx-title" style="font:600 20px sans-serif">torchlens-explore &middot; '
-                     f'{html.escape(loaded.title)}</div>'),
-        banner, sizing_mode="stretch_width",
-        styles={"position": "sticky", "top": "0", "z-index": "10", "background": "white"},
-    )
-    page = pn.Column(header, pn.Row(left, graph, right, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+    scroll = {"overflow-y": "auto", "overflow-x": "hidden"}
+    left = pn.Column(ModuleTree(state=state), width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
+    inspector = pn.Column(Inspector(state=state), sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
+                          styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
+    tabs = pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width", dynamic=True,
+                   css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
+    right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
+    pn.state.onload(lambda: right.append(tabs))  # after the graph is on screen: the first paint waits for less
+    name = html.escape(loaded.title)
+    title = pn.pane.HTML(f'<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore'
+                         f'<div title="{name}" style="font-weight:400;font-size:13px;white-space:nowrap;overflow:hidden;'
+                         f'text-overflow:ellipsis">{name}</div></div>', width=LEFT_PX - 10)
+    header = pn.Row(title, banner, sizing_mode="stretch_width", css_classes=["tlx-header"])
+    body = pn.Row(left, graph, right, sizing_mode="stretch_both", styles={"min-height": "0"}, css_classes=["tlx-body"])
+    page = pn.Column(header, body, sizing_mode="stretch_both", css_classes=["tlx-page"],
+                     styles={"height": "100vh", "overflow": "hidden"})
+    keep_in_url(state)
     page.tlx_state = state  # tests and benchmarks reach the session state through the page
+    page.tlx_graph = graph
     return page
 
 

@@ -6,6 +6,7 @@ Layout comes from `exporters.layout`; this object only decides which modules are
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from typing import Any
 
@@ -22,6 +23,26 @@ from .sources import Loaded
 AUTO_FOLD_NODES = 80  # a default view with more boxes than this starts with repeated blocks folded
 
 
+_SHARED: dict[int, tuple[Any, LayoutEngine]] = {}  # id(trace) -> (trace, its read-only layout structure)
+_SHARED_LOCK = threading.Lock()
+
+
+def session_engine(trace: Any) -> LayoutEngine:
+    """A layout engine of its own for one session: the trace's group tree, edges and ports are built
+    once per trace and only read (never changed after construction); the sub-layout and header
+    caches, the parts that change, are the session's own."""
+    with _SHARED_LOCK:
+        hit = _SHARED.get(id(trace))
+        if hit is None or hit[0] is not trace:
+            template = LayoutEngine(trace)
+            template.tree.param_count("")  # fill its one lazy memo now: afterwards it is only read
+            hit = _SHARED[id(trace)] = (trace, template)
+    engine = copy.copy(hit[1])
+    engine.cache = {}
+    engine._header_w = {}
+    return engine
+
+
 class ExplorerState(param.Parameterized):
     """Everything one browser session shares between its views."""
 
@@ -34,6 +55,7 @@ class ExplorerState(param.Parameterized):
     ladder = param.Parameter(default=None, doc="LadderView shown by the banner")
     report = param.Parameter(default=None, doc="the last discharge report")
     message = param.String(default="", doc="the last status or refusal, readable")
+    query = param.String(default="", doc="the last search (kept in the URL)")
     centre_on = param.String(default="", doc='what the view centres on after a change: "module:<address>" or "op:<label>"')
 
     def __init__(self, loaded: Loaded, **params: Any) -> None:
@@ -43,7 +65,7 @@ class ExplorerState(param.Parameterized):
         self.trace = copy.copy(loaded.trace)
         # The session's own layout engine: its caches are never shared with another session. A new
         # envelope (discharge) gives a new Trace over the same graph, so the engine stays valid.
-        self.engine = LayoutEngine(self.trace)
+        self.engine = session_engine(loaded.trace)
         self._param_totals = module_param_counts(self.trace)
         if "expanded" not in params:
             self.expanded = frozenset(self.engine.default_expansion())
@@ -51,6 +73,7 @@ class ExplorerState(param.Parameterized):
         self.relayout()
         if "fold_repeats" not in params and len(self.layout.nodes) > AUTO_FOLD_NODES:
             self.fold_repeats = True  # e.g. 126 decoder layers: one "x126" box until the user unfolds
+        self.default_fold = self.fold_repeats
 
     # -- layout ---------------------------------------------------------------------
     @param.depends("expanded", "fold_repeats", watch=True)
@@ -62,9 +85,11 @@ class ExplorerState(param.Parameterized):
 
     def toggle(self, address: str) -> None:
         """Expand a collapsed module or collapse an expanded one (the root stays open)."""
+        opening = address not in self.expanded
         new = frozenset(toggle_expansion(self.expanded, address))
         self.centre_on = f"module:{address}"
         self.expanded = new | {""}
+        self.message = f"{'Opened' if opening else 'Closed'} {address or '(root)'}."
 
     def expand_to(self, address: str, *, include_self: bool = False) -> None:
         """Open every ancestor of `address` (and itself if asked) so it is visible."""
@@ -79,8 +104,8 @@ class ExplorerState(param.Parameterized):
         op = self.trace[label]
         self.centre_on = f"op:{label}"
         self.expand_to(op.module, include_self=bool(op.module))
-        self.selected = label
-        self.focused = op.module
+        self.param.update(selected=label, focused=op.module)
+        self.param.trigger("centre_on")  # the view goes to it even when nothing had to open
 
     def focus_module(self, address: str) -> None:
         """Focus a module from the tree: open its ancestors and toggle it."""
@@ -109,6 +134,7 @@ class ExplorerState(param.Parameterized):
 
     def go(self, query: str) -> str:
         """Select the best search hit; returns a readable line saying what happened."""
+        self.query = query.strip()
         hits = self.search(query, limit=1)
         if not hits:
             self.message = f"Nothing matches {query!r}."
@@ -120,7 +146,8 @@ class ExplorerState(param.Parameterized):
         else:
             self.centre_on = f"module:{ident}"
             self.expand_to(ident, include_self=True)
-            self.focused = ident
+            self.param.update(selected="", focused=ident)
+            self.param.trigger("centre_on")
             self.message = f"Module {ident} opened."
         return self.message
 

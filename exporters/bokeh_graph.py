@@ -74,16 +74,24 @@ def _module_output(trace: Trace, address: str):
 
 
 TOOLBAR_PX = 30
+FIT_PAD_PX = 16.0
+MAX_FIT_SCALE = 1.0  # a fit never magnifies past 100 % (1 layout unit = 1 px: labels at FONT_SIZE px)
 
 
-def fit_ranges(layout: Layout, width_px: float, height_px: float, pad: float = 10.0) -> tuple[float, float, float, float]:
-    """x and y spans at 100 % zoom (1 unit = 1 px, so labels fit their boxes): the top of the
-    layout, centred when narrower than the plot; pan and wheel-zoom reach the rest."""
-    if layout.width + 2 * pad <= width_px:
-        x0 = layout.width / 2 - width_px / 2
-    else:
-        x0 = -pad
-    return x0, x0 + width_px, -pad, -pad + height_px
+def fit_ranges(layout: Layout, width_px: float, height_px: float, pad: float = FIT_PAD_PX) -> tuple[float, float, float, float]:
+    """x0, x1, y_top, y_bottom showing the whole layout in a `width_px` x `height_px` plot, one scale
+    on both axes, never past 100 %, centred (the same fit the browser applies on resize)."""
+    return fit_box((0.0, 0.0, layout.width, layout.height), width_px, height_px, pad)
+
+
+def fit_box(box: tuple[float, float, float, float], width_px: float, height_px: float,
+            pad: float = FIT_PAD_PX, max_scale: float = MAX_FIT_SCALE) -> tuple[float, float, float, float]:
+    """Ranges that fit `box` (x0, y0, x1, y1 in layout units) into the plot: see `fit_ranges`."""
+    x0, y0, x1, y1 = box
+    w, h = max(x1 - x0, 1.0), max(y1 - y0, 1.0)
+    s = min(max(width_px - 2 * pad, 1.0) / w, max(height_px - 2 * pad, 1.0) / h, max_scale)
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    return cx - width_px / (2 * s), cx + width_px / (2 * s), cy - height_px / (2 * s), cy + height_px / (2 * s)
 
 
 MIN_LABEL_PX = 6.0  # labels smaller than this on screen are hidden (an unreadable pile helps nobody)
@@ -109,55 +117,100 @@ for (const r of renderers) {{
     fig.js_on_change("inner_width", cb)
 
 
-def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700):
-    """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover); `caption` goes below the plot."""
-    from bokeh.models import (Arrow, ColumnDataSource, HoverTool, Range1d, TapTool, Title, VeeHead)
-    from bokeh.plotting import figure
+VIEW_COLUMNS = ("x0", "y0", "x1", "y1", "max_scale", "seq")
 
-    x0, x1, y0, y1 = fit_ranges(layout, width, height - TOOLBAR_PX)
-    fig = figure(
-        width=width, height=height, tools="pan,wheel_zoom,box_zoom,reset,save",
-        x_range=Range1d(x0, x1), y_range=Range1d(y1, y0), toolbar_location="above",
-    )
-    fig.axis.visible = False
-    fig.grid.visible = False
-    fig.outline_line_color = None
-    fig.background_fill_color = "white"
+# Fit the view source's one box into the plot as drawn in the browser (its size is known only there):
+# on a new box, and again when the plot is resized. One scale on both axes; y grows downwards.
+FIT_JS = f"""
+const d = view.data;
+if (!d.x0 || !d.x0.length) return;
+const iw = fig.inner_width, ih = fig.inner_height;
+if (!(iw > 0) || !(ih > 0)) return;
+const pad = {FIT_PAD_PX};
+const w = Math.max(d.x1[0] - d.x0[0], 1), h = Math.max(d.y1[0] - d.y0[0], 1);
+const s = Math.min(Math.max(iw - 2 * pad, 1) / w, Math.max(ih - 2 * pad, 1) / h, d.max_scale[0]);
+const cx = (d.x0[0] + d.x1[0]) / 2, cy = (d.y0[0] + d.y1[0]) / 2;
+fig.x_range.setv({{start: cx - iw / (2 * s), end: cx + iw / (2 * s)}});
+fig.y_range.setv({{start: cy + ih / (2 * s), end: cy - ih / (2 * s)}});
+"""
 
-    frames = ColumnDataSource({
+
+def view_data(box: tuple[float, float, float, float], seq: int = 0, max_scale: float = MAX_FIT_SCALE) -> dict[str, list]:
+    """Column data of the view source: the box (layout units) the browser fits into the plot."""
+    x0, y0, x1, y1 = box
+    return {"x0": [x0], "y0": [y0], "x1": [x1], "y1": [y1], "max_scale": [max_scale], "seq": [seq]}
+
+
+def view_source(fig: Any) -> Any:
+    """The figure's view source (the box the browser fits), found without walking the model graph."""
+    return fig.js_property_callbacks["change:inner_height"][-1].args["view"]
+
+
+def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]:
+    """Column data of every source the figure draws, by renderer name: "frames", "edges", "arrows",
+    "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
+    frames = {
         "address": [f.address for f in layout.frames], "label": [f.label for f in layout.frames],
         "left": [f.x0 for f in layout.frames], "right": [f.x1 for f in layout.frames],
         "top": [f.y0 for f in layout.frames], "bottom": [f.y1 for f in layout.frames],
         "tx": [f.x0 + 6 for f in layout.frames], "ty": [f.y0 + 13 for f in layout.frames],
         "fill": [("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")[f.depth % 4] for f in layout.frames],
-    })
-    fig.quad(left="left", right="right", top="top", bottom="bottom", source=frames, fill_color="fill",
-             line_color="#9aa7b8", name="frames")
-    frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
-                            text_font=FONT_FAMILY, text_font_style="bold", text_color="#334",
-                            text_baseline="alphabetic", name="frame_labels")
-
+    }
     edges = list(layout.edges)
-    fig.multi_line(
-        xs=[[p[0] for p in e.points] for e in edges], ys=[[p[1] for p in e.points] for e in edges],
-        line_color=edge_colors(edges), line_width=1, name="edges",
-    )
-    heads = ColumnDataSource({
+    lines = {"xs": [[p[0] for p in e.points] for e in edges], "ys": [[p[1] for p in e.points] for e in edges],
+             "line_color": edge_colors(edges)}
+    heads = {
         "x_start": [e.points[-2][0] for e in edges], "y_start": [e.points[-2][1] for e in edges],
         "x_end": [e.points[-1][0] for e in edges], "y_end": [e.points[-1][1] for e in edges],
         "source": [e.source for e in edges], "target": [e.target for e in edges],
-    })
-    arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE), source=heads,
+    }
+    return {"frames": frames, "edges": lines, "arrows": heads, "nodes": node_table(layout, trace)}
+
+
+def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700,
+                 sizing_mode: str | None = None):
+    """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover), fitted to the plot; `caption`
+    goes below the plot. Its "view" source (`view_source(fig)`) holds the box the browser fits."""
+    from bokeh.models import (Arrow, ColumnDataSource, CustomJS, HoverTool, Range1d, TapTool, Title, VeeHead)
+    from bokeh.core.properties import value
+    from bokeh.plotting import figure
+
+    x0, x1, y0, y1 = fit_ranges(layout, width, height - TOOLBAR_PX)
+    fig = figure(
+        width=width, height=height, tools="pan,wheel_zoom,box_zoom,save",
+        x_range=Range1d(x0, x1), y_range=Range1d(y1, y0), toolbar_location="above", sizing_mode=sizing_mode,
+    )
+    fig.axis.visible = False
+    fig.grid.visible = False
+    fig.outline_line_color = None
+    fig.background_fill_color = "white"
+    data = figure_data(layout, trace)
+
+    frames = ColumnDataSource(data["frames"], name="tlx-frames")
+    fig.quad(left="left", right="right", top="top", bottom="bottom", source=frames, fill_color="fill",
+             line_color="#9aa7b8", name="frames")
+    frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
+                            text_font=value(FONT_FAMILY), text_font_style="bold", text_color="#334",
+                            text_baseline="alphabetic", name="frame_labels")
+    fig.multi_line(xs="xs", ys="ys", line_color="line_color", line_width=1, name="edges",
+                   source=ColumnDataSource(data["edges"], name="tlx-edges"))
+    arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE),
+                   source=ColumnDataSource(data["arrows"], name="tlx-arrows"),
                    x_start="x_start", y_start="y_start", x_end="x_end", y_end="y_end", line_alpha=0.0,
                    name="arrows")
     fig.add_layout(arrows)
 
-    nodes = ColumnDataSource(node_table(layout, trace))
+    nodes = ColumnDataSource(data["nodes"])
     node_r = fig.rect(x="x", y="y", width="w", height="h", source=nodes, fill_color="fill", line_color="#555555",
                       name="nodes")
     labels = fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
-                      text_font_size=f"{FONT_SIZE:g}px", text_font=FONT_FAMILY, name="labels")
+                      text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY), name="labels")
     scale_text_with_zoom(fig, [labels, frame_labels])
+    view = ColumnDataSource(view_data((0.0, 0.0, layout.width, layout.height)), name="view")
+    fit = CustomJS(args=dict(fig=fig, view=view), code=FIT_JS)
+    view.js_on_change("data", fit)
+    fig.js_on_change("inner_width", fit)
+    fig.js_on_change("inner_height", fit)
     fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r]))
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")

@@ -45,7 +45,7 @@ class ClaimBanner(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self._pane = pn.pane.HTML(self._markup(), sizing_mode="stretch_width", css_classes=["tlx-banner-pane"])
-        self.state.param.watch(lambda _e: setattr(self._pane, "object", self._markup()), "ladder")
+        self.state.param.watch(lambda *_e: setattr(self._pane, "object", self._markup()), "ladder")
 
     def _markup(self) -> str:
         lv = self.state.ladder

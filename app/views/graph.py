@@ -1,8 +1,11 @@
-"""The graph view: the nesting-aware layout drawn by `exporters.bokeh_graph`, with zoom, pan,
-hover, click-to-expand, folding and search. Drawing and layout live in `exporters`."""
+"""The graph view: the nesting-aware layout drawn by `exporters.bokeh_graph`, with zoom-to-fit, pan,
+hover, click-to-expand, folding, search, a breadcrumb and a colour legend. Drawing and layout live
+in `exporters`; one figure lives for the session and a new layout only replaces its sources' data."""
 from __future__ import annotations
 
 import html
+import logging
+import time
 from collections import Counter
 from typing import Any, Callable
 
@@ -10,11 +13,13 @@ import panel as pn
 import param
 
 from ..ladder import caption
-from exporters.bokeh_graph import graph_figure
+from exporters.bokeh_graph import figure_data, graph_figure, view_data, view_source
+from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
 from ..state import ExplorerState
 from .docsync import call_on_document
 
+TIMING = logging.getLogger("tlx.timing")  # server-side spans of a click (the app benchmark reads them)
 NODE_SOURCE = "tlx-nodes"  # the name given to the node glyphs' data source (tests read it in the browser)
 
 
@@ -34,21 +39,6 @@ def view_summary(state: ExplorerState) -> str:
     parts = [f"{c} \u00d7 {name}" for name, c in classes.most_common()]
     return (f"{len(lay.nodes)} boxes: {ops} ops" + (", " + ", ".join(parts) if parts else "")
             + f"; {len(lay.frames)} open frames; layout {state.layout_ms:.0f} ms")
-
-
-def renderer_sources(fig: Any) -> list[Any]:
-    """Every data source the figure draws from, in a stable order (renderers, then annotations)."""
-    found = []
-    for r in fig.renderers:
-        src = getattr(r, "data_source", None)
-        if src is not None:
-            found.append(src)
-    for place in ("center", "above", "below", "left", "right"):
-        for a in getattr(fig, place, []) or []:
-            src = getattr(a, "source", None)
-            if src is not None:
-                found.append(src)
-    return found
 
 
 def _column(glyph: Any, name: str) -> str | None:
@@ -82,7 +72,10 @@ def glyph_boxes(renderer: Any) -> list[tuple[float, float, float, float]] | None
 
 
 def hit_test(fig: Any, x: float, y: float) -> tuple[str, dict] | None:
-    """What a click at data point (x, y) hits: ("node", row) before ("frame", row), smallest first."""
+    """What a click at data point (x, y) hits: ("node", row) before ("frame", row), smallest first.
+
+    A frame is hit on its header strip only (its label; the chevron that closes it): a click on the
+    empty inside of an open frame is a blank click."""
     best: dict[str, tuple[float, dict]] = {}
     for r in fig.renderers:
         src = getattr(r, "data_source", None)
@@ -95,6 +88,8 @@ def hit_test(fig: Any, x: float, y: float) -> tuple[str, dict] | None:
             continue
         for i, (x0, x1, y0, y1) in enumerate(boxes):
             if x0 <= x <= x1 and y0 <= y <= y1:
+                if what == "frame" and y > y0 + FRAME_HEADER:
+                    continue
                 area = (x1 - x0) * (y1 - y0)
                 if what not in best or area < best[what][0]:
                     best[what] = (area, {k: v[i] for k, v in cols.items()})
@@ -109,90 +104,158 @@ def on_document(fn: Callable[[], Any]) -> None:
     call_on_document(pn.state.curdoc, fn)
 
 
+LEGEND = (("compute (linear, matmul, conv, attention)", OP_FAMILY_COLORS["compute"]),
+          ("norm", OP_FAMILY_COLORS["norm"]), ("activation", OP_FAMILY_COLORS["activation"]),
+          ("arithmetic", OP_FAMILY_COLORS["arith"]), ("shape / view", OP_FAMILY_COLORS["shape"]),
+          ("constant", OP_FAMILY_COLORS["constant"]), ("module (click to open)", KIND_COLORS["module"]),
+          ("folded blocks", KIND_COLORS["folded"]), ("input / output", KIND_COLORS["io"]))
+
+
+def legend_html() -> str:
+    """The colour legend: one swatch per box colour the graph uses."""
+    items = "".join(f'<span class="tlx-legend-item" style="white-space:nowrap;margin-right:10px">'
+                    f'<span style="display:inline-block;width:11px;height:11px;background:{c};border:1px solid #555;'
+                    f'vertical-align:-1px;margin-right:3px"></span>{html.escape(name)}</span> ' for name, c in LEGEND)
+    return f'<div class="tlx-legend" style="font:12px sans-serif;color:#333;line-height:18px">{items}</div>'
+
+
+def breadcrumb(state: ExplorerState) -> list[str]:
+    """The open path shown above the graph: root class, module path segments, then the selected op."""
+    trace = state.trace
+    root = trace.modules[""].class_name if "" in trace.modules else trace.model_class
+    tail: list[str] = []
+    address = state.focused
+    if state.selected and state.selected in trace:
+        address, tail = trace[state.selected].module, [state.selected]
+    elif not address and state.centre_on.startswith("module:"):
+        address = state.centre_on.partition(":")[2]
+    crumbs, parts = [root], address.split(".") if address else []
+    i = 0
+    while i < len(parts):  # "layers.3" reads as one step: a numbered child joins its container
+        step = parts[i]
+        if i + 1 < len(parts) and parts[i + 1].isdigit():
+            step, i = f"{step}.{parts[i + 1]}", i + 1
+        crumbs.append(step)
+        i += 1
+    return crumbs + tail
+
+
+def breadcrumb_html(state: ExplorerState) -> str:
+    crumbs = breadcrumb(state)
+    body = ' <span style="color:#999">\u203a</span> '.join(f'<span class="tlx-crumb">{html.escape(c)}</span>' for c in crumbs)
+    return f'<div class="tlx-breadcrumb" style="font:13px sans-serif;white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{body}</div>'
+
+
+ESC_JS = """
+if (window.__tlx_keys_installed) return;
+window.__tlx_keys_installed = true;
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape') return;
+  keys.data = {esc: [(keys.data.esc[0] || 0) + 1]};
+});
+"""
+
+
 class GraphView(pn.viewable.Viewer):
-    """The drawn graph plus its toolbar (search, fold, reset) and a one-line view summary."""
+    """The drawn graph plus its toolbar (search, fold, fit, default view), the breadcrumb, the status
+    line (what is drawn, what the last action did) and the colour legend."""
 
     state = param.ClassSelector(class_=ExplorerState)
-    width = param.Integer(default=900)
-    height = param.Integer(default=720)
+    width = param.Integer(default=900, doc="the figure's nominal size (the page stretches it)")
+    height = param.Integer(default=640)
 
     def __init__(self, **params):
         super().__init__(**params)
         self.search = pn.widgets.TextInput(placeholder="search an op label or module path, then Enter",
-                                           css_classes=["tlx-search"], width=320)
+                                           css_classes=["tlx-search"], width=300, value=self.state.query)
         self.fold = pn.widgets.Checkbox(label="fold repeated blocks", value=self.state.fold_repeats, css_classes=["tlx-fold"])
-        self.reset = pn.widgets.Button(label="Default view", css_classes=["tlx-reset"])
-        self.summary = pn.pane.HTML(self._summary_html(), css_classes=["tlx-view-summary"], sizing_mode="stretch_width")
-        self.pane = pn.pane.Bokeh(None, sizing_mode="stretch_width", min_height=self.height, css_classes=["tlx-graph"])
-        self.figure: Any = None
-        self.search.param.watch(self._on_search, "value")
+        self.fit = pn.widgets.Button(label="Fit", css_classes=["tlx-fit"], width=60)
+        self.reset = pn.widgets.Button(label="Default view", css_classes=["tlx-reset"], width=110)
+        self.crumbs = pn.pane.HTML(breadcrumb_html(self.state), css_classes=["tlx-crumbs"], sizing_mode="stretch_width", margin=(0, 10))
+        self.summary = pn.pane.HTML(self._summary_html(), css_classes=["tlx-view-summary"], sizing_mode="stretch_width", margin=(0, 10))
+        self.legend = pn.pane.HTML(legend_html(), sizing_mode="stretch_width", margin=(0, 10), css_classes=["tlx-legend-pane"])
+        self._view_seq = 0
+        self._status_pending = False
+        self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
+                                   width=self.width, height=self.height, sizing_mode="stretch_both")
+        self._name_sources(self.figure)
+        named = {r.name: r for r in [*self.figure.renderers, *self.figure.center] if r.name}  # no model walk
+        self._sources = {name: named[name] for name in ("frames", "edges", "nodes")}
+        self._arrows = named["arrows"]
+        self._view = view_source(self.figure)
+        self._attach_tap(self.figure)
+        self._attach_keys(self.figure)
+        self._view.data = view_data(self._target_box(), self._next_seq())
+        self.pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_both", min_height=240, css_classes=["tlx-graph"])
+        self.search.param.watch(self._on_search, "enter_pressed")
         self.fold.param.watch(lambda e: setattr(self.state, "fold_repeats", e.new), "value")
+        self.state.param.watch(lambda e: self.fold.param.update(value=e.new), "fold_repeats")
+        self.fit.on_click(lambda *_e: on_document(self._fit_all))
         self.reset.on_click(self._on_reset)
-        self.state.param.watch(lambda _e: self.redraw(), ["layout", "ladder"])
-        self.state.param.watch(lambda _e: on_document(self._highlight), "selected")
-        self.redraw()
+        self.state.param.watch(lambda *_e: self.redraw(), ["layout"])
+        self.state.param.watch(lambda *_e: on_document(self._recaption), ["ladder"])
+        self.state.param.watch(lambda *_e: on_document(self._highlight), ["selected"])
+        self.state.param.watch(self._on_centre, ["centre_on"])
+        self.state.param.watch(lambda *_e: self._restatus(), ["message", "focused", "selected"])
+        self._highlight()
 
     # -- drawing ----------------------------------------------------------------------
     def redraw(self) -> None:
-        """Draw the current layout; reuse the live figure's sources when the shape allows."""
-        self.summary.object = self._summary_html()
-        fig = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
-                               width=self.width, height=self.height)
-        self._name_sources(fig)
-        if self.figure is not None and self._same_shape(fig):
-            on_document(lambda: (self._patch(fig), self._centre(fig), self._highlight()))
-            return
-        self.figure = fig
-        self._attach_tap(fig)
-        self._highlight()
-        self.pane.object = fig
+        """Put the current layout into the live figure's sources and fit the view to what changed."""
+        started = time.perf_counter()
+        data = figure_data(self.state.layout, self.state.trace)
+        box = self._target_box()
+        TIMING.debug("figure_data %.2f ms", (time.perf_counter() - started) * 1000)
 
-    def _centre(self, fig: Any) -> None:
-        """Keep the zoom of a fresh fit, centred on the module just toggled (frame or box)."""
+        def apply() -> None:
+            begun = time.perf_counter()
+            with pn.io.hold():
+                for name, src in self._sources.items():
+                    src.data_source.data = data[name]
+                self._arrows.source.data = data["arrows"]
+                self._view.data = view_data(box, self._next_seq())
+                self._highlight()
+            self._restatus()
+            TIMING.debug("apply %.2f ms", (time.perf_counter() - begun) * 1000)
+
+        on_document(apply)
+
+    def _next_seq(self) -> int:
+        self._view_seq += 1
+        return self._view_seq
+
+    def _target_box(self) -> tuple[float, float, float, float]:
+        """What the view fits after a change: an opened frame, a selected op at 100 %, or the whole graph
+        (a collapsed module shows its parent frame, or the whole graph at the top level)."""
         lay, target = self.state.layout, self.state.centre_on
-        if not target or lay is None:
-            return
+        whole = (0.0, 0.0, lay.width, lay.height)
         kind, _, ident = target.partition(":")
-        frame = next((f for f in lay.frames if f.address == ident), None) if kind == "module" else None
-        if frame is not None:
-            cy = frame.y0
-        else:
+        if kind == "op":
             try:
-                node = lay.node_of_op(ident) if kind == "op" else next(
-                    n for n in lay.nodes if n.module == ident and n.kind in ("module", "folded"))
-            except (KeyError, StopIteration):
-                return
-            cy = node.y - (3 * node.height if kind == "op" else node.height)
-        xr, yr = self.figure.x_range, self.figure.y_range
-        span_x, span_y = fig.x_range.end - fig.x_range.start, fig.y_range.start - fig.y_range.end
-        if span_y <= 0 or span_x <= 0:
-            return
-        visible_y = min(span_y, span_x * self.height / max(self.width, 1))  # the part of a tall layout on screen
-        top = max(cy - visible_y * 0.15, fig.y_range.end)
-        yr.update(end=top, start=top + span_y)
-        xr.update(start=fig.x_range.start, end=fig.x_range.end)
+                n = lay.node_of_op(ident)
+            except KeyError:
+                return whole
+            return n.bounds
+        if kind == "module" and ident:
+            frames = {f.address: f for f in lay.frames}
+            if ident not in frames and "." in ident:  # collapsed: show the frame it sits in
+                ident = ident.rsplit(".", 1)[0]
+                while ident and ident not in frames:
+                    ident = ident.rsplit(".", 1)[0] if "." in ident else ""
+            f = frames.get(ident)
+            if f is not None and ident:
+                return (f.x0 - 8, f.y0 - 8, f.x1 + 8, f.y1 + 8)
+        return whole
 
-    def _same_shape(self, fig: Any) -> bool:
-        glyphs = [type(r.glyph) for r in self.figure.renderers if hasattr(r, "glyph")]
-        return (len(renderer_sources(self.figure)) == len(renderer_sources(fig))
-                and glyphs == [type(r.glyph) for r in fig.renderers if hasattr(r, "glyph")])
+    def _fit_all(self) -> None:
+        lay = self.state.layout
+        self._view.data = view_data((0.0, 0.0, lay.width, lay.height), self._next_seq())
+        self.state.message = "Fitted the whole graph to the window."
 
-    def _patch(self, fig: Any) -> None:
-        """Move the new figure's data into the live one (Bokeh sends only the changed sources)."""
-        old, new = renderer_sources(self.figure), renderer_sources(fig)
-        for a, b in zip(old, new):
-            a.data = dict(b.data)
-        for rng in ("x_range", "y_range"):
-            src, dst = getattr(fig, rng), getattr(self.figure, rng)
-            if hasattr(src, "start") and hasattr(dst, "start"):
-                dst.update(start=src.start, end=src.end)
-                if hasattr(dst, "bounds") and hasattr(src, "bounds"):
-                    dst.bounds = src.bounds
-        if fig.title is not None and self.figure.title is not None:
-            self.figure.title.text = fig.title.text
-        for a, b in zip(self.figure.below, fig.below):
-            if hasattr(a, "text") and hasattr(b, "text"):
-                a.text = b.text
+    def _recaption(self) -> None:
+        for a in self.figure.below:
+            if hasattr(a, "text"):
+                a.text = caption(self.state.trace)
 
     @staticmethod
     def _name_sources(fig: Any) -> None:
@@ -202,17 +265,21 @@ class GraphView(pn.viewable.Viewer):
                 src.name = NODE_SOURCE
 
     def _node_source(self) -> Any:
-        for r in (self.figure.renderers if self.figure is not None else []):
-            src = getattr(r, "data_source", None)
-            if src is not None and src.name == NODE_SOURCE:
-                return src
-        return None
+        return self._sources["nodes"].data_source
+
+    def _on_centre(self, _event) -> None:
+        """Move the view to a search hit even when nothing had to open (a new layout moves it itself)."""
+        before = self.state.layout
+
+        def move() -> None:
+            if self.state.layout is before:
+                self._view.data = view_data(self._target_box(), self._next_seq())
+
+        on_document(move)
 
     def _highlight(self) -> None:
         src = self._node_source()
         lay = self.state.layout
-        if src is None or lay is None:
-            return
         target = None
         if self.state.selected:
             visible = getattr(lay, "visible", {}) or {}
@@ -221,28 +288,66 @@ class GraphView(pn.viewable.Viewer):
         src.selected.indices = [ids.index(target)] if target in ids else []
 
     def _summary_html(self) -> str:
-        note = f' <span class="tlx-last-action" style="color:#666">&middot; {html.escape(self.state.message)}</span>' \
+        """One line, never wrapping (the graph below keeps its height): the last action first, then what
+        is drawn; the whole text is the line's tooltip."""
+        summary = view_summary(self.state)
+        note = f'<span class="tlx-last-action" style="color:#1f4f8a">{html.escape(self.state.message)}</span> &middot; ' \
             if self.state.message else ""
-        return f'<div class="tlx-summary-text" style="font-size:13px">{html.escape(view_summary(self.state))}{note}</div>'
+        whole = html.escape(f"{self.state.message} \u00b7 {summary}" if self.state.message else summary, quote=True)
+        return (f'<div class="tlx-summary-text" title="{whole}" style="font-size:13px;font-family:sans-serif;'
+                f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{note}{html.escape(summary)}</div>')
+
+    def _restatus(self) -> None:
+        """Rewrite the status line and breadcrumb once per tick, however many changes asked for it."""
+        if self._status_pending:
+            return
+        self._status_pending = True
+
+        def write() -> None:
+            self._status_pending = False
+            self.summary.object = self._summary_html()
+            self.crumbs.object = breadcrumb_html(self.state)
+
+        on_document(write)
 
     # -- interaction ----------------------------------------------------------------------
     def _attach_tap(self, fig: Any) -> None:
         from bokeh.events import Tap
-        from bokeh.models import TapTool
+        from bokeh.models import CustomJS, TapTool
 
         if not any(isinstance(t, TapTool) for t in fig.tools):
             fig.add_tools(TapTool())
         fig.on_event(Tap, lambda event: self._clicked(event.x, event.y))
+        # when Bokeh recognised the tap, in page time (the app benchmark splits click-to-paint with it)
+        fig.js_on_event(Tap, CustomJS(code="window.__tlx_tap = performance.now();"))
+
+    def _attach_keys(self, fig: Any) -> None:
+        """Esc clears the selection: a document key listener bumps a one-cell source the server watches."""
+        from bokeh.models import ColumnDataSource, CustomJS
+
+        self._keys = ColumnDataSource({"esc": [0]}, name="tlx-keys")
+        install = CustomJS(args=dict(keys=self._keys), code=ESC_JS)
+        fig.js_on_change("inner_width", install)
+        self._keys.on_change("data", lambda _attr, _old, _new: self.clear_selection("Esc"))
+
+    def clear_selection(self, how: str = "blank click") -> None:
+        """Drop the selected op and focused module (Esc, or a click on empty canvas)."""
+        had = bool(self.state.selected or self.state.focused)
+        self.state.param.update(selected="", focused="")
+        self.state.message = "Selection cleared." if had else f"Nothing selected ({how})."
 
     def _clicked(self, x: float, y: float) -> None:
+        started = time.perf_counter()
         self.state.message = f"click at ({x:.0f}, {y:.0f}): {self.click(x, y)}"
-        self.summary.object = self._summary_html()
+        TIMING.debug("click %.2f ms (layout %.2f ms)", (time.perf_counter() - started) * 1000, self.state.layout_ms)
 
     def click(self, x: float, y: float) -> str:
-        """Act on a click at data point (x, y): expand/collapse a module, unfold, or inspect an op."""
+        """Act on a click at data point (x, y): expand/collapse a module, unfold, inspect an op, or
+        (on empty canvas) clear the selection."""
         hit = hit_test(self.figure, x, y) if self.figure is not None else None
-        if hit is None:
-            return "nothing"
+        if hit is None or (hit[0] == "frame" and not str(hit[1]["address"])):
+            self.state.param.update(selected="", focused="")
+            return "nothing there, selection cleared"
         what, row = hit
         if what == "frame":
             self.state.toggle(str(row["address"]))
@@ -255,18 +360,20 @@ class GraphView(pn.viewable.Viewer):
             self.state.toggle(str(row.get("module") or ident.removeprefix("fold:")))
             return f"unfolded {row.get('module')}"
         if ident in self.state.trace:
-            self.state.selected = ident
-            self.state.focused = self.state.trace[ident].module
+            self.state.param.update(selected=ident, focused=self.state.trace[ident].module)
             return f"selected {ident}"
         return "nothing"
 
-    def _on_search(self, event) -> None:
-        if event.new:
-            self.state.go(event.new)
+    def _on_search(self, _event) -> None:
+        query = self.search.value_input or self.search.value
+        if query and query.strip():
+            self.state.go(query)
 
     def _on_reset(self, _event) -> None:
+        self.state.centre_on = ""
         self.state.expanded = frozenset(self.state.engine.default_expansion())
+        self.state.message = "Default view."
 
     def __panel__(self):
-        return pn.Column(pn.Row(self.search, self.fold, self.reset), self.summary, self.pane,
-                         sizing_mode="stretch_width")
+        return pn.Column(pn.Row(self.search, self.fold, self.fit, self.reset, margin=(0, 5)), self.crumbs, self.summary,
+                         self.pane, self.legend, sizing_mode="stretch_both", css_classes=["tlx-centre"])

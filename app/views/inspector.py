@@ -58,7 +58,7 @@ class Inspector(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self._pane = pn.pane.HTML(self._markup(), sizing_mode="stretch_width")
-        self.state.param.watch(lambda _e: setattr(self._pane, "object", self._markup()), ["selected", "focused", "ladder"])
+        self.state.param.watch(lambda *_e: setattr(self._pane, "object", self._markup()), ["selected", "focused", "ladder"])
 
     def _markup(self) -> str:
         s = self.state

@@ -43,11 +43,15 @@ class ModuleTree(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self._df = module_table(self.state)
+        # No pagination: the table scrolls in its own column (Tabulator renders only the visible rows);
+        # names wrap instead of being cut, so a whole address is always readable.
         self._table = pn.widgets.Tabulator(
-            self._df, show_index=False, disabled=True, selectable=False, pagination="local", page_size=20,
-            sizing_mode="stretch_width", hidden_columns=["address"], layout="fit_columns",
-            widths={"module": 210, "params": 130}, text_align={"params": "right"},
+            self._df, show_index=False, disabled=True, selectable=False, pagination=None,
+            sizing_mode="stretch_both", hidden_columns=["address"], layout="fit_columns",
+            widths={"module": 178, "params": 92}, text_align={"params": "right"},
+            formatters={"module": {"type": "textarea"}, "params": {"type": "textarea"}},
             css_classes=["tlx-tree"], configuration={"columnDefaults": {"headerSort": False}},
+            stylesheets=[":host .tabulator-cell { font-size: 12px; } :host .tabulator-col-title { font-size: 12px; }"],
         )
         self._table.on_click(self._on_click)
 
@@ -60,4 +64,4 @@ class ModuleTree(pn.viewable.Viewer):
 
     def __panel__(self):
         return pn.Column(pn.pane.Markdown("**Modules** (click to expand or collapse)", margin=(0, 5)), self._table,
-                         sizing_mode="stretch_width")
+                         sizing_mode="stretch_both")

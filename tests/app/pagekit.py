@@ -17,7 +17,7 @@ NODES_JS = """() => {
                                        x: d.x[i], y: d.y[i], shape: d.shape[i]}));
 }"""
 
-TO_PAGE_JS = """([x, y]) => {
+FIND_PLOT_VIEW = """
   const seen = new Set();
   const stack = [...(Bokeh.index.roots || [])];
   let view = null;
@@ -28,10 +28,24 @@ TO_PAGE_JS = """([x, y]) => {
     if (v.model && (v.model.type === 'Figure' || v.model.type === 'Plot') && v.canvas_view) { view = v; break; }
     try { for (const c of v.children()) stack.push(c); } catch (e) {}
   }
+"""
+
+TO_PAGE_JS = """([x, y]) => {""" + FIND_PLOT_VIEW + """
   if (!view) return null;
   const rect = view.canvas_view.el.getBoundingClientRect();
   return [rect.left + view.frame.x_scale.compute(x), rect.top + view.frame.y_scale.compute(y)];
 }"""
+
+PLOT_RECT_JS = """() => {""" + FIND_PLOT_VIEW + """
+  if (!view) return null;
+  const rect = view.canvas_view.el.getBoundingClientRect(), f = view.frame.bbox;
+  return [rect.left + f.left, rect.top + f.top, rect.left + f.right, rect.top + f.bottom];
+}"""
+
+
+def plot_rect(page) -> list[float] | None:
+    """The graph's plot area (where boxes are drawn) in page pixels: [left, top, right, bottom]."""
+    return page.evaluate(PLOT_RECT_JS)
 
 
 def nodes(page) -> list[dict]:

@@ -94,12 +94,13 @@ def test_figure_renders_in_chromium(fig_and_layout, page, artifacts_dir):
 
 
 def test_text_uses_the_layout_font_and_scales_with_zoom(fig_and_layout):
+    from bokeh.core.properties import value
     from bokeh.models import CustomJS
 
     fig, _ = fig_and_layout
     for name in ("labels", "frame_labels"):
         (r,) = fig.select(name=name)
-        assert r.glyph.text_font == FONT_FAMILY
+        assert r.glyph.text_font == value(FONT_FAMILY)  # a value, not a column name
     callbacks = fig.x_range.js_property_callbacks
     assert {"change:start", "change:end"} <= set(callbacks)
     assert all(isinstance(cb, CustomJS) for cbs in callbacks.values() for cb in cbs)
