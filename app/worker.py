@@ -9,6 +9,7 @@ its process group. Nothing crosses the pipe but JSON; traces cross as saved fold
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -31,6 +32,7 @@ NICE = 10  # the child yields the CPU to the server process (2 cores serve every
 STDERR_TAIL = 4096  # bytes of the child's stderr kept for the message of a crash
 
 Progress = Callable[[float, str], None]
+_LIVE: set[subprocess.Popen] = set()  # children still running, killed if the server exits first
 
 
 def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: str) -> Any:
@@ -41,6 +43,7 @@ def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: st
     proc = subprocess.Popen([sys.executable, "-m", "app.worker", task], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(PROJECT_ROOT),
                             start_new_session=True)
+    _LIVE.add(proc)
     is_cancelled = getattr(progress, "is_cancelled", lambda: False)
     try:
         proc.stdin.write(json.dumps({**request, "limits": dataclasses.asdict(current())}).encode())
@@ -72,11 +75,23 @@ def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: st
                                     site=site)
         return outcome["result"]
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        _kill(proc)
+        _LIVE.discard(proc)
         for stream in (proc.stdout, proc.stderr):
             stream.close()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill a child still running, with its process group."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@atexit.register
+def _kill_all() -> None:
+    for proc in list(_LIVE):
+        _kill(proc)
 
 
 def _handle(message: dict[str, Any], progress: Progress, outcome: dict[str, Any]) -> None:

@@ -81,3 +81,17 @@ def test_a_trace_is_saved_once_per_graph_and_envelope(gpt2_loaded):
     assert saved_copy(a) == saved_copy(b)  # two sessions, one saved copy
     folder = saved_copy(a)
     assert tracer.load(str(folder)).model_class == gpt2_loaded.trace.model_class
+
+
+def test_a_child_still_running_is_killed_when_the_server_exits():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = ("import threading; from app.worker import run_task; ev = threading.Event(); "
+              "threading.Thread(target=lambda: run_task('probe', {'sleep': 120}, lambda f, t: ev.set(), site='t'), "
+              "daemon=True).start(); print('child running', ev.wait(120), flush=True)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=180)
+    assert "child running True" in out.stdout, out.stderr
+    assert "app.worker probe" not in os.popen("ps -eo args").read()
