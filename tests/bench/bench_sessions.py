@@ -7,7 +7,8 @@ Session B's round trip: from Enter in the search box (an op label) to B's inspec
 read at an animation frame in B's page (`performance.now()`); the server selects the op, opens its
 modules and lays the graph out again. Each run reloads B and A, starts A's action, and repeats B's
 round trips over the same label sequence until A's action has finished; the idle baseline runs the
-same sequence with A doing nothing. Prints medians with min-max and n, and writes JSON to
+same sequence with A doing nothing. Runs are interleaved (idle, then each action, then again), so a
+change in the machine's load hits every row alike. Prints medians with min-max and n, and writes JSON to
 test-artifacts/sessions.json. No figure here is asserted anywhere.
 """
 from __future__ import annotations
@@ -46,11 +47,11 @@ READY = """() => !!(window.Bokeh && Bokeh.documents.length &&
   Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-nodes'))"""
 
 
-def start_server(config: str) -> tuple[subprocess.Popen, str]:
-    """`torchlens-explore CONFIG --no-browser` in its own process; returns it and its URL."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start_server(config: str, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """`torchlens-explore CONFIG --no-browser` of the code in `root`, in its own process; returns it and its URL."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", config,
-                             "--no-browser"], cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--no-browser"], cwd=str(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     for line in proc.stdout:
@@ -138,11 +139,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--actions", default="discharge,png,doctor,estimate")
     parser.add_argument("--idle-trips", type=int, default=12, help="round trips per idle run")
+    parser.add_argument("--compare-root", default="", help="also serve the code of this checkout (e.g. the commit "
+                        "before a change), interleaved with this one; its rows are marked 'other'")
     args = parser.parse_args()
     from app.sources import open_config
 
     labels = [op.label for op in open_config(args.config).trace.ops][3::7][:24]
-    server, url = start_server(args.config)
+    load_at_start = os.getloadavg()[0]
+    servers = {"": start_server(args.config)}
+    if args.compare_root:
+        servers["other: "] = start_server(args.config, Path(args.compare_root))
     results: dict[str, dict] = {}
     try:
         with sync_playwright() as pw:
@@ -150,22 +156,30 @@ def main() -> int:
             browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
             a = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
             b = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
-            for action in [None] + args.actions.split(","):
-                trips, durations = [], []
-                for run in range(args.runs):
-                    got, took = run_once(a, b, url, labels, action, args.idle_trips)
-                    trips += got
-                    durations.append(took)
-                    print(f"{action or 'idle'} run {run}: {len(got)} trips, median "
-                          f"{statistics.median(got) if got else float('nan'):.0f} ms, action {took:.1f} s", flush=True)
-                results[action or "idle"] = {"round_trip": summary(trips), "action_s": [round(d, 1) for d in durations],
-                                             "trips_ms": [round(t) for t in trips]}
+            names = [None] + args.actions.split(",")
+            rows = [(tag, n) for n in names for tag in servers]
+            trips: dict[str, list[float]] = {f"{tag}{n or 'idle'}": [] for tag, n in rows}
+            durations: dict[str, list[float]] = {key: [] for key in trips}
+            for run in range(args.runs):  # interleaved: drift in the machine's load hits every row alike
+                for tag, action in rows:
+                    key = f"{tag}{action or 'idle'}"
+                    got, took = run_once(a, b, servers[tag][1], labels, action, args.idle_trips)
+                    trips[key] += got
+                    durations[key].append(took)
+                    print(f"{key} run {run}: {len(got)} trips, median "
+                          f"{statistics.median(got) if got else float('nan'):.0f} ms, action {took:.1f} s, "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)
+            for key in trips:
+                results[key] = {"round_trip": summary(trips[key]), "action_s": [round(d, 1) for d in durations[key]],
+                                "trips_ms": [round(t) for t in trips[key]]}
             browser.close()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        for proc, _url in servers.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
     conditions = {"config": args.config, "runs": args.runs, "python": platform.python_version(), "cores": os.cpu_count(),
-                  "load_1min_at_end": os.getloadavg()[0], "server": "console script, separate process, 127.0.0.1",
+                  "load_1min_at_start": load_at_start, "load_1min_at_end": os.getloadavg()[0], "server": "console script, separate process, 127.0.0.1",
+                  "compare_root": args.compare_root,
                   "browser": "Debian chromium via Playwright, two contexts (two sessions)"}
     out = ROOT / "test-artifacts" / "sessions.json"
     out.parent.mkdir(exist_ok=True)
