@@ -1,7 +1,8 @@
 """Heavy work in a child process, so the server's interpreter (its GIL and event loop) stays free.
 
-`run_task(name, request, progress)` starts `python -m app.worker NAME` at a lower CPU priority,
-sends the request and the limits in force as JSON on stdin, relays the child's progress lines,
+`run_task(name, request, progress)` takes a spare child (`python -m app.worker`, started ahead
+at a lower CPU priority with its imports done; `warm()`), sends the task's name, the request and
+the limits in force as JSON on stdin, relays the child's progress lines,
 and returns its JSON result. A refusal in the child comes back as the same typed error; a child
 that dies is `worker_failed`; Cancel (the progress callback's `is_cancelled`) kills the child and
 its process group. Nothing crosses the pipe but JSON; traces cross as saved folders
@@ -33,20 +34,19 @@ STDERR_TAIL = 4096  # bytes of the child's stderr kept for the message of a cras
 
 Progress = Callable[[float, str], None]
 _LIVE: set[subprocess.Popen] = set()  # children still running, killed if the server exits first
+_SPARE: subprocess.Popen | None = None  # a child with its imports done, waiting for a request
+_SPARE_LOCK = threading.Lock()
+PRELOAD = ("torch", "tracer", "tracer.bridges.transformers", "exporters.figures", "exporters.model_explorer", "app.twin")
 
 
 def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: str) -> Any:
     """Run `app.worker_tasks.TASKS[task](request, report)` in a child process; returns its result."""
     from .views.docsync import Cancelled
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    proc = subprocess.Popen([sys.executable, "-m", "app.worker", task], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(PROJECT_ROOT),
-                            start_new_session=True)
-    _LIVE.add(proc)
+    proc = _take()
     is_cancelled = getattr(progress, "is_cancelled", lambda: False)
     try:
-        proc.stdin.write(json.dumps({**request, "limits": dataclasses.asdict(current())}).encode())
+        proc.stdin.write(json.dumps({**request, "task": task, "limits": dataclasses.asdict(current())}).encode())
         proc.stdin.close()
         outcome: dict[str, Any] = {}
         buffered, errors = b"", b""
@@ -79,6 +79,31 @@ def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: st
         _LIVE.discard(proc)
         for stream in (proc.stdout, proc.stderr):
             stream.close()
+        warm()  # the next job finds a child with its imports done
+
+
+def warm() -> None:
+    """Have one spare child ready: started now, it imports torch, transformers and the exporters and
+    then waits for a request, so a job does not wait for those imports."""
+    global _SPARE
+    with _SPARE_LOCK:
+        if _SPARE is None or _SPARE.poll() is not None:
+            _SPARE = _spawn()
+
+
+def _take() -> subprocess.Popen:
+    global _SPARE
+    with _SPARE_LOCK:
+        proc, _SPARE = _SPARE, None
+    return proc if proc is not None and proc.poll() is None else _spawn()
+
+
+def _spawn() -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    proc = subprocess.Popen([sys.executable, "-m", "app.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=str(PROJECT_ROOT), start_new_session=True)
+    _LIVE.add(proc)
+    return proc
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -140,18 +165,26 @@ def _emit(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def main(task: str) -> int:
-    """Child side: read the request, run the task, write progress, then its result or refusal."""
+def main() -> int:
+    """Child side: import the heavy modules, read the request, run its task, write progress, then
+    its result or refusal."""
+    import importlib
+
     from .worker_tasks import TASKS
 
     try:
         os.nice(NICE)
     except OSError:
         pass
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional part (transformers) that is not installed
+            pass
     request = json.loads(sys.stdin.read())
     set_limits(Limits(**request.pop("limits")))
     try:
-        result = TASKS[task](request, lambda f, text: _emit({"progress": f, "text": text}))
+        result = TASKS[request.pop("task")](request, lambda f, text: _emit({"progress": f, "text": text}))
     except TracerError as exc:
         _emit({"error": {"error": exc.to_dict(), "class": type(exc).__name__}})
         return 2
@@ -160,4 +193,4 @@ def main(task: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main())

@@ -105,7 +105,7 @@ def zip_folder(folder: Path, path: Path) -> Path:
 
 def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     """The facility's own check (used by its tests): report, then sleep, refuse, crash or answer as asked."""
-    report(0.5, "probing")
+    report(0.5, f"probing in {os.getpid()}")
     if request.get("sleep"):
         time.sleep(float(request["sleep"]))
     if request.get("refuse"):

@@ -20,6 +20,7 @@ import param
 from .. import tempdirs
 from ..ladder import caption
 from ..state import ExplorerState
+from ..worker import warm
 from .docsync import refusal_html, run_in_background, text_html
 
 
@@ -63,6 +64,7 @@ class ExportPanel(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self.workdir = tempdirs.make("tlx-export-")
+        warm()  # a worker child starts its imports now, before the first heavy action of this page
         stem = file_stem(self.state.trace.model_class)
         self.status = pn.pane.HTML("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
         self.caption = pn.pane.HTML(self._caption_html(), css_classes=["tlx-export-caption"])

@@ -25,7 +25,7 @@ def test_a_task_runs_in_another_process_at_a_lower_priority():
     result = run_task("probe", {"echo": "hi"}, lambda f, t: seen.append((f, t)), site="test")
     assert result["pid"] != os.getpid() and result["echo"] == "hi"
     assert result["nice"] >= os.nice(0) + 10 or result["nice"] == 19
-    assert seen == [(0.5, "probing")]
+    assert seen == [(0.5, f"probing in {result['pid']}")]
 
 
 def test_a_refusal_comes_back_as_its_class_and_a_crash_as_worker_failed():
@@ -38,11 +38,20 @@ def test_a_refusal_comes_back_as_its_class_and_a_crash_as_worker_failed():
     assert crash.value.site == "test site" and crash.value.code == "worker_failed"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_cancel_kills_the_child_within_a_poll():
     cancel = threading.Event()
     pids = []
 
-    def progress(_f, _t):
+    def progress(_f, text):
+        pids.append(int(text.split()[-1]))
         cancel.set()
 
     progress.is_cancelled = cancel.is_set
@@ -50,8 +59,7 @@ def test_cancel_kills_the_child_within_a_poll():
     with pytest.raises(Cancelled):
         run_task("probe", {"sleep": 120}, progress, site="test")
     assert time.perf_counter() - started < 60  # far less than the 120 s the child would sleep
-    out = os.popen("ps -eo args").read()
-    assert "app.worker probe" not in out, pids
+    assert pids and not _alive(pids[0])
 
 
 def test_the_doctor_in_a_worker_gives_the_rows_of_the_doctor_here(gpt2_loaded):
@@ -89,9 +97,21 @@ def test_a_child_still_running_is_killed_when_the_server_exits():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    script = ("import threading; from app.worker import run_task; ev = threading.Event(); "
-              "threading.Thread(target=lambda: run_task('probe', {'sleep': 120}, lambda f, t: ev.set(), site='t'), "
-              "daemon=True).start(); print('child running', ev.wait(120), flush=True)")
+    script = ("import threading; from app.worker import run_task; seen = []; ev = threading.Event(); "
+              "threading.Thread(target=lambda: run_task('probe', {'sleep': 120}, lambda f, t: (seen.append(t), ev.set()), "
+              "site='t'), daemon=True).start(); ev.wait(120); print('child', seen[0].split()[-1], flush=True)")
     out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=180)
-    assert "child running True" in out.stdout, out.stderr
-    assert "app.worker probe" not in os.popen("ps -eo args").read()
+    assert out.stdout.startswith("child "), out.stderr
+    time.sleep(1)
+    assert not _alive(int(out.stdout.split()[1]))
+
+
+def test_a_spare_child_is_ready_before_the_next_job():
+    import app.worker as worker
+
+    worker.warm()
+    spare = worker._SPARE
+    assert spare is not None and spare.poll() is None
+    result = run_task("probe", {}, _quiet, site="test")
+    assert result["pid"] == spare.pid  # the job ran in the spare
+    assert worker._SPARE is not None and worker._SPARE.pid != spare.pid  # and another is being made ready
