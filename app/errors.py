@@ -1,7 +1,7 @@
 """Refusals of the explorer app (its inputs and its twin), next to the app; documented in docs/errors.md."""
 from __future__ import annotations
 
-from tracer.errors import AdmissionError, InvalidInputError
+from tracer.errors import AdmissionError, CaptureError, InvalidInputError
 
 
 class SourceNotFoundError(AdmissionError):
@@ -47,3 +47,9 @@ class PortUnavailableError(AdmissionError):
 class TokenIdOutOfRangeError(InvalidInputError):
     code = "token_id_out_of_range"
     default_remedy = "Use token ids from 0 to the config's vocab_size - 1, or a tokenizer made for this config."
+
+
+class WorkerFailedError(CaptureError):
+    code = "worker_failed"
+    default_remedy = ("The child process doing this work stopped without an answer (killed, out of memory, or a bug); "
+                      "the message quotes its last line. Try again, or run the same step from the command line.")

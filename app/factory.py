@@ -73,9 +73,24 @@ def open_factory(spec: str, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) 
 
 
 def _trace_factory(spec: str, factory: Any, input_shape: tuple[int, ...]) -> Loaded:
-    import torch
-
     import tracer
+
+    model, (x,) = build_factory_model(spec, factory, input_shape)
+    try:
+        trace = tracer.trace(model, (x,))
+    except TracerError:
+        raise
+    except Exception as exc:  # the user's forward raised on this input
+        raise ModelFactoryError(f"the forward of {type(model).__name__} raised {type(exc).__name__} on an input of "
+                                f"shape {tuple(input_shape)}: {_first_line(exc)}", site=FACTORY_SITE,
+                                remedy="Pass an input shape the model accepts with --input-shape.") from None
+    return Loaded(trace, f"{trace.model_class} from {spec}", "factory", spec, model=model, inputs=(x,),
+                  input_shape=tuple(input_shape))
+
+
+def build_factory_model(spec: str, factory: Any, input_shape: tuple[int, ...]) -> tuple[Any, tuple]:
+    """Call the factory and make its input: token ids when the model has `config.vocab_size`, else a float tensor."""
+    import torch
 
     try:
         model = factory()
@@ -89,16 +104,7 @@ def _trace_factory(spec: str, factory: Any, input_shape: tuple[int, ...]) -> Loa
         x = torch.randint(0, vocab, input_shape, generator=gen)
     else:
         x = torch.randn(input_shape, generator=gen)
-    try:
-        trace = tracer.trace(model, (x,))
-    except TracerError:
-        raise
-    except Exception as exc:  # the user's forward raised on this input
-        raise ModelFactoryError(f"the forward of {type(model).__name__} raised {type(exc).__name__} on an input of "
-                                f"shape {tuple(input_shape)}: {_first_line(exc)}", site=FACTORY_SITE,
-                                remedy="Pass an input shape the model accepts with --input-shape.") from None
-    return Loaded(trace, f"{trace.model_class} from {spec}", "factory", spec, model=model, inputs=(x,),
-                  input_shape=tuple(input_shape))
+    return model, (x,)
 
 
 def _first_line(exc: BaseException) -> str:

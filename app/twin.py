@@ -6,7 +6,7 @@ the comparison from `structure_trace.discharge_against(real_trace)`.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,6 +67,43 @@ class MemoryEstimate:
                 f"(using at most {int(HEADROOM * 100)}%): {verdict}.")
 
 
+@dataclass(frozen=True)
+class StructureFacts:
+    """What the twin's checks need from the structure-only trace, small enough to hand to a child as JSON."""
+
+    claimed_twin: dict
+    param_count: int
+    activation_bytes: int
+    float_dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claimed_twin": self.claimed_twin, "param_count": self.param_count,
+                "activation_bytes": self.activation_bytes, "float_dtype": self.float_dtype}
+
+
+def structure_facts(structure: Any) -> StructureFacts:
+    """The facts of `structure` (a trace) for `preflight` and `estimate` (a `StructureFacts` passes through)."""
+    if isinstance(structure, StructureFacts):
+        return structure
+    from tracer.estimates import trace_totals
+
+    dtype = next((op.out.dtype for op in structure.ops if op.out is not None and op.out.dtype.startswith(("float", "bfloat"))),
+                 "float32")
+    return StructureFacts(claimed_twin=_plain(claimed_twin(structure)), param_count=structure.param_count(),
+                          activation_bytes=int(trace_totals(structure)["activation_bytes_estimate"]), float_dtype=dtype)
+
+
+def _plain(value: Any) -> Any:
+    """`value` with mappings as dicts and sequences as lists (read-only views included), for JSON."""
+    from collections.abc import Mapping
+
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def structure_defaults(structure: Any) -> tuple[str, str]:
     """The dtype and attention backend the structure-only trace was captured with (the twin's defaults)."""
     dtype = next((r.dtype for r in structure.params.values() if not r.is_buffer), "float32")
@@ -110,7 +147,7 @@ def preflight(spec: TwinSpec, structure: Any) -> Any:
     from tracer.claims.twin import config_fingerprint
 
     config = checked_config(spec.config)
-    claimed = claimed_twin(structure)
+    claimed = structure_facts(structure).claimed_twin
     if not claimed:
         return config
     mismatches = []
@@ -138,19 +175,18 @@ def preflight(spec: TwinSpec, structure: Any) -> Any:
 def estimate(spec: TwinSpec, structure: Any) -> MemoryEstimate:
     """Weights (parameters x dtype bytes) plus the structure's activations scaled to the twin's input shape.
 
-    The parameter count is the structure's when the twin's config is the one it was captured from;
-    otherwise the config's model is counted on the meta device (within the declared limits).
+    `structure` is the trace or its `StructureFacts`. The parameter count is the structure's when the
+    twin's config is the one it was captured from; otherwise the config's model is counted on the
+    meta device (within the declared limits).
     """
     from tracer.claims.twin import config_fingerprint
-    from tracer.estimates import trace_totals
 
+    facts = structure_facts(structure)
     config = checked_config(spec.config)
-    same = claimed_twin(structure).get("config_fingerprint") == config_fingerprint(config)
-    params = structure.param_count() if same else _config_param_count(spec.config)
-    act = trace_totals(structure)["activation_bytes_estimate"]
-    struct_dtype = next((op.out.dtype for op in structure.ops if op.out is not None and op.out.dtype.startswith(("float", "bfloat"))), "float32")
-    act = act * dtype_bytes(spec.dtype) / max(dtype_bytes(struct_dtype), 1)
-    recorded = [x[1] for x in claimed_twin(structure).get("inputs", [])]
+    same = facts.claimed_twin.get("config_fingerprint") == config_fingerprint(config)
+    params = facts.param_count if same else _config_param_count(spec.config)
+    act = facts.activation_bytes * dtype_bytes(spec.dtype) / max(dtype_bytes(facts.float_dtype), 1)
+    recorded = [x[1] for x in facts.claimed_twin.get("inputs", [])]
     shape = twin_input_shape(spec)
     if shape is not None and recorded and _elements(recorded[0]):
         act = act * _elements(shape) / _elements(recorded[0])
@@ -190,31 +226,64 @@ def capture_twin(spec: TwinSpec, progress: Progress) -> Any:
     return real
 
 
-def discharge(structure: Any, spec: TwinSpec, progress: Progress,
-              capture: Callable[[TwinSpec, Progress], Any] | None = None) -> tuple[Any, Any]:
-    """Preflight, estimate, refuse if too big, capture the twin, discharge; returns (report, real trace).
-
-    Neither trace changes: the report carries the new envelope. `capture` defaults to `capture_twin`
-    in this process.
-    """
+def checked_capture(spec: TwinSpec, structure: Any, progress: Progress) -> Any:
+    """Preflight, estimate, refuse if too big, then build and capture the twin (`structure`: trace or facts)."""
     progress(0.02, "checking the twin is comparable")
     preflight(spec, structure)
     progress(0.05, "estimating memory")
     check_fits(estimate(spec, structure), spec)
-    real = (capture or capture_twin)(spec, progress)
-    progress(0.85, "discharging the claims")
-    report = structure.discharge_against(real)
-    progress(1.0, f"done: {report.state}")
-    return report, real
+    return capture_twin(spec, progress)
+
+
+def discharge(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, Any]:
+    """Check, capture the twin in this process and discharge; returns (report, real trace).
+
+    Neither trace changes: the report carries the new envelope.
+    """
+    real = checked_capture(spec, structure, progress)
+    return _join(structure, real, progress), real
 
 
 def discharge_copy(structure: Any, spec: TwinSpec, progress: Progress) -> tuple[Any, Any]:
-    """`discharge` with the twin built and captured in a child process (the server's interpreter stays
-    free for other sessions); returns (report, new envelope) for the session to apply on its own thread."""
-    from .twin_worker import capture_isolated
-
-    report, _real = discharge(structure, spec, progress, capture=capture_isolated)
+    """`discharge` with the checks, the build and the capture in a child process (the server's
+    interpreter stays free for other sessions); returns (report, new envelope) for the session to
+    apply on its own thread."""
+    real = capture_isolated(spec, structure, progress)
+    report = _join(structure, real, progress)
     return report, report.envelope
+
+
+def capture_isolated(spec: TwinSpec, structure: Any, progress: Progress) -> Any:
+    """`checked_capture` in a child process (`app.worker`, task "twin"); the real trace comes back as
+    a saved folder and is loaded here (typed refusals re-raised)."""
+    import tracer
+
+    from . import tempdirs
+    from .worker import run_task
+
+    out = tempdirs.make("tlx-twin-")
+    try:
+        run_task("twin", {"spec": asdict(spec), "facts": structure_facts(structure).to_dict(),
+                          "out": str(out / "real")}, progress, site="discharge panel")
+        return tracer.load(str(out / "real"))
+    finally:
+        tempdirs.remove(out)
+
+
+def estimate_isolated(spec: TwinSpec, structure: Any, progress: Progress) -> MemoryEstimate:
+    """`estimate` in a child process (reading the config and counting a model's parameters may take a while)."""
+    from .worker import run_task
+
+    data = run_task("estimate", {"spec": asdict(spec), "facts": structure_facts(structure).to_dict()}, progress,
+                    site="discharge panel: estimate")
+    return MemoryEstimate(**data)
+
+
+def _join(structure: Any, real: Any, progress: Progress) -> Any:
+    progress(0.85, "discharging the claims")
+    report = structure.discharge_against(real)
+    progress(1.0, f"done: {report.state}")
+    return report
 
 
 def build_twin(spec: TwinSpec) -> Any:

@@ -1,5 +1,5 @@
-"""The discharge side panel: describe the real twin, see its memory estimate, capture it in the
-background with progress, and turn the banner CORROBORATED or REFUTED (refusals as text)."""
+"""The discharge side panel: describe the real twin, see its memory estimate, capture it in a worker
+process with progress, and turn the banner CORROBORATED or REFUTED (refusals as text)."""
 from __future__ import annotations
 
 import threading
@@ -21,8 +21,9 @@ from .docsync import BackgroundJob, Report, refusal_html, text_html
 class DischargePanel(pn.viewable.Viewer):
     """Inputs for the real twin, an estimate, a Discharge button, progress, Cancel and the per-claim report.
 
-    Estimating and discharging both run in the background (one at a time); their results are
-    applied on this session's own document.
+    Estimating and the twin's checks, build and capture run in a worker process (`app.worker`), one
+    job at a time; the claims are joined on a background thread and the results applied on this
+    session's own document.
     """
 
     state = param.ClassSelector(class_=ExplorerState)
@@ -85,8 +86,8 @@ class DischargePanel(pn.viewable.Viewer):
         spec, structure = self.spec(), self.state.trace
 
         def work(report: Report) -> twin.MemoryEstimate:
-            report(0.1, "reading the config")
-            return twin.estimate(spec, structure)
+            report(0.05, "estimating in a worker process")
+            return twin.estimate_isolated(spec, structure, report)
 
         return self._start("Estimating memory.", work, lambda est: self._finish(est.describe()))
 

@@ -1,14 +1,16 @@
 """The doctor panel: the compatibility ledger for the model (applies, status, severity, evidence),
-computed in the background with progress and a cancel."""
+computed in a worker process (`app.worker`) with progress and a cancel."""
 from __future__ import annotations
 
 import html
+import os
 import threading
+from typing import Any
 
 import panel as pn
 import param
 
-from tracer.compat.doctor import DoctorReport, doctor
+from tracer.compat.doctor import DoctorReport, Row
 
 from ..state import ExplorerState
 from .docsync import BackgroundJob, Report, refusal_html, text_html
@@ -44,6 +46,18 @@ def rows_html(rows: list[dict[str, str]]) -> str:
     return "".join(cards)
 
 
+def doctor_isolated(loaded: Any, report: Report) -> DoctorReport:
+    """The doctor run in a child process on a fresh build of `loaded`'s source (its config on the meta
+    device, or its factory called again); the server's interpreter stays free meanwhile."""
+    from ..worker import run_task
+
+    request = {"origin": loaded.origin, "source": loaded.source, "input_shape": list(loaded.input_shape),
+               "cwd": os.getcwd()}
+    data = run_task("doctor", request, report, site="doctor panel")
+    rows = [Row(**{**r, "tests": tuple(r.get("tests", ()))}) for r in data["rows"]]
+    return DoctorReport(model_class=data["model_class"], rows=rows)
+
+
 class DoctorPanel(pn.viewable.Viewer):
     """Runs the doctor on the explored model on request (in the background) and lists its rows."""
 
@@ -73,8 +87,8 @@ class DoctorPanel(pn.viewable.Viewer):
         loaded = self.state.loaded
 
         def work(report: Report) -> DoctorReport:
-            report(0.0, f"Running the doctor on {self.state.trace.model_class}...")
-            return doctor(loaded.model, loaded.inputs)
+            report(0.0, f"Running the doctor on {self.state.trace.model_class} in a worker process...")
+            return doctor_isolated(loaded, report)
 
         thread = self.job.start(work, self._done, self._failed)
         if thread is not None:

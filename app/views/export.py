@@ -1,32 +1,27 @@
 """Exports: the current view as SVG/PNG (ladder state as caption), the trace file, Model
-Explorer JSON, and the same graph opened in Model Explorer served on loopback."""
+Explorer JSON, and the same graph opened in Model Explorer served on loopback.
+
+The panel writes every export in a worker process (`app.worker`, task "export") reading the
+session's trace from a saved copy, so the server's interpreter stays free for other sessions.
+"""
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 import shutil
 import tempfile
-import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import panel as pn
 import param
 
-from exporters.figures import export_png, export_svg
-
 from .. import tempdirs
 from ..ladder import caption
 from ..state import ExplorerState
+from ..worker import warm
 from .docsync import refusal_html, run_in_background, text_html
-
-
-FIGURE_WRITERS = {"svg": export_svg, "png": export_png}
-
-
-def export_view(state: ExplorerState, path: str | Path, fmt: str) -> Path:
-    """Write the current view (expansion and folding) as `fmt` ("svg" or "png") to `path`."""
-    return Path(FIGURE_WRITERS[fmt](state.trace, path, expanded=state.expanded, fold_repeats=state.fold_repeats))
 
 
 def file_stem(model_class: str) -> str:
@@ -41,23 +36,24 @@ def zip_trace(trace: Any, path: str | Path) -> Path:
 
     Only the folder made here is removed; nothing that was already on disk is touched.
     """
+    from ..worker_tasks import zip_folder
+
     path = Path(path)
     staging = Path(tempfile.mkdtemp(prefix=".tlx-zip-", dir=path.parent))
     try:
-        folder = Path(trace.save(str(staging / "trace")))
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-            for f in sorted(folder.iterdir()):
-                zf.write(f, arcname=f.name)
+        return zip_folder(Path(trace.save(str(staging / "trace"))), path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return path
 
 
-def model_explorer_json(trace: Any, path: str | Path) -> Path:
-    """The trace as a Model Explorer graph collection."""
-    from exporters.model_explorer import export
+def export_isolated(state: ExplorerState, path: Path, kind: str) -> Path:
+    """Write export `kind` ("svg", "png", "zip", "model-explorer") of the session's current view to
+    `path` in a worker process; returns the path (refusals typed)."""
+    from ..worker import run_task, saved_copy
 
-    return Path(export(trace, path))
+    request = {"kind": kind, "path": str(path), "trace": str(saved_copy(state.trace)),
+               "expanded": sorted(state.expanded or ()), "fold_repeats": bool(state.fold_repeats)}
+    return Path(run_task("export", request, lambda _f, _t: None, site=f"export {path.name}")["path"])
 
 
 class ExportPanel(pn.viewable.Viewer):
@@ -68,15 +64,14 @@ class ExportPanel(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self.workdir = tempdirs.make("tlx-export-")
+        warm()  # a worker child starts its imports now, before the first heavy action of this page
         stem = file_stem(self.state.trace.model_class)
         self.status = pn.pane.HTML("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
         self.caption = pn.pane.HTML(self._caption_html(), css_classes=["tlx-export-caption"])
-        self.svg = self._download("Figure (SVG)", f"{stem}.svg", lambda p: export_view(self.state, p, "svg"), "tlx-export-svg")
-        self.png = self._download("Figure (PNG)", f"{stem}.png", lambda p: export_view(self.state, p, "png"), "tlx-export-png")
-        self.trace_file = self._download("Trace file (.zip)", f"{stem}.trace.zip", lambda p: zip_trace(self.state.trace, p),
-                                         "tlx-export-trace")
-        self.me_json = self._download("Model Explorer JSON", f"{stem}.model-explorer.json",
-                                      lambda p: model_explorer_json(self.state.trace, p), "tlx-export-me")
+        self.svg = self._download("Figure (SVG)", f"{stem}.svg", "svg", "tlx-export-svg")
+        self.png = self._download("Figure (PNG)", f"{stem}.png", "png", "tlx-export-png")
+        self.trace_file = self._download("Trace file (.zip)", f"{stem}.trace.zip", "zip", "tlx-export-trace")
+        self.me_json = self._download("Model Explorer JSON", f"{stem}.model-explorer.json", "model-explorer", "tlx-export-me")
         self.me_button = pn.widgets.Button(label="Open in Model Explorer", css_classes=["tlx-open-me"])
         self.me_link = pn.pane.HTML("", css_classes=["tlx-me-link"])
         self.me_button.on_click(lambda _e: self.open_model_explorer())
@@ -91,14 +86,16 @@ class ExportPanel(pn.viewable.Viewer):
     def _caption_html(self) -> str:
         return f'<div style="font:13px sans-serif">Figure caption: <i>{html.escape(caption(self.state.trace))}</i></div>'
 
-    def _download(self, label: str, filename: str, make: Callable[[Path], Path], css: str) -> pn.widgets.FileDownload:
-        def callback() -> Any:
+    def _download(self, label: str, filename: str, kind: str, css: str) -> pn.widgets.FileDownload:
+        async def callback() -> Any:  # awaited on the server's loop, which stays free while the worker writes
             try:
-                out = make(tempdirs.inside(self.workdir, filename))
+                path = tempdirs.inside(self.workdir, filename)
+                self.status.object = text_html(f"Writing {filename} in a worker process...")
+                out = await asyncio.to_thread(export_isolated, self.state, path, kind)
             except Exception as exc:
                 self.status.object = refusal_html(exc)
                 return None
-            self.status.object = text_html(f"Wrote {Path(out).name} ({Path(out).stat().st_size:,} bytes).")
+            self.status.object = text_html(f"Wrote {out.name} ({out.stat().st_size:,} bytes).")
             return str(out)
 
         return pn.widgets.FileDownload(callback=callback, filename=filename, label=label, embed=False,
@@ -115,7 +112,7 @@ class ExportPanel(pn.viewable.Viewer):
         def work() -> Any:
             from exporters.model_explorer.server import serve
 
-            path = model_explorer_json(self.state.trace, self.workdir / "graph.model-explorer.json")
+            path = export_isolated(self.state, tempdirs.inside(self.workdir, "graph.model-explorer.json"), "model-explorer")
             return serve(path)
 
         def done(server: Any) -> None:

@@ -2,6 +2,7 @@
 statistics in chunks, declared limits, twin comparability before building, token ranges."""
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -58,7 +59,7 @@ def test_exports_stay_in_the_session_folder_and_remove_nothing_outside(tiny_load
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     evil = f"{'../' * 12}{str(target).lstrip('/')}/NAME" if kind == "relative" else f"{target}/NAME"
     panel = ExportPanel(state=ExplorerState(_evil(tiny_loaded, evil)))
-    written = [Path(d.callback()) for d in (panel.svg, panel.png, panel.trace_file, panel.me_json)]
+    written = [Path(asyncio.run(d.callback())) for d in (panel.svg, panel.png, panel.trace_file, panel.me_json)]
     assert [p.name for p in written] == ["NAME.svg", "NAME.png", "NAME.trace.zip", "NAME.model-explorer.json"]
     assert all(p.parent == panel.workdir and p.stat().st_size > 0 for p in written)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -98,9 +98,12 @@ def test_the_panel_discharges_with_the_twin_captured_in_a_child_process(gpt2_loa
 
 
 def test_a_refusal_in_the_child_comes_back_typed(gpt2_loaded):
-    from app.twin_worker import capture_isolated
     from tracer.errors import InvalidInputError
 
-    with pytest.raises(InvalidInputError) as info:
-        capture_isolated(twin.TwinSpec(config="gpt2", ids="1, 99999999"), lambda f, s: None)
+    _, attn = twin.structure_defaults(gpt2_loaded.trace)
+    with pytest.raises(InvalidInputError) as info:  # ids of the recorded shape (1, 8), one out of range
+        twin.capture_isolated(twin.TwinSpec(config="gpt2", attn=attn, ids="1, 2, 3, 4, 5, 6, 7, 99999999"),
+                              gpt2_loaded.trace, lambda f, s: None)
     assert info.value.code == "token_id_out_of_range"
+    with pytest.raises(DischargePreflightError):  # the comparability check runs in the child too
+        twin.capture_isolated(twin.TwinSpec(config="bert-base", attn=attn), gpt2_loaded.trace, lambda f, s: None)

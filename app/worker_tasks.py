@@ -1,0 +1,123 @@
+"""What `app.worker` runs in its child process: each task takes its JSON request and a progress
+callback and returns a JSON result (files it makes go where the request says)."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+Report = Callable[[float, str], None]
+
+
+def twin_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """Check, build and capture the real twin; save it (structure only) where the request says."""
+    from . import twin
+
+    data = dict(request["spec"])
+    if isinstance(data.get("input_shape"), list):
+        data["input_shape"] = tuple(data["input_shape"])
+    started = time.perf_counter()
+    real = twin.checked_capture(twin.TwinSpec(**data), twin.StructureFacts(**request["facts"]), report)
+    report(0.8, f"captured in {time.perf_counter() - started:.1f} s; handing it back")
+    real.save(request["out"])
+    return {"folder": request["out"]}
+
+
+def estimate_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """The twin's memory estimate (reads the config; may count a model's parameters on the meta device)."""
+    from dataclasses import asdict
+
+    from . import twin
+
+    report(0.1, "reading the config")
+    spec = twin.TwinSpec(**request["spec"])
+    return asdict(twin.estimate(spec, twin.StructureFacts(**request["facts"])))
+
+
+def doctor_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """The doctor on a fresh build of the session's source (a config on the meta device, or the factory)."""
+    from tracer.compat.doctor import doctor
+
+    report(0.1, f"building {request['source']} in the worker")
+    model, inputs = _model_for(request["origin"], request["source"], tuple(request["input_shape"]), request["cwd"])
+    report(0.6, "running the doctor's detectors")
+    return doctor(model, inputs).to_dict()
+
+
+def _model_for(origin: str, source: str, shape: tuple[int, ...], cwd: str) -> tuple[Any, tuple]:
+    if origin == "factory":
+        from .factory import build_factory_model, import_factory
+
+        os.chdir(cwd)  # the factory is found from the server's folder, as the server found it
+        return build_factory_model(source, import_factory(source), shape)
+    from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids
+
+    from .config_check import build_checked, read_config
+    from .sources import resolve_config
+
+    path = resolve_config(source)
+    read_config(path)
+    config = build_checked(path, "reading the config with transformers", lambda: load_config(str(path)))
+    model = build_checked(path, "building the model on the meta device", lambda: build_meta_model(config))
+    return model, (meta_input_ids(shape),)
+
+
+def export_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """Write one export of the saved trace at `request["trace"]` to `request["path"]`."""
+    import tracer
+
+    kind, path, folder = request["kind"], Path(request["path"]), Path(request["trace"])
+    if kind == "zip":
+        report(0.2, f"zipping {path.name}")
+        return {"path": str(zip_folder(folder, path))}
+    report(0.1, "reading the trace")
+    trace = tracer.load(str(folder))
+    report(0.4, f"writing {path.name}")
+    if kind == "model-explorer":
+        from exporters.model_explorer import export
+
+        return {"path": str(export(trace, path))}
+    from exporters.figures import export_png, export_svg
+
+    write = {"svg": export_svg, "png": export_png}[kind]
+    return {"path": str(write(trace, path, expanded=request["expanded"], fold_repeats=request["fold_repeats"]))}
+
+
+def zip_folder(folder: Path, path: Path) -> Path:
+    """Zip the files of a saved trace folder into `path`, written beside it under a temporary name
+    and renamed into place (a failed write leaves nothing)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tlx-zip-", suffix=".part", dir=path.parent)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for f in sorted(folder.iterdir()):
+                zf.write(f, arcname=f.name)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """The facility's own check (used by its tests): report, then sleep, refuse, crash or answer as asked."""
+    report(0.5, f"probing in {os.getpid()}")
+    if request.get("sleep"):
+        time.sleep(float(request["sleep"]))
+    if request.get("refuse"):
+        from tracer.errors import InvalidInputError
+
+        raise InvalidInputError("the probe was asked to refuse", site="probe", remedy="none")
+    if request.get("crash"):
+        sys.stderr.write("probe crashed on purpose\n")
+        os._exit(3)
+    return {"pid": os.getpid(), "nice": os.nice(0), "echo": request.get("echo")}
+
+
+TASKS: dict[str, Callable[[dict[str, Any], Report], Any]] = {
+    "twin": twin_task, "estimate": estimate_task, "doctor": doctor_task, "export": export_task, "probe": probe_task,
+}

@@ -1,0 +1,117 @@
+"""The worker-process facility (`app.worker`): heavy work runs in a child at a lower CPU priority,
+its refusals come back typed, a crash is `worker_failed`, Cancel kills it, and the doctor, the
+memory estimate and the exports give what the same code gives in the server's process."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from app import twin
+from app.errors import WorkerFailedError
+from app.views.docsync import Cancelled
+from app.worker import run_task, saved_copy
+from tracer.errors import InvalidInputError
+
+
+def _quiet(_f, _t):
+    return None
+
+
+def test_a_task_runs_in_another_process_at_a_lower_priority():
+    seen = []
+    result = run_task("probe", {"echo": "hi"}, lambda f, t: seen.append((f, t)), site="test")
+    assert result["pid"] != os.getpid() and result["echo"] == "hi"
+    assert result["nice"] >= os.nice(0) + 10 or result["nice"] == 19
+    assert seen == [(0.5, f"probing in {result['pid']}")]
+
+
+def test_a_refusal_comes_back_as_its_class_and_a_crash_as_worker_failed():
+    with pytest.raises(InvalidInputError) as info:
+        run_task("probe", {"refuse": True}, _quiet, site="test")
+    assert info.value.code == "invalid_input" and info.value.site == "probe"
+    with pytest.raises(WorkerFailedError) as crash:
+        run_task("probe", {"crash": True}, _quiet, site="test site")
+    assert "status 3" in crash.value.message and "probe crashed on purpose" in crash.value.message
+    assert crash.value.site == "test site" and crash.value.code == "worker_failed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cancel_kills_the_child_within_a_poll():
+    cancel = threading.Event()
+    pids = []
+
+    def progress(_f, text):
+        pids.append(int(text.split()[-1]))
+        cancel.set()
+
+    progress.is_cancelled = cancel.is_set
+    started = time.perf_counter()
+    with pytest.raises(Cancelled):
+        run_task("probe", {"sleep": 120}, progress, site="test")
+    assert time.perf_counter() - started < 60  # far less than the 120 s the child would sleep
+    assert pids and not _alive(pids[0])
+
+
+def test_the_doctor_in_a_worker_gives_the_rows_of_the_doctor_here(gpt2_loaded):
+    from tracer.compat.doctor import doctor
+
+    from app.views.doctor import doctor_isolated, doctor_rows
+
+    here = doctor(gpt2_loaded.model, gpt2_loaded.inputs)
+    there = doctor_isolated(gpt2_loaded, _quiet)
+    assert doctor_rows(there) == doctor_rows(here) and there.model_class == here.model_class
+
+
+def test_the_estimate_in_a_worker_equals_the_estimate_here(gpt2_loaded):
+    _, attn = twin.structure_defaults(gpt2_loaded.trace)
+    for spec in (twin.TwinSpec(config="gpt2", attn=attn, input_shape="2,8"), twin.TwinSpec(config="bert-base")):
+        here, there = twin.estimate(spec, gpt2_loaded.trace), twin.estimate_isolated(spec, gpt2_loaded.trace, _quiet)
+        assert (there.params, there.param_bytes, there.activation_bytes) == (here.params, here.param_bytes,
+                                                                            here.activation_bytes)
+
+
+def test_a_trace_is_saved_once_per_graph_and_envelope(gpt2_loaded):
+    import copy
+
+    import tracer
+
+    a, b = copy.copy(gpt2_loaded.trace), copy.copy(gpt2_loaded.trace)
+    assert saved_copy(a) == saved_copy(b)  # two sessions, one saved copy
+    folder = saved_copy(a)
+    assert tracer.load(str(folder)).model_class == gpt2_loaded.trace.model_class
+
+
+def test_a_child_still_running_is_killed_when_the_server_exits():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = ("import threading; from app.worker import run_task; seen = []; ev = threading.Event(); "
+              "threading.Thread(target=lambda: run_task('probe', {'sleep': 120}, lambda f, t: (seen.append(t), ev.set()), "
+              "site='t'), daemon=True).start(); ev.wait(120); print('child', seen[0].split()[-1], flush=True)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=180)
+    assert out.stdout.startswith("child "), out.stderr
+    time.sleep(1)
+    assert not _alive(int(out.stdout.split()[1]))
+
+
+def test_a_spare_child_is_ready_before_the_next_job():
+    import app.worker as worker
+
+    worker.warm()
+    spare = worker._SPARE
+    assert spare is not None and spare.poll() is None
+    result = run_task("probe", {}, _quiet, site="test")
+    assert result["pid"] == spare.pid  # the job ran in the spare
+    assert worker._SPARE is not None and worker._SPARE.pid != spare.pid  # and another is being made ready

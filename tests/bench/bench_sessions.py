@@ -1,0 +1,199 @@
+"""Another session's round trip while one session runs a heavy action, in Chromium against the real
+console script (a separate server process, as a user runs it).
+
+    .venv/bin/python tests/bench/bench_sessions.py [--config gpt2] [--runs 3] [--actions discharge,png,doctor,estimate]
+
+Session B's round trip: from Enter in the search box (an op label) to B's inspector showing that op,
+read at an animation frame in B's page (`performance.now()`); the server selects the op, opens its
+modules and lays the graph out again. Each run reloads B and A, starts A's action, and repeats B's
+round trips over the same label sequence until A's action has finished; the idle baseline runs the
+same sequence with A doing nothing. Runs are interleaved (idle, then each action, then again), so a
+change in the machine's load hits every row alike. Prints medians with min-max and n, and writes JSON to
+test-artifacts/sessions.json. No figure here is asserted anywhere.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from tests.app import pagekit  # noqa: E402
+from tests.conftest import CHROMIUM_ARGS  # noqa: E402
+
+DEEP_TEXT = """sel => { const walk = root => { const hit = root.querySelector(sel); if (hit) return hit;
+  for (const el of root.querySelectorAll('*')) { if (el.shadowRoot) { const h = walk(el.shadowRoot); if (h) return h; } }
+  return null; };
+  const el = walk(document); if (!el) return '';
+  const text = n => n.shadowRoot ? [...n.shadowRoot.childNodes].map(text).join('') :
+    (n.nodeType === 3 ? n.textContent : [...(n.childNodes || [])].map(text).join(''));
+  return text(el); }"""
+
+SHOWS_OP = f"""([want]) => ({DEEP_TEXT})('.tlx-inspector').includes(want) ? performance.now() : false"""
+READY = """() => !!(window.Bokeh && Bokeh.documents.length &&
+  Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-nodes'))"""
+
+
+def start_server(config: str, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """`torchlens-explore CONFIG --no-browser` of the code in `root`, in its own process; returns it and its URL."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", config,
+                             "--no-browser"], cwd=str(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        found = re.search(r"serving on (http://\S+)", line)
+        if found:
+            return proc, found.group(1)
+        if time.monotonic() > deadline:
+            break
+    proc.kill()
+    raise SystemExit(f"the server did not start: {line}")
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_function(READY, timeout=120_000)
+    pagekit.wait_graph(page)
+
+
+def round_trip_ms(page, label: str) -> float:
+    """Milliseconds (in the page) from Enter with `label` in the search box to the inspector showing it."""
+    box = page.locator(".tlx-search input")
+    box.fill(label)
+    t0 = page.evaluate("() => performance.now()")
+    box.press("Enter")
+    t1 = page.wait_for_function(SHOWS_OP, arg=[f"Op {label}"], timeout=120_000, polling="raf").json_value()
+    return t1 - t0
+
+
+def click(page, css: str) -> None:
+    page.locator(f".{css} button, .{css} a").first.click()
+
+
+def start_action(page, action: str) -> callable:
+    """Start `action` in session A; returns a function that says whether it has finished."""
+    if action == "discharge":
+        click(page, "tlx-discharge")
+        return lambda: pagekit.banner_state(page) != "HYPOTHESIS"
+    if action == "png":
+        page.locator(".bk-tab", has_text="Export").click()
+        got = []
+        page.on("download", lambda d: got.append(d))
+        click(page, "tlx-export-png")
+        return lambda: bool(got)
+    if action == "doctor":
+        page.locator(".bk-tab", has_text="Doctor").click()
+        click(page, "tlx-doctor-run")
+        return lambda: page.locator(".tlx-doctor-row").count() > 0
+    if action == "estimate":  # another config: its model is built on the meta device to count parameters
+        page.locator(".tlx-twin-config-path input").fill("llama-3.1-405b")
+        page.locator(".tlx-twin-config-path input").press("Tab")
+        click(page, "tlx-estimate")
+        return lambda: "Estimate:" in page.evaluate(DEEP_TEXT, ".tlx-discharge-status")
+    raise SystemExit(f"unknown action {action!r}")
+
+
+def run_once(a, b, url: str, labels: list[str], action: str | None, limit: int) -> tuple[list[float], float]:
+    """One run: fresh pages, A starts `action` (None: idle), B's round trips until A is done (or `limit`)."""
+    open_page(b, url)
+    open_page(a, url)
+    b.bring_to_front()
+    times: list[float] = []
+    started = time.perf_counter()
+    done = start_action(a, action) if action else (lambda: len(times) >= limit)
+    while not done() and len(times) < 200:
+        times.append(round_trip_ms(b, labels[len(times) % len(labels)]))
+    took = time.perf_counter() - started
+    if action:
+        while not done() and time.perf_counter() - started < 600:
+            b.wait_for_timeout(200)
+        took = time.perf_counter() - started
+    return times, took
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {"median_ms": round(statistics.median(values)), "min_ms": round(min(values)), "max_ms": round(max(values)),
+            "p90_ms": round(sorted(values)[int(0.9 * (len(values) - 1))]),
+            "over_500": sum(v > 500 for v in values), "n": len(values)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="gpt2")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--actions", default="discharge,png,doctor,estimate")
+    parser.add_argument("--idle-trips", type=int, default=12, help="round trips per idle run")
+    parser.add_argument("--compare-root", default="", help="also serve the code of this checkout (e.g. the commit "
+                        "before a change), interleaved with this one; its rows are marked 'other'")
+    args = parser.parse_args()
+    from app.sources import open_config
+
+    labels = [op.label for op in open_config(args.config).trace.ops][3::7][:24]
+    load_at_start = os.getloadavg()[0]
+    servers = {"": start_server(args.config)}
+    if args.compare_root:
+        servers["other: "] = start_server(args.config, Path(args.compare_root))
+    results: dict[str, dict] = {}
+    try:
+        with sync_playwright() as pw:
+            exe = shutil.which("chromium") or shutil.which("chromium-browser")
+            browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+            a = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+            b = browser.new_context(viewport={"width": 1600, "height": 1000}).new_page()
+            names = [None] + args.actions.split(",")
+            rows = [(tag, n) for n in names for tag in servers]
+            trips: dict[str, list[float]] = {f"{tag}{n or 'idle'}": [] for tag, n in rows}
+            durations: dict[str, list[float]] = {key: [] for key in trips}
+            for run in range(args.runs):  # interleaved: drift in the machine's load hits every row alike
+                for tag, action in rows:
+                    key = f"{tag}{action or 'idle'}"
+                    got, took = run_once(a, b, servers[tag][1], labels, action, args.idle_trips)
+                    trips[key] += got
+                    durations[key].append(took)
+                    print(f"{key} run {run}: {len(got)} trips, median "
+                          f"{statistics.median(got) if got else float('nan'):.0f} ms, action {took:.1f} s, "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)
+            for key in trips:
+                results[key] = {"round_trip": summary(trips[key]), "action_s": [round(d, 1) for d in durations[key]],
+                                "trips_ms": [round(t) for t in trips[key]]}
+            browser.close()
+    finally:
+        for proc, _url in servers.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+    conditions = {"config": args.config, "runs": args.runs, "python": platform.python_version(), "cores": os.cpu_count(),
+                  "load_1min_at_start": load_at_start, "load_1min_at_end": os.getloadavg()[0], "server": "console script, separate process, 127.0.0.1",
+                  "compare_root": args.compare_root,
+                  "browser": "Debian chromium via Playwright, two contexts (two sessions)"}
+    out = ROOT / "test-artifacts" / "sessions.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"conditions": conditions, "results": results}, indent=2))
+    print(f"\n{json.dumps(conditions)}\n")
+    print("| session A's action | A's action took (s) | B's round trip: median (min-max), p90, n | over 500 ms |")
+    print("|---|---|---|---|")
+    for name, r in results.items():
+        s = r["round_trip"]
+        if s["n"]:
+            print(f"| {name} | {', '.join(map(str, r['action_s']))} | {s['median_ms']} ({s['min_ms']}-{s['max_ms']}), "
+                  f"{s['p90_ms']}, {s['n']} | {s['over_500']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
