@@ -8,9 +8,6 @@ from __future__ import annotations
 
 # (layer, column) -> (failure class, variants)
 NN_KNOWN = {
-    # The fused attention kernel returns (output, weights); the edge check perturbs `value` and looks at the
-    # weights record alone, which does not depend on it (a multi-output edge: issue 11, validator).
-    ("MultiheadAttention", "validate"): ("edge_false_alarm", ("eval_no_grad",)),
 }
 
 # The transformers sample: model types whose plain forward runs on the sweep's generated inputs.
