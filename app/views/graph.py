@@ -1,5 +1,6 @@
 """The graph view: the nesting-aware layout drawn by `exporters.bokeh_graph`, with zoom-to-fit, pan,
-hover, click-to-expand, folding, search, a breadcrumb and a colour legend. Drawing and layout live
+hover, click-to-expand, folding, search, a breadcrumb, a colour legend, and "Colour by" overlays
+(`exporters.overlays`: parameters, output bytes, FLOPs, claim state, activation statistics). Drawing and layout live
 in `exporters`; one figure lives for the session and a new layout only replaces its sources' data."""
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import panel as pn
 import param
 
 from ..ladder import caption
+from exporters import overlays
 from exporters.bokeh_graph import figure_data, graph_figure, view_data, view_source
+from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
 from ..state import ExplorerState
@@ -119,6 +122,26 @@ def legend_html() -> str:
     return f'<div class="tlx-legend" style="font:12px sans-serif;color:#333;line-height:18px">{items}</div>'
 
 
+OP_KIND = "op kind"  # the default colouring: boxes by op family, the legend above
+
+
+def overlay_choices(trace: Any) -> dict[str, str]:
+    """The "Colour by" menu: op kind, then every overlay this trace offers (label -> overlay name)."""
+    return {OP_KIND: OP_KIND, **{overlays.TITLES.get(n, n): n for n in overlays.available(trace)}}
+
+
+def overlay_legend_html(legend: dict) -> str:
+    """An overlay's legend: its title, then its colour stops (numbers) or categories (claim states)."""
+    rows = legend.get("stops") or legend.get("items") or []
+    items = "".join(f'<span class="tlx-legend-item" style="white-space:nowrap;margin-right:8px">'
+                    f'<span style="display:inline-block;width:11px;height:11px;background:{c};border:1px solid #555;'
+                    f'vertical-align:-1px;margin-right:3px"></span>{html.escape(str(v))}</span> ' for v, c in rows)
+    title = html.escape(str(legend.get("title", "")))
+    return (f'<div class="tlx-legend tlx-overlay-legend" style="font:12px sans-serif;color:#333;line-height:18px">'
+            f'<b>{title}</b>: {items}<span style="color:#666">no value: </span><span style="display:inline-block;'
+            f'width:11px;height:11px;background:{overlays.NO_VALUE};border:1px solid #555;vertical-align:-1px"></span></div>')
+
+
 def breadcrumb(state: ExplorerState) -> list[str]:
     """The open path shown above the graph: root class, module path segments, then the selected op."""
     trace = state.trace
@@ -174,6 +197,12 @@ class GraphView(pn.viewable.Viewer):
         self.crumbs = pn.pane.HTML(breadcrumb_html(self.state), css_classes=["tlx-crumbs"], sizing_mode="stretch_width", margin=(0, 10))
         self.summary = pn.pane.HTML(self._summary_html(), css_classes=["tlx-view-summary"], sizing_mode="stretch_width", margin=(0, 10))
         self.legend = pn.pane.HTML(legend_html(), sizing_mode="stretch_width", margin=(0, 10), css_classes=["tlx-legend-pane"])
+        self.colour_by = pn.widgets.Select(options=overlay_choices(self.state.trace), value=OP_KIND, width=170,
+                                           css_classes=["tlx-overlay"], name="")
+        self.overlay_scale = pn.widgets.Select(options=list(overlays.SCALES), value="linear", width=80,
+                                               css_classes=["tlx-overlay-scale"], name="")
+        self.overlay_rollup = pn.widgets.Select(options=list(overlays.ROLLUPS), value="sum", width=70,
+                                                css_classes=["tlx-overlay-rollup"], name="")
         self._view_seq = 0
         self._status_pending = False
         self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
@@ -192,6 +221,8 @@ class GraphView(pn.viewable.Viewer):
         self.state.param.watch(lambda e: self.fold.param.update(value=e.new), "fold_repeats")
         self.fit.on_click(lambda *_e: on_document(self._fit_all))
         self.reset.on_click(self._on_reset)
+        for w in (self.colour_by, self.overlay_scale, self.overlay_rollup):
+            w.param.watch(lambda *_e: self.redraw(), "value")
         self.state.param.watch(lambda *_e: self.redraw(), ["layout"])
         self.state.param.watch(lambda *_e: on_document(self._recaption), ["ladder"])
         self.state.param.watch(lambda *_e: on_document(self._highlight), ["selected"])
@@ -204,6 +235,7 @@ class GraphView(pn.viewable.Viewer):
         """Put the current layout into the live figure's sources and fit the view to what changed."""
         started = time.perf_counter()
         data = figure_data(self.state.layout, self.state.trace)
+        legend = self._overlay(data)
         box = self._target_box()
         TIMING.debug("figure_data %.2f ms", (time.perf_counter() - started) * 1000)
 
@@ -215,10 +247,23 @@ class GraphView(pn.viewable.Viewer):
                 self._arrows.source.data = data["arrows"]
                 self._view.data = view_data(box, self._next_seq())
                 self._highlight()
+                if self.legend.object != legend:
+                    self.legend.object = legend
             self._restatus()
             TIMING.debug("apply %.2f ms", (time.perf_counter() - begun) * 1000)
 
         on_document(apply)
+
+    def _overlay(self, data: dict) -> str:
+        """Recolour the node rows by the chosen overlay (modules rolled up); the legend that explains them."""
+        name = self.colour_by.value
+        if name == OP_KIND:
+            return legend_html()
+        fills, legend = overlay_fills(self.state.trace, self.state.layout, name, self.overlay_scale.value,
+                                      self.overlay_rollup.value)
+        nodes = data["nodes"]
+        nodes["fill"] = [fills.get(i, overlays.NO_VALUE) for i in nodes["id"]]
+        return overlay_legend_html(legend)
 
     def _next_seq(self) -> int:
         self._view_seq += 1
@@ -375,5 +420,9 @@ class GraphView(pn.viewable.Viewer):
         self.state.message = "Default view."
 
     def __panel__(self):
-        return pn.Column(pn.Row(self.search, self.fold, self.fit, self.reset, margin=(0, 5)), self.crumbs, self.summary,
-                         self.pane, self.legend, sizing_mode="stretch_both", css_classes=["tlx-centre"])
+        colour = pn.Row(pn.pane.HTML('<span style="font:12px sans-serif;line-height:32px">Colour by</span>', margin=(0, 2)),
+                        self.colour_by, self.overlay_scale, self.overlay_rollup, self.legend, margin=0,
+                        sizing_mode="stretch_width")
+        return pn.Column(pn.Row(self.search, self.fold, self.fit, self.reset, margin=(0, 5)), self.crumbs,
+                         self.summary,
+                         self.pane, colour, sizing_mode="stretch_both", css_classes=["tlx-centre"])

@@ -14,7 +14,7 @@ NODES_JS = """() => {
   if (!src) return null;
   const d = src.data;
   return Array.from(d.id, (id, i) => ({id, kind: d.kind[i], label: d.label[i], module: d.module[i],
-                                       x: d.x[i], y: d.y[i], shape: d.shape[i]}));
+                                       x: d.x[i], y: d.y[i], shape: d.shape[i], fill: d.fill[i]}));
 }"""
 
 FIND_PLOT_VIEW = """
@@ -49,7 +49,7 @@ def plot_rect(page) -> list[float] | None:
 
 
 def nodes(page) -> list[dict]:
-    """The graph's drawn nodes as the browser holds them (id, kind, label, module, x, y, shape)."""
+    """The graph's drawn nodes as the browser holds them (id, kind, label, module, x, y, shape, fill)."""
     return page.evaluate(NODES_JS) or []
 
 

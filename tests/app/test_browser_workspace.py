@@ -134,3 +134,23 @@ def test_the_url_keeps_the_view_and_a_link_reopens_it(default_url, default_loade
         assert fresh.locator(".tlx-search input").input_value() == op.label
     finally:
         fresh.close()
+
+
+def test_colour_by_an_overlay_recolours_the_boxes_and_explains_them(default_url, page, artifacts_dir):
+    """[issue 15] Overlays in the app: FLOPs colour the boxes (modules rolled up) with their own legend."""
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    open_page(page, default_url)
+    before = {n["id"]: n["fill"] for n in pagekit.nodes(page)}
+    page.locator(".tlx-overlay select").select_option(label="FLOPs (estimate)")
+    expect(page.locator(".tlx-overlay-legend")).to_contain_text("FLOPs", timeout=15_000)
+    page.wait_for_function("""(before) => { const d = Bokeh.documents[Bokeh.documents.length - 1];
+        const s = d.get_model_by_name('tlx-nodes').data;
+        return s.id.some((id, i) => before[id] !== undefined && before[id] !== s.fill[i]); }""",
+                           arg=before, timeout=15_000)
+    after = {n["id"]: n["fill"] for n in pagekit.nodes(page)}
+    layers = [after[i] for i in after if i.startswith("mod:model.layers.")]
+    assert len(set(layers)) == 1 and layers[0] != before["mod:model.layers.0"]  # identical layers, one colour
+    assert after["mod:model.embed_tokens"] != after["mod:model.layers.0"]  # a lookup costs far fewer FLOPs
+    pagekit.shot(page, artifacts_dir, "explorer-overlay-flops", docs=False)
+    page.locator(".tlx-overlay select").select_option(label="op kind")
+    expect(page.locator(".tlx-legend")).to_contain_text("compute", timeout=15_000)
