@@ -25,12 +25,4 @@ HF_KNOWN = {
                                "input float on cpu, int on meta)",
     ("qwen2_moe", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
                                "input float on cpu, int on meta)",
-    # Offline replay from a saved trace: dense permuted values keep their strides, but a value that was
-    # a non-dense view (a slice) is saved dense, so a kernel fed that view in the forward replays
-    # through another path and differs in the last bits.
-    ("wav2vec2", "reload_validate"): "offline_layout (a non-dense view is saved dense)",
-    ("CLIPModel", "reload_validate"): "offline_layout (a non-dense view is saved dense)",
-    # A model's own autograd.Function cannot be resolved from a file (only torch callables are): typed
-    # not_replayable_offline.
-    ("bloom", "reload_validate"): "offline_foreign_callable (GeLUFunction: typed not_replayable_offline)",
 }
