@@ -29,7 +29,7 @@ from .errors import WorkerFailedError
 from .limits import Limits, current, set_limits
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-NICE = 10  # the child yields the CPU to the server process (2 cores serve every session)
+NICE = 19  # the lowest priority: the child yields the CPU to the server process (2 cores serve every session)
 STDERR_TAIL = 4096  # bytes of the child's stderr kept for the message of a crash
 
 Progress = Callable[[float, str], None]
