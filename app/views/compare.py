@@ -28,6 +28,7 @@ from .docsync import BackgroundJob, Report, refusal_html, text_html
 from .graph import hit_test
 
 TWINS = {"bfloat16 twin of this model": "bf16", "float16 twin of this model": "fp16",
+         "bitsandbytes int8 twin of this model": "int8",
          "attention sdpa twin": "sdpa", "attention eager twin": "eager"}
 PATH_CHOICE = "trace file or config path below"
 CONFIG_PREFIX = "shipped config: "

@@ -80,10 +80,26 @@ def test_second_model_twin():
     assert "second model" in d.b.description
 
 
+def test_bitsandbytes_int8_twin_changes_only_the_quantized_layers():
+    pytest.importorskip("bitsandbytes")
+    model = tiny_gpt2()
+    before = {n: p.detach().clone() for n, p in model.state_dict().items()}
+    d = tracer.compare(model, (IDS[:, :8] % 100,), against="int8")
+    assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())  # the model itself is untouched
+    assert "LLM.int8()" in d.b.description
+    # Only the linear layers (Conv1D in GPT-2) change what runs inside them; every module still matches.
+    assert not d.added_modules and not d.removed_modules
+    changed = {op.module.rsplit(".", 1)[-1] for op in (*d.added_ops, *d.removed_ops)}
+    assert changed and changed <= {"c_attn", "c_proj", "c_fc"}
+    first = d.first_divergence
+    assert first is not None and first.module.startswith("transformer.h.0")  # from the first quantized layer on
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_refusals_are_typed():
     model = tiny_gpt2()
     with pytest.raises(CompareTwinUnavailableError) as err:
-        tracer.compare(model, (IDS[:, :8] % 100,), against="int8")
+        tracer.compare(torch.nn.Sequential(torch.nn.ReLU()), (torch.zeros(1, 2),), against="int8")
     assert err.value.code == "compare_twin_unavailable"
     with pytest.raises(CompareTwinError):
         tracer.compare(model, (IDS[:, :8] % 100,), against=42)

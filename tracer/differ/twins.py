@@ -20,6 +20,7 @@ DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.floa
           "float64": torch.float64}
 BACKENDS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 MERGED = ("lora-merged", "merged")
+INT8 = ("int8", "8bit", "bnb-int8")
 DTYPE_TOLERANCE_EPS = 1  # a dtype twin's default rtol: this many machine epsilons of the lower precision
 
 
@@ -39,7 +40,8 @@ def compare(model: nn.Module, args: Any = (), input_kwargs: Mapping[str, Any] | 
     """Trace `model` and its twin named by `against` on the same inputs and seed; return their diff.
 
     `against`: a dtype (torch.bfloat16, "bf16", "fp16"), an attention backend ("eager", "sdpa"),
-    "lora-merged" (a peft model against its merged copy) or a second nn.Module. `model` is never changed.
+    "int8" (bitsandbytes LLM.int8() linear layers), "lora-merged" (a peft model against its merged
+    copy) or a second nn.Module. `model` is never changed.
     A model on the meta device (weights-free) gives a structure diff.
     """
     side_a, side_b, twin = twin_traces(model, args, input_kwargs, against=against, seed=seed, capture=capture)
@@ -75,11 +77,8 @@ def make_twin(model: nn.Module, against: Any) -> Twin:
         return _backend_twin(model, against)
     if isinstance(against, str) and against.lower() in MERGED:
         return _merged_twin(model)
-    if isinstance(against, str) and against.lower() in ("int8", "8bit", "bnb-int8"):
-        raise CompareTwinUnavailableError("bitsandbytes 8-bit twins are not built by this version",
-                                          site=f"compare(against={against!r})",
-                                          remedy="Quantize a copy yourself (load_in_8bit on a CUDA machine) and pass "
-                                                 "it as against=<that model>.")
+    if isinstance(against, str) and against.lower() in INT8:
+        return _int8_twin(model)
     raise CompareTwinError(f"against={against!r} names no twin", site="compare(against=...)")
 
 
@@ -110,6 +109,13 @@ def _backend_twin(model: nn.Module, backend: str) -> Twin:
         raise CompareTwinUnavailableError(f"{type(model).__name__} cannot run attention backend {backend!r}: {exc}",
                                           site=f"compare(against={backend!r})") from None
     return Twin(twin, _same, f"{type(model).__name__} with attention {backend}")
+
+
+def _int8_twin(model: nn.Module) -> Twin:
+    from .int8_twin import int8_copy
+
+    twin, replaced = int8_copy(model)
+    return Twin(twin, _same, f"{type(model).__name__} with {replaced} linear layers in bitsandbytes LLM.int8()")
 
 
 def _merged_twin(model: nn.Module) -> Twin:
