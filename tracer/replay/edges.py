@@ -67,15 +67,15 @@ def _check_edge(replayer: ReceivingReplayer, ops: list[Op], edge: Edge, gen: tor
         return EdgeVerdict("excused", ops[0], position, edge.source, why)
     trial = _Trial(replayer, needing, position, baselines)
     trial.run(_perturbations(parent, gen))
-    if not trial.moved:  # nothing moved the output: try the strong perturbations (swaps, fills, large, sign)
+    if trial.unchanged:  # nothing moved the output: try the strong perturbations (swaps, fills, large, sign)
         trial.run(_strong_perturbations(parent, gen))
-    if not trial.moved and trial.unchanged[0].kind in _COMPARISON_KINDS:  # take the value it is compared with
+    if trial.unchanged and trial.unchanged[0].kind in _COMPARISON_KINDS:  # take the value it is compared with
         trial.run(_compared_values(replayer, trial.unchanged[0], position, parent))
     index = not _float(parent) and parent.dtype != torch.bool
-    bound = _index_bound(replayer, trial.unchanged[0], position) if not trial.moved and index else None
-    if not trial.moved and bound is not None and bound > 1:
+    bound = _index_bound(replayer, trial.unchanged[0], position) if trial.unchanged and index else None
+    if trial.unchanged and bound is not None and bound > 1:
         trial.run(_in_range(parent, bound, gen))  # other valid indices
-    if trial.moved:  # the call's outputs share its parents: one output that moves shows the edge carries data
+    if not trial.unchanged:
         return EdgeVerdict("carries", ops[0], position, edge.source)
     op = trial.unchanged[0]
     excuse = _indexes_uniform_operand(replayer, op, position, parent)
@@ -114,17 +114,16 @@ def _not_perturbable(replayer: ReceivingReplayer, op: Op, edge: Edge, parent: to
 
 
 class _Trial:
-    """Replays `ops` (the outputs of one call) with candidates at `position` until one of them moves."""
+    """Replays `ops` with candidates at `position`; keeps the ops no candidate changed."""
 
     def __init__(self, replayer: ReceivingReplayer, ops: list[Op], position: str,
                  baselines: dict[str, Baseline]) -> None:
         self.replayer, self.unchanged, self.position, self.baselines = replayer, list(ops), position, baselines
         self.accepted = False  # some candidate ran without the kernel rejecting it
-        self.moved = False  # some output of the call changed under some candidate
 
     def run(self, candidates: Iterable[torch.Tensor]) -> None:
         for candidate in candidates:
-            if self.moved:
+            if not self.unchanged:
                 return
             still = []
             for op in self.unchanged:
@@ -137,8 +136,6 @@ class _Trial:
                 self.accepted = True
                 if not changed(self.replayer, op, got, self.baselines):
                     still.append(op)
-                else:
-                    self.moved = True
             self.unchanged = still
 
 

@@ -121,6 +121,7 @@ def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
 # Multi-output kernels where output k does not read some arguments: {kind: {output index: positions}}.
 OUTPUT_IGNORES: dict[str, dict[int, frozenset[str]]] = {
     "multi_head_attention_forward": {1: frozenset({"2", "value"})},  # attention weights never read value
+    "native_multi_head_attention": {1: frozenset({"2", "value"})},  # the fused kernel's weights, likewise
 }
 
 
