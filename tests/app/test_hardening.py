@@ -50,6 +50,15 @@ def test_file_stem_is_a_plain_name(model_class, stem):
     assert file_stem(model_class) == stem
 
 
+def _run(coroutine):
+    """Await a download callback on a fresh thread: an earlier test (Playwright's sync API) may leave an
+    event loop running on this one, where asyncio.run refuses."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 @pytest.mark.parametrize("kind", ["relative", "absolute"])
 def test_exports_stay_in_the_session_folder_and_remove_nothing_outside(tiny_loaded, tmp_path, kind):
     target = tmp_path / "victim"
@@ -59,7 +68,7 @@ def test_exports_stay_in_the_session_folder_and_remove_nothing_outside(tiny_load
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     evil = f"{'../' * 12}{str(target).lstrip('/')}/NAME" if kind == "relative" else f"{target}/NAME"
     panel = ExportPanel(state=ExplorerState(_evil(tiny_loaded, evil)))
-    written = [Path(asyncio.run(d.callback())) for d in (panel.svg, panel.png, panel.trace_file, panel.me_json)]
+    written = [Path(_run(d.callback())) for d in (panel.svg, panel.png, panel.trace_file, panel.me_json)]
     assert [p.name for p in written] == ["NAME.svg", "NAME.png", "NAME.trace.zip", "NAME.model-explorer.json"]
     assert all(p.parent == panel.workdir and p.stat().st_size > 0 for p in written)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
