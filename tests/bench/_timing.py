@@ -18,8 +18,8 @@ class Times(list):
         self.cpu: list[float] = []
 
 
-def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
-    """Median wall time of `fn` over `repeats` warm runs."""
+def sample_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> list[float]:
+    """Wall times of `fn` over `repeats` warm runs (a collection before each)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -28,7 +28,12 @@ def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) 
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2) -> float:
+    """Median wall time of `fn` over `repeats` warm runs."""
+    return statistics.median(sample_seconds(fn, repeats, warmup))
 
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int = 7, warmup: int = 2) -> dict[str, float]:

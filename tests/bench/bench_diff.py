@@ -10,7 +10,6 @@ docs/benchmarks.md with medians, min-max, the sizes and the machine's load.
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import os
 import platform
@@ -27,18 +26,7 @@ sys.path.insert(0, str(ROOT))
 import tracer  # noqa: E402
 from tracer.bridges.transformers import trace_config  # noqa: E402
 from tracer.differ import twin_traces  # noqa: E402
-
-
-def timed(fn, repeats: int, warmup: int = 1) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+from tests.bench._timing import sample_seconds  # noqa: E402
 
 
 def spread(times: list[float]) -> str:
@@ -54,7 +42,7 @@ def main() -> None:
     a8 = trace_config(config, (1, 8), attn_implementation="eager")
     b8 = trace_config(config, (1, 8), attn_implementation="sdpa")
     d8 = tracer.diff(a8, b8)
-    structure = timed(lambda: tracer.diff(a8, b8), args.repeats)
+    structure = sample_seconds(lambda: tracer.diff(a8, b8), args.repeats, warmup=1)
 
     from transformers import AutoConfig, GPT2LMHeadModel
 
@@ -65,7 +53,7 @@ def main() -> None:
     ids = torch.randint(0, gpt2.config.vocab_size, (1, args.tokens))
     ga, gb, _ = twin_traces(gpt2, (ids,), against="bf16")
     dg = tracer.diff(ga, gb)
-    numeric = timed(lambda: tracer.diff(ga, gb), args.repeats)
+    numeric = sample_seconds(lambda: tracer.diff(ga, gb), args.repeats, warmup=1)
 
     recolour = recolour_times(gpt2, ids, (ga, gb, dg), args.repeats)
 
@@ -93,7 +81,7 @@ def recolour_times(model, ids, result, repeats: int) -> tuple[list[float], int]:
                                                     inputs=(ids,))))
     panel.show(result)
     tolerances = itertools.cycle([1e-2, 1e-3])
-    times = timed(lambda: panel.set_tolerance(next(tolerances)), repeats)
+    times = sample_seconds(lambda: panel.set_tolerance(next(tolerances)), repeats, warmup=1)
     return times, len(panel.layout.nodes)
 
 
