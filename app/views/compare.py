@@ -25,7 +25,7 @@ from tracer.tensor_stats import tensor_stats
 
 from ..state import ExplorerState
 from .docsync import BackgroundJob, Report, refusal_html, text_html
-from .graph import hit_test
+from .graph import hit_test, swatch_html
 
 TWINS = {"bfloat16 twin of this model": "bf16", "float16 twin of this model": "fp16",
          "bitsandbytes int8 twin of this model": "int8",
@@ -306,8 +306,6 @@ def _op_stats(trace: Any, label: str | None) -> dict[str, Any]:
 
 
 def _legend_html(legend: dict) -> str:
-    stops = "".join(f'<span style="display:inline-block;margin-right:6px"><span style="display:inline-block;width:14px;'
-                    f'height:10px;background:{c};border:1px solid #999"></span> {html.escape(str(v))}</span>'
-                    for v, c in legend.get("stops", []))
+    stops = "".join(swatch_html(c, v) for v, c in legend.get("stops", []))
     return (f'<div class="tlx-compare-legend-body" style="font:12px sans-serif"><b>{html.escape(TITLE)}</b>, beyond '
             f"the tolerance only<br>{stops}</div>")

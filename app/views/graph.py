@@ -114,11 +114,16 @@ LEGEND = (("compute (linear, matmul, conv, attention)", OP_FAMILY_COLORS["comput
           ("folded blocks", KIND_COLORS["folded"]), ("input / output", KIND_COLORS["io"]))
 
 
+def swatch_html(colour: str, text: object = "") -> str:
+    """One legend entry: a colour square, then `text` (escaped)."""
+    return (f'<span class="tlx-legend-item" style="white-space:nowrap;margin-right:8px"><span style="display:'
+            f'inline-block;width:11px;height:11px;background:{colour};border:1px solid #555;vertical-align:-1px;'
+            f'margin-right:3px"></span>{html.escape(str(text))}</span> ')
+
+
 def legend_html() -> str:
     """The colour legend: one swatch per box colour the graph uses."""
-    items = "".join(f'<span class="tlx-legend-item" style="white-space:nowrap;margin-right:10px">'
-                    f'<span style="display:inline-block;width:11px;height:11px;background:{c};border:1px solid #555;'
-                    f'vertical-align:-1px;margin-right:3px"></span>{html.escape(name)}</span> ' for name, c in LEGEND)
+    items = "".join(swatch_html(c, name) for name, c in LEGEND)
     return f'<div class="tlx-legend" style="font:12px sans-serif;color:#333;line-height:18px">{items}</div>'
 
 
@@ -133,13 +138,10 @@ def overlay_choices(trace: Any) -> dict[str, str]:
 def overlay_legend_html(legend: dict) -> str:
     """An overlay's legend: its title, then its colour stops (numbers) or categories (claim states)."""
     rows = legend.get("stops") or legend.get("items") or []
-    items = "".join(f'<span class="tlx-legend-item" style="white-space:nowrap;margin-right:8px">'
-                    f'<span style="display:inline-block;width:11px;height:11px;background:{c};border:1px solid #555;'
-                    f'vertical-align:-1px;margin-right:3px"></span>{html.escape(str(v))}</span> ' for v, c in rows)
+    items = "".join(swatch_html(c, v) for v, c in rows)
     title = html.escape(str(legend.get("title", "")))
     return (f'<div class="tlx-legend tlx-overlay-legend" style="font:12px sans-serif;color:#333;line-height:18px">'
-            f'<b>{title}</b>: {items}<span style="color:#666">no value: </span><span style="display:inline-block;'
-            f'width:11px;height:11px;background:{overlays.NO_VALUE};border:1px solid #555;vertical-align:-1px"></span></div>')
+            f'<b>{title}</b>: {items}{swatch_html(overlays.NO_VALUE, "no value")}</div>')
 
 
 def breadcrumb(state: ExplorerState) -> list[str]:
