@@ -18,6 +18,7 @@ from torch import nn
 
 from ..capture.functions import FuncInfo
 from ..capture.session import CallGuard, CaptureSession, _held
+from ..capture.walk import named_state
 from ..errors import BackwardFailedError, InvalidInputError
 from ..ir import Op
 from .records import BackwardNode, BackwardPass, SavedTensor
@@ -101,7 +102,7 @@ class BackwardRecorder:
         finally:
             for h in handles:
                 h.remove()
-        param_of = {id(t): a for a, t in _state(model)}
+        param_of = self.session.param_ids  # id -> the parameter's first address, as the trace records it
         records = []
         for i, fn in enumerate(nodes):
             var = getattr(fn, "variable", None) if type(fn).__name__ == "AccumulateGrad" else None
@@ -110,8 +111,9 @@ class BackwardRecorder:
             records.append(BackwardNode(index=i, name=fn.name(), op=op,
                                         param=param_of.get(id(var)) if var is not None else None,
                                         next=nxt, order=order.get(i), grad_shapes=grad_shapes.get(i, ())))
-        param_grads = {} if meta else {a: t.grad.detach().clone() for a, t in _state(model)
-                                        if isinstance(t, torch.Tensor) and t.grad is not None}
+        param_grads = {} if meta else {a: t.grad.detach().clone() for a, t in
+                                        named_state(model, "_parameters", modules=self.session.every)
+                                        if t.grad is not None}  # a tied parameter once, under its first address
         notes = []
         if meta and any(op.func.endswith("scaled_dot_product_attention") for op in ops):
             notes.append("scaled_dot_product_attention on meta takes torch's math path; what a real device saves "
@@ -205,10 +207,6 @@ def _counter(addr: str, counts: dict[str, int]):
     def pre_hook(module, args):
         counts[addr] = counts.get(addr, 0) + 1
     return pre_hook
-
-
-def _state(model: nn.Module):
-    return list(model.named_parameters(remove_duplicate=False))
 
 
 def _copies(grads: tuple) -> tuple:
