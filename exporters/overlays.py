@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 
 STRUCTURE_OVERLAYS = ("parameters", "output_bytes", "flops", "claim_state")
 VALUE_OVERLAYS = ("act_mean", "act_std", "act_max_abs", "act_nonfinite")
-BUILTIN = STRUCTURE_OVERLAYS + VALUE_OVERLAYS
+BACKWARD_OVERLAYS = ("saved_bytes", "grad_norm")  # traces captured with CaptureOptions(backward=True)
+BUILTIN = STRUCTURE_OVERLAYS + VALUE_OVERLAYS + BACKWARD_OVERLAYS
 TITLES = {
     "parameters": "parameters read", "output_bytes": "output bytes (estimate)", "flops": "FLOPs (estimate)",
     "claim_state": "claim state", "act_mean": "activation mean", "act_std": "activation std",
     "act_max_abs": "activation max |x|", "act_nonfinite": "non-finite activations", "user": "user values",
+    "saved_bytes": "saved for backward (bytes)", "grad_norm": "gradient norm",
 }
 ROLLUPS = ("sum", "max")
 SCALES = ("linear", "log")
@@ -49,8 +51,17 @@ class Overlay:
 
 
 def available(trace: Trace) -> tuple[str, ...]:
-    """The built-in overlays this trace can show (activation statistics only with saved values)."""
-    return STRUCTURE_OVERLAYS + (VALUE_OVERLAYS if trace.values else ())
+    """The built-in overlays this trace can show (activation statistics only with saved values; saved-for-
+    backward bytes with a backward, gradient norms with its saved gradients)."""
+    return STRUCTURE_OVERLAYS + (VALUE_OVERLAYS if trace.values else ()) + backward_overlays(trace)
+
+
+def backward_overlays(trace: Trace) -> tuple[str, ...]:
+    """"saved_bytes" when the trace has a backward, "grad_norm" too when it kept gradients."""
+    bw = getattr(trace, "backward", None)
+    if bw is None:
+        return ()
+    return ("saved_bytes", "grad_norm") if bw.grads else ("saved_bytes",)
 
 
 def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | None = None, *,
@@ -59,7 +70,9 @@ def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | No
     if isinstance(spec, Mapping):
         return _user_overlay(trace, spec, title or TITLES["user"])
     if spec not in available(trace):
-        why = " (this trace saved no values)" if spec in VALUE_OVERLAYS else ""
+        why = (" (this trace saved no values)" if spec in VALUE_OVERLAYS else
+               " (capture with CaptureOptions(backward=True); gradient norms need saved gradients)"
+               if spec in BACKWARD_OVERLAYS else "")
         raise OverlayOptionsError(f"unknown overlay {spec!r}{why}; pick one of {available(trace)}",
                                   site="exporters.overlays.build_overlay", overlay=str(spec))
     if spec == "claim_state":
@@ -69,6 +82,14 @@ def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | No
         key = spec[4:]
         stats = activation_stats(trace) if stats is None else stats
         return Overlay(spec, title or TITLES[spec], {label: s[key] for label, s in stats.items()})
+    if spec == "saved_bytes":
+        from tracer.backward.memory import op_saved_bytes
+
+        return Overlay(spec, title or TITLES[spec], op_saved_bytes(trace.backward))
+    if spec == "grad_norm":
+        from tracer.backward.gradients import grad_norms
+
+        return Overlay(spec, title or TITLES[spec], grad_norms(trace.backward))
     value = op_value_fn(trace, spec)
     return Overlay(spec, title or TITLES[spec], {op.label: value(op) for op in trace.ops})
 
