@@ -13,6 +13,7 @@ from exporters.model_explorer.server import free_port
 from .sources import Loaded
 from .state import ExplorerState
 from .urlstate import apply_query, keep_in_url, session_query
+from .views.backward import centre_column
 from .views.banner import ClaimBanner
 from .views.compare import ComparePanel
 from .views.discharge import DischargePanel
@@ -20,6 +21,7 @@ from .views.doctor import DoctorPanel
 from .views.export import ExportPanel
 from .views.graph import GraphView
 from .views.inspector import Inspector
+from .views.memory import MemoryPanel
 from .views.tree import ModuleTree
 
 HOST = "127.0.0.1"
@@ -32,6 +34,7 @@ SIDE_TABS: list[tuple[str, Callable[..., Any]]] = [
     ("Doctor", DoctorPanel),
     ("Export", ExportPanel),
     ("Compare", ComparePanel),
+    ("Memory", MemoryPanel),  # training memory per layer (issue 14)
 ]
 
 PAGE_CSS = """
@@ -60,12 +63,14 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
                          f'<div title="{name}" style="font-weight:400;font-size:13px;white-space:nowrap;overflow:hidden;'
                          f'text-overflow:ellipsis">{name}</div></div>', width=LEFT_PX - 10)
     header = pn.Row(title, banner, sizing_mode="stretch_width", css_classes=["tlx-header"])
-    body = pn.Row(left, graph, right, sizing_mode="stretch_both", styles={"min-height": "0"}, css_classes=["tlx-body"])
+    centre = centre_column(graph, state)  # the graph, under a Forward/Backward switch when there is a backward
+    body = pn.Row(left, centre, right, sizing_mode="stretch_both", styles={"min-height": "0"}, css_classes=["tlx-body"])
     page = pn.Column(header, body, sizing_mode="stretch_both", css_classes=["tlx-page"],
                      styles={"height": "100vh", "overflow": "hidden"})
     keep_in_url(state)
     page.tlx_state = state  # tests and benchmarks reach the session state through the page
     page.tlx_graph = graph
+    page.tlx_centre = centre
     return page
 
 

@@ -13,6 +13,7 @@ from tracer.claims import activation_stats
 from tracer.claims.ladder import ladder_headline
 
 from ..state import ExplorerState
+from .backward import backward_rows
 
 
 def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
@@ -72,6 +73,7 @@ class Inspector(pn.viewable.Viewer):
                          for k, v in stats.items()]
             elif s.ladder.state == "OBSERVED":
                 rows.append(("value", "not saved for this op"))
+            rows += backward_rows(trace, s.selected)  # gradient statistics and saved-for-backward (issue 14)
             return rows_html(f"Op {s.selected}", rows)
         if s.focused and s.focused in trace.modules:
             mod = trace.modules[s.focused]

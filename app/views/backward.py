@@ -1,0 +1,167 @@
+"""The forward/backward toggle over the graph column, and the backward rows of the op inspector.
+
+The backward graph is `tracer.backward.graph.backward_trace` drawn by the same `GraphView` over a
+state of its own (built on the first switch): the same module nesting, search, folding and "Colour
+by" overlays. The two views keep in step: modules opened in one are opened in the other, and a
+backward node selected selects the forward op it differentiates (the inspector shows that op, its
+gradient statistics and what it saved for the backward); selecting a forward op selects its node.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import panel as pn
+import param
+
+from tracer.backward.gradients import grad_stats
+from tracer.backward.graph import backward_trace
+from tracer.backward.memory import op_saved_bytes
+
+from ..sources import Loaded
+from ..state import ExplorerState
+from .graph import GraphView
+
+FORWARD, BACKWARD = "Forward", "Backward"
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for div, unit in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(n) >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def backward_rows(trace: Any, label: str) -> list[tuple[str, str]]:
+    """Inspector rows for op `label` of a trace with a backward: its node, gradient statistics, saved tensors."""
+    bw = getattr(trace, "backward", None)
+    if bw is None or label not in trace:
+        return []
+    rows: list[tuple[str, str]] = []
+    node = bw.node_of(label)
+    if node is not None:
+        ran = f"ran {node.order + 1} of {len(bw.nodes)}" if node.order is not None else "did not run"
+        rows.append(("backward node", f"{node.name} ({ran}; passes gradients to {len(node.next)} node(s))"))
+    elif label in bw.no_node:
+        rows.append(("backward node", "none (no_grad, an integer output, or no input requiring grad)"))
+    stats = grad_stats(bw, label)
+    if stats is not None:
+        grad = bw.grads[label]
+        rows.append(("gradient", f"{tuple(grad.shape)} {str(grad.dtype).replace('torch.', '')}"))
+        rows += [(f"gradient {k}", f"{stats[k]:.6g}") for k in ("norm", "mean", "std", "min", "max")]
+        rows.append(("gradient non-finite", str(stats["non_finite"])))
+    elif node is not None:
+        rows.append(("gradient", "not saved (a weights-free or reloaded trace keeps no gradient values)"
+                     if not bw.grads else "not saved for this op (save_grads policy)"))
+    saved = bw.saved.get(label, ())
+    if saved:
+        total = sum(s.bytes for s in saved)
+        own = op_saved_bytes(bw).get(label, 0)
+        word = "estimated, shapes x dtypes" if bw.estimate else "measured"
+        rows.append(("saved for backward", f"{len(saved)} tensor(s), {human_bytes(total)}; {human_bytes(own)} held "
+                     f"first by this op ({word})"))
+        for i, s in enumerate(saved):
+            alias = {"new": "its own tensor"}.get(s.alias, s.alias.replace(":", " ", 1))
+            rows.append((f"saved #{i}", f"{s.dtype} {tuple(s.shape)} {human_bytes(s.bytes)} \u00b7 {alias}"))
+    elif node is not None:
+        rows.append(("saved for backward", "nothing"))
+    return rows
+
+
+def centre_column(graph: GraphView, state: ExplorerState) -> Any:
+    """The graph column: `graph` itself, or under a Forward/Backward switch when the trace has a backward."""
+    if getattr(state.trace, "backward", None) is None:
+        return graph
+    return BackwardSwitch(graph=graph, state=state)
+
+
+class BackwardSwitch(pn.viewable.Viewer):
+    """A Forward/Backward switch above the graph; the backward view is built on the first switch."""
+
+    graph = param.ClassSelector(class_=GraphView)
+    state = param.ClassSelector(class_=ExplorerState)
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.toggle = pn.widgets.RadioButtonGroup(options=[FORWARD, BACKWARD], value=FORWARD, button_type="default",
+                                                  css_classes=["tlx-direction"], margin=(2, 5))
+        self.note = pn.pane.HTML(self._note(), css_classes=["tlx-direction-note"], sizing_mode="stretch_width",
+                                 margin=(0, 5))
+        self.holder = pn.Column(self.graph, sizing_mode="stretch_both", margin=0)
+        self.bstate: ExplorerState | None = None
+        self.bgraph: GraphView | None = None
+        self._syncing = False
+        self._node_of: dict[str, str] = {}  # forward op -> its node's label in the backward graph
+        self.toggle.param.watch(lambda e: self.show(e.new), "value")
+
+    def _note(self) -> str:
+        bw = self.state.trace.backward
+        kind = "estimate, shapes \u00d7 dtypes" if bw.estimate else "measured"
+        ck = f"; checkpointing re-ran {len(bw.recomputed)} module(s)" if bw.recomputed else ""
+        text = (f"{len(bw.nodes)} autograd nodes; {human_bytes(sum(op_saved_bytes(bw).values()))} saved for "
+                f"backward ({kind}); loss {bw.loss}{ck}")
+        return (f'<div style="font:12px sans-serif;color:#444;line-height:30px;white-space:nowrap;overflow:hidden;'
+                f'text-overflow:ellipsis" title="{html.escape(text, quote=True)}">{html.escape(text)}</div>')
+
+    def backward_view(self) -> GraphView:
+        """The backward graph's view (built once), kept in step with the forward state."""
+        if self.bgraph is None:
+            loaded = self.state.loaded
+            btrace = backward_trace(self.state.trace)
+            self.bstate = ExplorerState(Loaded(btrace, f"{loaded.title} (backward)", loaded.origin, loaded.source))
+            self._node_of = {op.attrs["forward_op"]: op.label for op in btrace.ops if op.attrs.get("linked")}
+            self.bgraph = GraphView(state=self.bstate)
+            self._follow_forward()
+            self.state.param.watch(lambda *_e: self._follow_forward(), ["expanded", "fold_repeats"])
+            self.bstate.param.watch(lambda *_e: self._follow_backward(), ["expanded", "fold_repeats"])
+            self.state.param.watch(lambda *_e: self._select_node(), ["selected"])
+            self.bstate.param.watch(lambda *_e: self._select_op(), ["selected"])
+        return self.bgraph
+
+    def show(self, direction: str) -> None:
+        """Draw the forward or the backward graph in the column."""
+        view = self.backward_view() if direction == BACKWARD else self.graph
+        self.holder.objects = [view]
+        self.state.message = f"{direction} graph shown."
+
+    # -- keeping the two views in step ---------------------------------------------------------
+    def _follow_forward(self) -> None:
+        known = self.bstate.engine.tree.addresses() | {""}
+        expanded = frozenset(a for a in self.state.expanded if a in known) | {""}
+        if expanded != self.bstate.expanded or self.bstate.fold_repeats != self.state.fold_repeats:
+            self.bstate.param.update(expanded=expanded, fold_repeats=self.state.fold_repeats)
+
+    def _follow_backward(self) -> None:
+        known = self.bstate.engine.tree.addresses() | {""}
+        expanded = frozenset(a for a in self.state.expanded if a not in known) | self.bstate.expanded
+        if expanded != self.state.expanded or self.bstate.fold_repeats != self.state.fold_repeats:
+            self.state.param.update(expanded=expanded, fold_repeats=self.bstate.fold_repeats)
+
+    def _select_op(self) -> None:
+        """A backward node selected: select the forward op it belongs to (the inspector shows it)."""
+        if self._syncing or not self.bstate.selected:
+            return
+        op = self.bstate.trace[self.bstate.selected].attrs.get("forward_op")
+        if op and op != self.state.selected:
+            self._syncing = True
+            try:
+                self.state.select_op(op)
+            finally:
+                self._syncing = False
+
+    def _select_node(self) -> None:
+        """A forward op selected: select its backward node."""
+        if self._syncing or not self.state.selected:
+            return
+        label = self._node_of.get(self.state.selected)
+        if label is not None and label != self.bstate.selected:
+            self._syncing = True
+            try:
+                self.bstate.select_op(label)
+            finally:
+                self._syncing = False
+
+    def __panel__(self):
+        return pn.Column(pn.Row(self.toggle, self.note, margin=0, sizing_mode="stretch_width"), self.holder,
+                         sizing_mode="stretch_both", css_classes=["tlx-direction-column"])
