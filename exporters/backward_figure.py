@@ -55,9 +55,9 @@ def title_of(table: LayerTable) -> str:
     return f"Training memory per layer \u00b7 {kind}"
 
 
-def memory_bokeh(table: LayerTable, *, width: int = 380, height: int = 260):
+def memory_bokeh(table: LayerTable, *, width: int = 380, height: int = 280):
     """A Bokeh figure of the per-layer bars (values in the unit of the largest bar), with a hover."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem
     from bokeh.plotting import figure
 
     data = bar_data(table)
@@ -68,28 +68,33 @@ def memory_bokeh(table: LayerTable, *, width: int = 380, height: int = 260):
     factors = list(zip(data["layer"], data["variant"]))
     src = ColumnDataSource({"x": factors, **{n.replace(" ", "_"): scaled[n] for n in names},
                             "saved_fill": data["fill_saved"], "layer": data["layer"], "variant": data["variant"]})
-    fig = figure(x_range=FactorRange(*factors), height=height, width=width, title=title_of(table),
+    short = "per layer, estimate (weights-free)" if table.estimate else "per layer, measured"
+    fig = figure(x_range=FactorRange(*factors), height=height, width=width, title=f"Training memory {short}",
                  toolbar_location=None, tools="", y_axis_label=unit, name="tlx-memory-figure")
     bottom = [0.0] * len(factors)
+    items = []
     for name, colour in SERIES:
         col = name.replace(" ", "_")
         top = [b + v for b, v in zip(bottom, scaled[name])]
         src.data[f"{col}_bottom"], src.data[f"{col}_top"] = list(bottom), top
         fill = "saved_fill" if name == "saved for backward" else colour
-        fig.vbar(x="x", bottom=f"{col}_bottom", top=f"{col}_top", width=0.85, source=src, fill_color=fill,
-                 line_color="white", legend_label=name)
+        bars = fig.vbar(x="x", bottom=f"{col}_bottom", top=f"{col}_top", width=0.85, source=src, fill_color=fill,
+                        line_color="white")
+        ck = name == "saved for backward" and CKPT in data["variant"]
+        items.append(LegendItem(label=f"{name} (pale: ckpt)" if ck else name, renderers=[bars]))
         bottom = top
     fig.add_tools(HoverTool(tooltips=[("layer", "@layer (@variant)"), ("parameters", f"@parameters{{0.00}} {unit}"),
                                       ("gradients", f"@gradients{{0.00}} {unit}"),
                                       ("saved for backward", f"@saved_for_backward{{0.00}} {unit}")]))
-    fig.xaxis.major_label_orientation = 1.2
+    fig.xaxis.major_label_orientation = 1.57
     fig.xaxis.group_label_orientation = 0
     fig.xaxis.major_label_text_font_size = "7pt"
+    fig.xaxis.group_text_font_size = "8pt"
     fig.xgrid.grid_line_color = None
+    fig.x_range.group_padding = 0.6
     fig.y_range.start = 0
-    fig.legend.location = "top_left"
-    fig.legend.label_text_font_size = "8pt"
-    fig.legend.background_fill_alpha = 0.7
+    fig.add_layout(Legend(items=items, orientation="horizontal", label_text_font_size="8pt", glyph_width=10,
+                          glyph_height=10, spacing=6, padding=2, margin=0, border_line_color=None), "above")
     fig.title.text_font_size = "10pt"
     return fig
 

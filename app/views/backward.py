@@ -23,6 +23,15 @@ from ..state import ExplorerState
 from .graph import GraphView
 
 FORWARD, BACKWARD = "Forward", "Backward"
+BACKWARD_NODE_SOURCE = "tlx-backward-nodes"  # the backward figure's node source (the forward's keeps its name)
+
+
+class BackwardGraphView(GraphView):
+    """The graph view over the backward graph; its node source has a name of its own."""
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self._sources["nodes"].data_source.name = BACKWARD_NODE_SOURCE
 
 
 def human_bytes(n: float) -> str:
@@ -31,6 +40,11 @@ def human_bytes(n: float) -> str:
         if abs(n) >= div:
             return f"{n / div:.3g} {unit}"
     return f"{int(n)} B"
+
+
+def loss_text(loss: str) -> str:
+    """How the loss was made, read as a phrase: `loss output.sum()`, `loss=<lambda>(output)`."""
+    return loss if loss.startswith("loss=") else f"loss {loss}"
 
 
 def backward_rows(trace: Any, label: str) -> list[tuple[str, str]]:
@@ -84,13 +98,13 @@ class BackwardSwitch(pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
-        self.toggle = pn.widgets.RadioButtonGroup(options=[FORWARD, BACKWARD], value=FORWARD, button_type="default",
+        self.toggle = pn.widgets.RadioButtonGroup(options=[FORWARD, BACKWARD], value=FORWARD,
                                                   css_classes=["tlx-direction"], margin=(2, 5))
         self.note = pn.pane.HTML(self._note(), css_classes=["tlx-direction-note"], sizing_mode="stretch_width",
                                  margin=(0, 5))
         self.holder = pn.Column(self.graph, sizing_mode="stretch_both", margin=0)
         self.bstate: ExplorerState | None = None
-        self.bgraph: GraphView | None = None
+        self.bgraph: BackwardGraphView | None = None
         self._syncing = False
         self._node_of: dict[str, str] = {}  # forward op -> its node's label in the backward graph
         self.toggle.param.watch(lambda e: self.show(e.new), "value")
@@ -100,18 +114,18 @@ class BackwardSwitch(pn.viewable.Viewer):
         kind = "estimate, shapes \u00d7 dtypes" if bw.estimate else "measured"
         ck = f"; checkpointing re-ran {len(bw.recomputed)} module(s)" if bw.recomputed else ""
         text = (f"{len(bw.nodes)} autograd nodes; {human_bytes(sum(op_saved_bytes(bw).values()))} saved for "
-                f"backward ({kind}); loss {bw.loss}{ck}")
+                f"backward ({kind}); {loss_text(bw.loss)}{ck}")
         return (f'<div style="font:12px sans-serif;color:#444;line-height:30px;white-space:nowrap;overflow:hidden;'
                 f'text-overflow:ellipsis" title="{html.escape(text, quote=True)}">{html.escape(text)}</div>')
 
-    def backward_view(self) -> GraphView:
+    def backward_view(self) -> BackwardGraphView:
         """The backward graph's view (built once), kept in step with the forward state."""
         if self.bgraph is None:
             loaded = self.state.loaded
             btrace = backward_trace(self.state.trace)
             self.bstate = ExplorerState(Loaded(btrace, f"{loaded.title} (backward)", loaded.origin, loaded.source))
             self._node_of = {op.attrs["forward_op"]: op.label for op in btrace.ops if op.attrs.get("linked")}
-            self.bgraph = GraphView(state=self.bstate)
+            self.bgraph = BackwardGraphView(state=self.bstate)
             self._follow_forward()
             self.state.param.watch(lambda *_e: self._follow_forward(), ["expanded", "fold_repeats"])
             self.bstate.param.watch(lambda *_e: self._follow_backward(), ["expanded", "fold_repeats"])

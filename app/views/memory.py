@@ -18,7 +18,7 @@ from tracer.backward.memory import REST, LayerTable, layer_table
 
 from ..sources import parse_shape, token_shape
 from ..state import ExplorerState
-from .backward import human_bytes
+from .backward import human_bytes, loss_text
 from .docsync import BackgroundJob, Report, refusal_html, text_html
 
 DEFAULT_STEP_SHAPE = "1,4096"
@@ -58,7 +58,7 @@ def table_html(table: LayerTable) -> str:
     kind = "Estimate (weights-free: shapes \u00d7 dtypes)" if table.estimate else "Measured (real tensors)"
     notes = "".join(f'<li>{html.escape(n)}</li>' for n in table.notes)
     return (f'<div class="tlx-memory-table" style="font:12px sans-serif">'
-            f'<div style="margin:4px 0">{html.escape(kind)}; loss {html.escape(table.loss)}. "saved": bytes held for the '
+            f'<div style="margin:4px 0">{html.escape(kind)}; {html.escape(loss_text(table.loss))}. "saved": bytes held for the '
             f'backward, each tensor once, parameters excluded{"; ckpt: with activation checkpointing" if ck else ""}.</div>'
             f'<table style="border-collapse:collapse;width:100%"><thead><tr style="border-bottom:1px solid #ccc">{th}'
             f'</tr></thead><tbody>{rows}</tbody></table>'
@@ -76,9 +76,9 @@ class MemoryPanel(pn.viewable.Viewer):
         self._note = pn.pane.HTML("", css_classes=["tlx-memory-note"], sizing_mode="stretch_width")
         self._table = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["tlx-memory-rows"], visible=False)
         self._plot = pn.pane.Bokeh(None, sizing_mode="stretch_width", css_classes=["tlx-memory-plot"], visible=False)
-        self._shape = pn.widgets.TextInput(name="batch, sequence", value=DEFAULT_STEP_SHAPE, width=130,
+        self._shape = pn.widgets.TextInput(label="batch, sequence", value=DEFAULT_STEP_SHAPE, width=130,
                                            css_classes=["tlx-memory-shape"])
-        self._run = pn.widgets.Button(label="Estimate a training step", button_type="primary",
+        self._run = pn.widgets.Button(label="Estimate a training step", color="primary",
                                       css_classes=["tlx-memory-run"], align="end")
         self._progress = pn.indicators.Progress(value=0, max=100, sizing_mode="stretch_width", visible=False)
         self.job = BackgroundJob(pn.state.curdoc, lambda _f, text: self._say(text), name="tlx-memory")
