@@ -80,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .diff_cli import diff_main
 
             return diff_main(args[1:])
+        if args and args[0] == "memory-figure":  # issue 14: per-layer training memory
+            from .memory_cli import memory_figure_main
+
+            return memory_figure_main(args[1:])
         if args and args[0] == "export-html":
             from .export_html import export_html_main
 

@@ -211,19 +211,25 @@ def memory_png(table: LayerTable, width_in: float = 7.0, dpi: int = 300):
     return img
 
 
+def figure_format(path) -> str:
+    """"svg" or "png" from the file name; anything else is refused typed."""
+    from .errors import FigureOptionsError
+
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in ("svg", "png"):
+        raise FigureOptionsError(f"{Path(path).name} must end in .svg or .png", site=str(path),
+                                 remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
+    return fmt
+
+
 def write_memory_figure(table: LayerTable, path, *, width: str | float = "page", dpi: int = 300) -> Path:
     """Write the per-layer memory figure as .svg or .png (by the suffix); returns the path."""
     import io
 
-    from .errors import FigureOptionsError
-
     path = Path(path)
     width_in = paper_width(width)
-    fmt = path.suffix.lower().lstrip(".")
-    if fmt == "svg":
+    if figure_format(path) == "svg":
         return _write(path, memory_svg(table, width_in).encode("utf-8"))
-    if fmt != "png":
-        raise FigureOptionsError(f"{path.name} must end in .svg or .png", site=str(path), remedy="Name it fig.svg or fig.png.")
     buf = io.BytesIO()
     memory_png(table, width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
     return _write(path, buf.getvalue())
