@@ -56,8 +56,9 @@ def title_of(table: LayerTable) -> str:
 
 
 def memory_bokeh(table: LayerTable, *, width: int = 380, height: int = 280):
-    """A Bokeh figure of the per-layer bars (values in the unit of the largest bar), with a hover."""
-    from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Legend, LegendItem
+    """A Bokeh figure of the per-layer bars (values in the unit of the largest bar), with a hover; with
+    checkpointing captured, each layer's left bar is without it and its right bar with it."""
+    from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Legend, LegendItem
     from bokeh.plotting import figure
 
     data = bar_data(table)
@@ -65,33 +66,39 @@ def memory_bokeh(table: LayerTable, *, width: int = 380, height: int = 280):
                              default=1))
     names = [s for s, _c in SERIES]
     scaled = {n: [v / div for v in data[n]] for n in names}
-    factors = list(zip(data["layer"], data["variant"]))
-    src = ColumnDataSource({"x": factors, **{n.replace(" ", "_"): scaled[n] for n in names},
+    layers = list(dict.fromkeys(data["layer"]))
+    pair = CKPT in data["variant"]
+    xs = [layers.index(lay) + ((-0.21 if v == PLAIN else 0.21) if pair else 0.0)
+          for lay, v in zip(data["layer"], data["variant"])]
+    src = ColumnDataSource({"x": xs, **{n.replace(" ", "_"): scaled[n] for n in names},
                             "saved_fill": data["fill_saved"], "layer": data["layer"], "variant": data["variant"]})
     short = "per layer, estimate (weights-free)" if table.estimate else "per layer, measured"
-    fig = figure(x_range=FactorRange(*factors), height=height, width=width, title=f"Training memory {short}",
-                 toolbar_location=None, tools="", y_axis_label=unit, name="tlx-memory-figure")
-    bottom = [0.0] * len(factors)
+    fig = figure(height=height, width=width, title=f"Training memory {short}", toolbar_location=None, tools="",
+                 y_axis_label=unit, x_range=(-0.6, len(layers) - 0.4), name="tlx-memory-figure",
+                 x_axis_label="layer" + (" (left bar: without, right: with checkpointing)" if pair else ""))
+    bottom = [0.0] * len(xs)
     items = []
     for name, colour in SERIES:
         col = name.replace(" ", "_")
         top = [b + v for b, v in zip(bottom, scaled[name])]
         src.data[f"{col}_bottom"], src.data[f"{col}_top"] = list(bottom), top
         fill = "saved_fill" if name == "saved for backward" else colour
-        bars = fig.vbar(x="x", bottom=f"{col}_bottom", top=f"{col}_top", width=0.85, source=src, fill_color=fill,
-                        line_color="white")
-        ck = name == "saved for backward" and CKPT in data["variant"]
-        items.append(LegendItem(label=f"{name} (pale: ckpt)" if ck else name, renderers=[bars]))
+        bars = fig.vbar(x="x", bottom=f"{col}_bottom", top=f"{col}_top", width=0.4 if pair else 0.8, source=src,
+                        fill_color=fill, line_color=None)
+        items.append(LegendItem(label=f"{name} (pale: ckpt)" if pair and name == SERIES[2][0] else name,
+                                renderers=[bars]))
         bottom = top
     fig.add_tools(HoverTool(tooltips=[("layer", "@layer (@variant)"), ("parameters", f"@parameters{{0.00}} {unit}"),
                                       ("gradients", f"@gradients{{0.00}} {unit}"),
                                       ("saved for backward", f"@saved_for_backward{{0.00}} {unit}")]))
-    fig.xaxis.major_label_orientation = 1.57
-    fig.xaxis.group_label_orientation = 0
-    fig.xaxis.major_label_text_font_size = "7pt"
-    fig.xaxis.group_text_font_size = "8pt"
+    step = max(1, math.ceil(len(layers) / 10))
+    ticks = sorted(set(range(0, len(layers) - 1, step)) | {len(layers) - 1})
+    fig.xaxis.ticker = FixedTicker(ticks=ticks)
+    fig.xaxis.major_label_overrides = {t: layers[t] for t in ticks}
+    fig.xaxis.minor_tick_line_color = None
+    fig.xaxis.axis_label_text_font_size = "8pt"
+    fig.xaxis.axis_label_text_font_style = "normal"
     fig.xgrid.grid_line_color = None
-    fig.x_range.group_padding = 0.6
     fig.y_range.start = 0
     fig.add_layout(Legend(items=items, orientation="horizontal", label_text_font_size="8pt", glyph_width=10,
                           glyph_height=10, spacing=6, padding=2, margin=0, border_line_color=None), "above")

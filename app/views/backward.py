@@ -103,6 +103,7 @@ class BackwardSwitch(pn.viewable.Viewer):
         self.note = pn.pane.HTML(self._note(), css_classes=["tlx-direction-note"], sizing_mode="stretch_width",
                                  margin=(0, 5))
         self.holder = pn.Column(self.graph, sizing_mode="stretch_both", margin=0)
+        self.showing: GraphView = self.graph
         self.bstate: ExplorerState | None = None
         self.bgraph: BackwardGraphView | None = None
         self._syncing = False
@@ -136,6 +137,7 @@ class BackwardSwitch(pn.viewable.Viewer):
     def show(self, direction: str) -> None:
         """Draw the forward or the backward graph in the column."""
         view = self.backward_view() if direction == BACKWARD else self.graph
+        self.showing = view
         self.holder.objects = [view]
         self.state.message = f"{direction} graph shown."
 

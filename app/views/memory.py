@@ -39,8 +39,10 @@ def table_html(table: LayerTable) -> str:
             groups.append([key, r, [r.layer]])
     body = []
     for _key, r, names in groups:
-        name = short_layer(names[0]) if len(names) == 1 else f"{short_layer(names[0])}-{short_layer(names[-1])} (x{len(names)}, each)"
-        cells = [f"{name} {r.module_class}" if r.layer != REST else f"{REST}: {r.module_class}", human_bytes(r.saved_bytes),
+        many = f"-{short_layer(names[-1])}" if len(names) > 1 else ""
+        each = f" x{len(names)} (each)" if len(names) > 1 else ""
+        cells = [f"{short_layer(names[0])}{many} {r.module_class}{each}" if r.layer != REST else f"{REST}: {r.module_class}",
+                 human_bytes(r.saved_bytes),
                  *([human_bytes(r.saved_bytes_checkpointed or 0)] if ck else []), human_bytes(r.param_bytes),
                  human_bytes(r.grad_bytes)]
         body.append(cells)
@@ -75,7 +77,9 @@ class MemoryPanel(pn.viewable.Viewer):
         loaded = self.state.loaded
         self._note = pn.pane.HTML("", css_classes=["tlx-memory-note"], sizing_mode="stretch_width")
         self._table = pn.pane.HTML("", sizing_mode="stretch_width", css_classes=["tlx-memory-rows"], visible=False)
-        self._plot = pn.pane.Bokeh(None, sizing_mode="stretch_width", css_classes=["tlx-memory-plot"], visible=False)
+        self._plot = pn.pane.Bokeh(None, sizing_mode="stretch_width", css_classes=["tlx-memory-plot"])
+        self._plot_box = pn.Column(self._plot, visible=False, sizing_mode="stretch_width", margin=0)  # a Bokeh
+        # pane takes its visibility from its figure, so the box around it is what shows or hides
         self._shape = pn.widgets.TextInput(label="batch, sequence", value=DEFAULT_STEP_SHAPE, width=130,
                                            css_classes=["tlx-memory-shape"])
         self._run = pn.widgets.Button(label="Estimate a training step", color="primary",
@@ -103,7 +107,7 @@ class MemoryPanel(pn.viewable.Viewer):
         self._say(lead)
         self._table.object = table_html(table)
         self._plot.object = memory_bokeh(table, width=370, height=250)
-        self._table.visible = self._plot.visible = True
+        self._table.visible = self._plot_box.visible = True
 
     def estimate(self) -> Any:
         """Two weights-free captures of a training step (plain and checkpointed) in the background."""
@@ -138,4 +142,4 @@ class MemoryPanel(pn.viewable.Viewer):
         self._note.object = refusal_html(exc)
 
     def __panel__(self):
-        return pn.Column(self._note, self._controls, self._progress, self._plot, self._table, sizing_mode="stretch_width")
+        return pn.Column(self._note, self._controls, self._progress, self._plot_box, self._table, sizing_mode="stretch_width")

@@ -96,9 +96,8 @@ def test_the_backward_switch_overlays_and_inspector(backward_url, page, artifact
     expect(page.locator(".tlx-direction-note")).to_be_visible()
 
 
-@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
-def test_the_memory_panel_shows_the_table_and_estimates_a_step(backward_url, page, artifacts_dir, size):
-    _open(page, backward_url, size)
+def test_the_memory_panel_shows_the_traces_table_and_estimates_a_step(backward_url, page):
+    _open(page, backward_url, SIZES[0])
     page.locator(".bk-tab", has_text="Memory").click()
     table = page.locator(".tlx-memory-table")
     expect(table).to_contain_text("Measured (real tensors)", timeout=15_000)
@@ -109,5 +108,19 @@ def test_the_memory_panel_shows_the_table_and_estimates_a_step(backward_url, pag
     expect(page.locator(".tlx-memory-note")).to_contain_text("batch 1, sequence 16", timeout=120_000)
     expect(table).to_contain_text("Estimate (weights-free")
     expect(table).to_contain_text("ckpt")
-    page.wait_for_timeout(400)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_the_memory_panel_estimates_the_8b_step_at_4096_tokens(default_url, page, artifacts_dir, size):
+    _open(page, default_url, size)
+    expect(page.locator(".tlx-direction")).to_have_count(0)  # a forward-only trace has no switch
+    page.locator(".bk-tab", has_text="Memory").click()
+    expect(page.locator(".tlx-memory-shape input")).to_have_value("1,4096")
+    page.locator(".tlx-memory-run button").click()
+    expect(page.locator(".tlx-memory-note")).to_contain_text("batch 1, sequence 4096", timeout=180_000)
+    table = page.locator(".tlx-memory-table")
+    expect(table).to_contain_text("0-31 LlamaDecoderLayer x32 (each)")
+    expect(table).to_contain_text("GiB")
+    expect(page.locator(".tlx-memory-plot canvas").first).to_be_attached(timeout=15_000)
+    page.wait_for_timeout(600)
     pagekit.shot(page, artifacts_dir, f"memory-panel-{size[0]}x{size[1]}")
