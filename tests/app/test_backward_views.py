@@ -12,13 +12,12 @@ from app.views.backward import BackwardSwitch, backward_rows
 from app.views.graph import GraphView
 from app.views.memory import NOTHING, MemoryPanel
 from tests.tracer.test_backward import _gpt2
-from tracer.options import CaptureOptions
+from tests.tracer.test_backward_graph import gpt2_step
 
 
 @pytest.fixture(scope="module")
 def step():
-    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
-    return tracer.trace(model, (ids,), capture=CaptureOptions(backward=True), loss=lambda o: o.logits.sum())
+    return gpt2_step()
 
 
 def test_no_backward_no_switch(tiny_loaded):

@@ -17,16 +17,16 @@ from exporters import model_explorer as me
 from exporters.backward_figure import SERIES, bar_data, bar_parts, write_memory_figure
 from exporters.errors import FigureOptionsError
 from exporters.model_explorer.backward import backward_node_data, export_with_backward, with_backward
-from tests.tracer.test_backward import _gpt2, _llama
+from tests.tracer.test_backward import _llama
+from tests.tracer.test_backward_graph import gpt2_step
 from tracer.backward.graph import backward_trace
 from tracer.backward.memory import layer_table, op_saved_bytes
 from tracer.options import CaptureOptions
 
 
-@pytest.fixture(scope="module")
-def gpt2_step():
-    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
-    return tracer.trace(model, (ids,), capture=CaptureOptions(backward=True), loss=lambda o: o.logits.sum())
+@pytest.fixture(scope="module", name="gpt2_step")
+def gpt2_step_fixture():
+    return gpt2_step()
 
 
 def test_the_collection_holds_the_forward_and_the_backward_graph(gpt2_step):

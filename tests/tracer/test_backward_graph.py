@@ -22,6 +22,12 @@ from tracer.options import CaptureOptions
 BACKWARD = CaptureOptions(backward=True)
 
 
+def gpt2_step():
+    """A 2-layer GPT-2 (random weights) captured with its backward; loss: the logits' sum."""
+    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
+    return tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum())
+
+
 def _check_graph(t, b):
     """What every backward graph must be: one op per node (+ the loss), edges from a node to those it feeds,
     in an order where every edge points forward, each linked node inside its forward op's module call."""
@@ -86,8 +92,7 @@ def test_batchnorm_cnn_in_train_mode_graph_overlays_and_gradient_statistics():
 
 
 def test_a_reloaded_backward_draws_and_offers_saved_bytes_but_no_gradient_norms(tmp_path):
-    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
-    t = tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum())
+    t = gpt2_step()
     back = tracer.load(t.save(str(tmp_path / "gpt2")))
     b = backward_trace(back)
     _check_graph(back, b)
