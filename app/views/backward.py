@@ -83,6 +83,23 @@ def backward_rows(trace: Any, label: str) -> list[tuple[str, str]]:
     return rows
 
 
+def node_brief(btrace: Any, label: str) -> str:
+    """One line about backward node `label`: its grad_fn, forward op, gradient norm and saved bytes."""
+    op = btrace[label]
+    if op.kind == "input":
+        return f"{label}: where the backward starts ({btrace.backward.loss})"
+    fwd = op.attrs.get("forward_op")
+    parts = [f"{label}: {op.kind}", f"differentiates {fwd}" if op.attrs.get("linked") else
+             f"inside the derivative of {fwd}" if fwd else "not linked to a forward op"]
+    stats = grad_stats(btrace.backward, label)
+    if stats is not None:
+        parts.append(f"gradient norm {stats['norm']:.4g}")
+    saved = btrace.backward.saved.get(label, ())
+    if saved:
+        parts.append(f"saved {len(saved)} tensor(s), {human_bytes(sum(s.bytes for s in saved))}")
+    return " \u00b7 ".join(parts)
+
+
 def centre_column(graph: GraphView, state: ExplorerState) -> Any:
     """The graph column: `graph` itself, or under a Forward/Backward switch when the trace has a backward."""
     if getattr(state.trace, "backward", None) is None:
@@ -100,22 +117,26 @@ class BackwardSwitch(pn.viewable.Viewer):
         super().__init__(**params)
         self.toggle = pn.widgets.RadioButtonGroup(options=[FORWARD, BACKWARD], value=FORWARD,
                                                   css_classes=["tlx-direction"], margin=(2, 5))
-        self.note = pn.pane.HTML(self._note(), css_classes=["tlx-direction-note"], sizing_mode="stretch_width",
-                                 margin=(0, 5))
         self.holder = pn.Column(self.graph, sizing_mode="stretch_both", margin=0)
         self.showing: GraphView = self.graph
         self.bstate: ExplorerState | None = None
         self.bgraph: BackwardGraphView | None = None
+        self.note = pn.pane.HTML(self._note(), css_classes=["tlx-direction-note"], sizing_mode="stretch_width",
+                                 margin=(0, 5))
         self._syncing = False
         self._node_of: dict[str, str] = {}  # forward op -> its node's label in the backward graph
         self.toggle.param.watch(lambda e: self.show(e.new), "value")
 
     def _note(self) -> str:
+        """The line beside the switch: the selected backward node in brief, else the backward's totals."""
         bw = self.state.trace.backward
         kind = "estimate, shapes \u00d7 dtypes" if bw.estimate else "measured"
         ck = f"; checkpointing re-ran {len(bw.recomputed)} module(s)" if bw.recomputed else ""
         text = (f"{len(bw.nodes)} autograd nodes; {human_bytes(sum(op_saved_bytes(bw).values()))} saved for "
                 f"backward ({kind}); {loss_text(bw.loss)}{ck}")
+        picked = self.bstate.selected if self.bstate is not None and self.showing is self.bgraph else ""
+        if picked:
+            text = node_brief(self.bstate.trace, picked)
         return (f'<div style="font:12px sans-serif;color:#444;line-height:30px;white-space:nowrap;overflow:hidden;'
                 f'text-overflow:ellipsis" title="{html.escape(text, quote=True)}">{html.escape(text)}</div>')
 
@@ -132,6 +153,7 @@ class BackwardSwitch(pn.viewable.Viewer):
             self.bstate.param.watch(lambda *_e: self._follow_backward(), ["expanded", "fold_repeats"])
             self.state.param.watch(lambda *_e: self._select_node(), ["selected"])
             self.bstate.param.watch(lambda *_e: self._select_op(), ["selected"])
+            self.bstate.param.watch(lambda *_e: setattr(self.note, "object", self._note()), ["selected"])
         return self.bgraph
 
     def show(self, direction: str) -> None:
@@ -139,6 +161,7 @@ class BackwardSwitch(pn.viewable.Viewer):
         view = self.backward_view() if direction == BACKWARD else self.graph
         self.showing = view
         self.holder.objects = [view]
+        self.note.object = self._note()
         self.state.message = f"{direction} graph shown."
 
     # -- keeping the two views in step ---------------------------------------------------------

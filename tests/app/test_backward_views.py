@@ -45,6 +45,7 @@ def test_the_switch_keeps_the_two_views_in_step(step):
     assert state.selected == "layer_norm_5"
     state.select_op("addmm_8")
     assert bstate.selected == "grad_addmm_8"
+    assert "grad_addmm_8: AddmmBackward0 \u00b7 differentiates addmm_8 \u00b7 gradient norm" in switch.note.object
     switch.toggle.value = "Forward"
     assert switch.showing is switch.graph
 

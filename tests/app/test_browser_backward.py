@@ -90,6 +90,7 @@ def test_the_backward_switch_overlays_and_inspector(backward_url, page, artifact
     expect(inspector).to_contain_text("gradient norm")
     expect(inspector).to_contain_text("saved for backward")
     expect(inspector).to_contain_text("param transformer.h.1.mlp.c_proj.weight")
+    expect(page.locator(".tlx-direction-note")).to_contain_text("grad_addmm_8: AddmmBackward0")
     page.wait_for_timeout(400)
     pagekit.shot(page, artifacts_dir, f"backward-view-{size[0]}x{size[1]}")
     page.locator(".tlx-direction button", has_text="Forward").click()
