@@ -31,6 +31,8 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="trace your own model: package.module:factory (a function returning an nn.Module)")
     p.add_argument("--input-shape", default="1,8", help="input shape for --model or a config (default 1,8)")
     p.add_argument("--port", default="0", help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--training-step", action="store_true",
+                   help="a config: capture one training step (forward and backward, weights-free) for the Backward view")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (servers); the URL is printed")
     p.add_argument("--summary", nargs="?", const="", default=None, metavar="SOURCE",
                    help="print the trace summary and exit (SOURCE: a shipped config name or path, e.g. gpt2)")
@@ -112,6 +114,19 @@ def _load(path: str | None, model: str | None, shape_text: str):
     return open_source(path, model, parse_shape(shape_text))
 
 
+def _load_step(ns: argparse.Namespace):
+    """`--training-step`: a config (or the embedded default) captured as one weights-free training step."""
+    from tracer.errors import InvalidInputError
+
+    from .sources import DEFAULT_CONFIG, open_config
+
+    if ns.model:
+        raise InvalidInputError("--training-step takes a config, not --model", site="--training-step",
+                                remedy="Capture your model with tracer.trace(..., capture=CaptureOptions(backward=True), "
+                                       "loss=fn), save it, and open the saved folder.")
+    return open_config(ns.path or DEFAULT_CONFIG, ns.input_shape, training_step=True)
+
+
 def checked_port(text: str) -> int:
     """The --port value as an int in 0..65535 that is free on 127.0.0.1 right now (0: pick one later)."""
     import socket
@@ -146,7 +161,7 @@ def explore(ns: argparse.Namespace) -> int:
     started = time.perf_counter()
     print("torchlens-explore: capturing" + (f" {ns.model or ns.path}" if (ns.model or ns.path) else
                                             " the embedded Llama-3.1-8B-class config (weights-free)") + " ...", flush=True)
-    loaded = _load(ns.path, ns.model, ns.input_shape)
+    loaded = _load_step(ns) if ns.training_step else _load(ns.path, ns.model, ns.input_shape)
     print(f"torchlens-explore: {loaded.title}: {len(loaded.trace.ops):,} ops, {loaded.trace.ladder_state} "
           f"({time.perf_counter() - started:.1f} s)", flush=True)
     from .explorer import serve

@@ -110,18 +110,25 @@ def open_default(input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
     return open_config(DEFAULT_CONFIG, input_shape)
 
 
-def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
-    """Build the config's model on the meta device and capture it structure-only."""
+def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE, *,
+                training_step: bool = False) -> Loaded:
+    """Build the config's model on the meta device and capture it structure-only (with `training_step`:
+    one training step, forward and backward, as `tracer.bridges.transformers.trace_training_step`)."""
     path = resolve_config(name_or_path)
     input_shape = token_shape(parse_shape(input_shape))
     _require_transformers()
     read_config(path)
     config = build_checked(path, "reading the config with transformers", lambda: load_config(str(path)))
     model = build_checked(path, "building the model on the meta device", lambda: build_meta_model(config))
-    trace = build_checked(path, "the structure-only capture", lambda: trace_ids(model, input_shape))
+    if training_step:
+        from tracer.bridges.transformers import trace_training_step
+
+        trace = build_checked(path, "the weights-free training step", lambda: trace_training_step(str(path), input_shape))
+    else:
+        trace = build_checked(path, "the structure-only capture", lambda: trace_ids(model, input_shape))
     trace = trace.with_provenance(config_source=str(path))
     inputs = (meta_input_ids(input_shape),)
-    title = f"{trace.model_class} from {path.name} (weights-free)"
+    title = f"{trace.model_class} from {path.name} (weights-free{', training step' if training_step else ''})"
     return Loaded(trace, title, "config", str(path), model=model, inputs=inputs, config_path=path,
                   input_shape=tuple(input_shape))
 

@@ -67,3 +67,18 @@ def test_the_memory_tab_shows_a_traces_own_backward(step):
     assert markup.count("tlx-memory-row") == 3  # layers 0 and 1 hold the same bytes: one row; the rest; the total
     assert "0-1 GPT2Block x2 (each)" in markup and "(rest): embedding, head, loss" in markup and "Measured" in markup
     assert not panel._controls.visible  # no config to estimate a step from
+
+
+def test_a_config_opened_as_a_training_step_has_the_switch_and_its_own_memory_table(capsys):
+    from app.cli import main
+    from app.sources import open_config
+
+    loaded = open_config("gpt2", (1, 8), training_step=True)
+    assert loaded.trace.backward is not None and loaded.trace.backward.estimate
+    assert loaded.title.endswith("(weights-free, training step)")
+    page = build_app(loaded)
+    assert isinstance(page.tlx_centre, BackwardSwitch)
+    panel = MemoryPanel(state=page.tlx_state)
+    assert "Estimate (weights-free" in panel._table.object and panel._controls.visible
+    assert main(["--training-step", "--model", "tests.models:tiny_llama", "--no-browser"]) == 2
+    assert "[invalid_input]" in capsys.readouterr().err
