@@ -77,10 +77,10 @@ def export_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     report(0.1, "reading the trace")
     trace = tracer.load(str(folder))
     report(0.4, f"writing {path.name}")
-    if kind == "model-explorer":
-        from exporters.model_explorer import export
+    if kind == "model-explorer":  # with its backward graph beside the forward when the trace has one
+        from exporters.model_explorer.backward import export_graphs
 
-        return {"path": str(export(trace, path))}
+        return {"path": str(export_graphs(trace, path))}
     from exporters.figures import export_png, export_svg
 
     write = {"svg": export_svg, "png": export_png}[kind]

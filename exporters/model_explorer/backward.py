@@ -60,12 +60,22 @@ def backward_node_data(trace: Trace, metric: str, *, graph: str = "backward") ->
     return node_data(backward_trace(trace) if graph == "backward" else trace, metric)
 
 
-def export_with_backward(trace: Trace, path: str | Path, *, indent: int | None = None) -> dict[str, Path]:
-    """Write the two-graph collection to `path` and, beside it, one node-data file per backward overlay the
-    trace offers, for each graph (`<stem>.<graph>.<metric>.nodedata.json`); returns what was written."""
+def export_graphs(trace: Trace, path: str | Path) -> Path:
+    """Write `trace`'s Model Explorer file: the forward graph, and the backward graph beside it when the trace has one."""
+    if getattr(trace, "backward", None) is None:
+        from .payload import export
+
+        return export(trace, path)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(with_backward(trace), indent=indent, ensure_ascii=False), encoding="utf-8")
+    out.write_text(json.dumps(with_backward(trace), ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def export_with_backward(trace: Trace, path: str | Path) -> dict[str, Path]:
+    """Write the two-graph collection to `path` and, beside it, one node-data file per backward overlay the
+    trace offers, for each graph (`<stem>.<graph>.<metric>.nodedata.json`); returns what was written."""
+    out = export_graphs(trace, path)
     written = {"graph": out}
     for metric in overlays.backward_overlays(trace):
         for which in ("forward", "backward"):

@@ -82,3 +82,15 @@ def test_a_config_opened_as_a_training_step_has_the_switch_and_its_own_memory_ta
     assert "Estimate (weights-free" in panel._table.object and panel._controls.visible
     assert main(["--training-step", "--model", "tests.models:tiny_llama", "--no-browser"]) == 2
     assert "[invalid_input]" in capsys.readouterr().err
+
+
+def test_the_export_tabs_model_explorer_file_carries_the_backward_graph(step, tmp_path):
+    import json
+
+    from app.worker_tasks import TASKS
+
+    folder = step.save(str(tmp_path / "step"))
+    request = {"kind": "model-explorer", "path": str(tmp_path / "g.json"), "trace": str(folder)}
+    out = TASKS["export"](request, lambda _f, _t: None)["path"]
+    graphs = json.loads(open(out, encoding="utf-8").read())["graphs"]
+    assert [g["id"] for g in graphs] == ["GPT2LMHeadModel [OBSERVED]", "GPT2LMHeadModel (backward) [OBSERVED]"]
