@@ -76,14 +76,14 @@ def export(trace: Trace, path: str | Path, *, keep_single_child_layers: bool = F
            indent: int | None = None) -> Path:
     """Write the trace's graph collection to `path` (JSON that Model Explorer opens) and return it."""
     with gc_paused():  # the payload is built, encoded and freed before the collector runs again
-        data = encode_json(_graph_collection(trace, keep_single_child_layers), indent)
+        data = _encode_json(_graph_collection(trace, keep_single_child_layers), indent)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
     return out
 
 
-def encode_json(payload: Any, indent: int | None = None) -> bytes:
+def _encode_json(payload: Any, indent: int | None = None) -> bytes:
     """UTF-8 JSON of a payload of plain dicts, lists and strings (msgspec: several times the stdlib's speed)."""
     data = msgspec.json.encode(payload)
     return msgspec.json.format(data, indent=indent) if indent is not None else data
