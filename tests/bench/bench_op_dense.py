@@ -274,6 +274,12 @@ def main() -> None:
         print()
         print(f"Llama-3.1-8B weights-free, CPU time: bare meta forward {cpu(bare)}, `trace_ids` {cpu(cap)} "
               f"(**{med(cap.cpu) / med(bare.cpu):.2f}x**; wall {fmt(cap)} vs {fmt(bare)})")
+    print()
+    if dev.startswith("cuda"):
+        print(f"GPU column: this run ({name}).")
+    else:
+        print("GPU column: not run (no GPU in this run; rerun with --device cuda where one is available).")
+    print(f"Load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@ class _Probe(nn.Module):
         super().__init__()
         self.fail = fail
         self.seen: tuple[int, ...] = ()
+        self.frozen = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.seen = gc.get_threshold()
+        self.frozen = gc.get_freeze_count()
         if self.fail:
             raise ValueError("forward failed on purpose")
         return x * 2
@@ -37,6 +39,20 @@ def test_threshold_raised_in_forward_and_restored(fail: bool) -> None:
         tracer.trace(probe, (torch.ones(2),))
     assert probe.seen[0] == max(before[0], YOUNG_THRESHOLD)
     assert gc.get_threshold() == before
+    assert probe.frozen > 0  # the heap alive at the start was frozen for the forward
+    assert gc.get_freeze_count() == 0  # and released afterwards
+
+
+def test_a_process_own_freeze_is_left_alone() -> None:
+    gc.freeze()
+    mine = gc.get_freeze_count()
+    try:
+        probe = _Probe()
+        tracer.trace(probe, (torch.ones(2),))
+        assert probe.frozen <= mine  # nothing added (a frozen object may die meanwhile): unfreezing would release the process's own
+        assert 0 < gc.get_freeze_count() <= mine
+    finally:
+        gc.unfreeze()
 
 
 def test_a_higher_threshold_is_kept() -> None:

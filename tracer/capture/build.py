@@ -69,12 +69,24 @@ if tuple(f.name for f in dataclasses.fields(Op))[:len(_POSITIONAL)] != _POSITION
 
 def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
     """Op label -> (func, args, kwargs) of the live call that produced it (for replay)."""
-    return {ops[i].label: rec[R_CALLSPEC] for i, rec in enumerate(session.records) if rec[R_CALLSPEC] is not None}
+    with gc_paused():
+        return {ops[i].label: rec[R_CALLSPEC] for i, rec in enumerate(session.records) if rec[R_CALLSPEC] is not None}
 
 
 def build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, provenance: Provenance, output: Any,
                 warnings: tuple[str, ...], calls: dict[str, tuple], envelope: Any = None) -> Trace:
-    """The one Trace of a capture: every finding is already in `provenance` and `warnings`."""
+    """The one Trace of a capture: every finding is already in `provenance` and `warnings`.
+
+    Built with the cyclic GC paused: a value per op (a detached tensor) and the trace's indexes are
+    100,000s of new objects, which would otherwise start full collections over the whole heap.
+    """
+    with gc_paused():
+        return _build_trace(session, ops, save=save, provenance=provenance, output=output, warnings=warnings,
+                            calls=calls, envelope=envelope)
+
+
+def _build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, provenance: Provenance, output: Any,
+                 warnings: tuple[str, ...], calls: dict[str, tuple], envelope: Any) -> Trace:
     labels = [op.label for op in ops]
     values = _select_values(session, ops, save)  # may add a session warning (a value changed behind the capture)
     return Trace(

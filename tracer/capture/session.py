@@ -123,6 +123,10 @@ class CaptureSession:
         self.module_calls: dict[str, list] = {}
         self.call_counts: dict[str, int] = {}
         self._site_cache: dict[Any, bool] = {}
+        # One shared tuple per distinct (code, line) site and per distinct tensor metadata: a long trace
+        # then keeps no per-op copy of them (fewer objects for the cyclic GC to walk, less memory).
+        self._sites: dict[tuple, tuple] = {}
+        self._metas: dict[tuple, tuple] = {}
         self.param_ids: dict[int, str] = {}
         self.buffer_ids: set[int] = set()
         self.tied: dict[str, list[str]] = {}
@@ -401,10 +405,12 @@ class CaptureSession:
         ptuple = tuple(parents)
         pa = tuple(params)
         records = self.records
+        metas = self._metas
         for k, t in enumerate(outs):
             idx = len(records)
-            records.append([info, ptuple, t if save else None, (t.shape, t.dtype, t.device, t.requires_grad), call_id,
-                            k, n, stack, pa, writes, inplace, site, "", spec, s_args, s_kwargs])  # meta as `_meta`
+            meta = (t.shape, t.dtype, t.device, t.requires_grad)  # as `_meta`
+            records.append([info, ptuple, t if save else None, metas.setdefault(meta, meta), call_id,
+                            k, n, stack, pa, writes, inplace, site, "", spec, s_args, s_kwargs])
             tid = id(t)
             if tid in param_ids:  # an in-place write to a buffer keeps its parameter identity
                 if save and inplace:
@@ -531,7 +537,8 @@ class CaptureSession:
                 internal = code.co_filename.startswith(prefixes)
                 cache[code] = internal
             if not internal:
-                return (code, f.f_lineno)
+                site = (code, f.f_lineno)
+                return self._sites.setdefault(site, site)
             f = f.f_back
         return None
 

@@ -18,6 +18,7 @@ from ..digest import canonical_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
+from ..store.codec import gc_paused
 from ..tensor_stats import tensor_stats
 
 HYPOTHESIS = Ladder.HYPOTHESIS.value
@@ -264,26 +265,43 @@ def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:
 # -- sealing ------------------------------------------------------------------------------
 def _seal(body: dict[str, Any]) -> EvidenceEnvelope:
     body = {k: v for k, v in body.items() if k != "digest"}
-    digest = _digest(body)
-    return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
+    with gc_paused():  # 10,000s of small acyclic containers for an 8B model's claims
+        digest = _digest(body)
+        return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
 
 
 def _digest(body: Mapping[str, Any]) -> str:
     return canonical_digest(_thaw(body))
 
 
+# Leaves and plain lists, tuples and dicts are told by exact type first: the claim table of an 8B
+# model has 10,000s of them, and the `Mapping` check (an ABC) costs ten times a type lookup.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_SEQUENCES = (list, tuple)
+
+
 def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind in _LEAVES:
+        return value
+    if kind is list or kind is tuple:
+        return tuple([_freeze(v) for v in value])
+    if kind is dict or isinstance(value, Mapping):
         return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
+    if isinstance(value, _SEQUENCES):
+        return tuple([_freeze(v) for v in value])
     return value
 
 
 def _thaw(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind in _LEAVES:
+        return value
+    if kind is tuple or kind is list:
+        return [_thaw(v) for v in value]
+    if kind is MappingProxyType or kind is dict or isinstance(value, Mapping):
         return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, _SEQUENCES):
         return [_thaw(v) for v in value]
     return value
 

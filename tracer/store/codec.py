@@ -10,7 +10,6 @@ import dataclasses
 import gc
 import math
 from contextlib import contextmanager
-from operator import attrgetter
 from typing import Any, Iterator, Mapping
 
 import msgspec
@@ -36,9 +35,12 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def _encode_other(value: Any) -> Any:
-    """What msgspec cannot encode itself: a linked module stack as its pairs, anything else as `str`."""
+    """What msgspec cannot encode itself: a linked module stack as its pairs, a mapping that is not a dict
+    (an op's call template) as plain JSON data, anything else as `str`."""
     if isinstance(value, ModuleStack):
         return tuple(value)
+    if isinstance(value, Mapping):
+        return plain_json(dict(value))
     return str(value)
 
 
@@ -61,7 +63,19 @@ def provenance_from_json(data: dict[str, Any], site: str) -> Provenance:
 def plain_json(value: Any, depth: int = 0) -> Any:
     """`value` as plain JSON data the loader accepts: tuples become lists, keys strings, numbers JSON
     cannot carry (NaN, huge ints) and other objects their `str`; nesting past MAX_JSON_DEPTH a `str`."""
-    if value is None or isinstance(value, (str, bool)):
+    kind = type(value)  # exact types first: this runs for every argument of every op
+    if kind is str or value is None or kind is bool:
+        return value
+    if kind is int:
+        return value if -MAX_JSON_INT <= value <= MAX_JSON_INT else str(value)
+    if kind is float:
+        return value if math.isfinite(value) else str(value)
+    if depth < MAX_JSON_DEPTH - 1:
+        if kind is dict:
+            return {k if type(k) is str else str(k): plain_json(v, depth + 1) for k, v in value.items()}
+        if kind is list or kind is tuple:
+            return [plain_json(v, depth + 1) for v in value]
+    if isinstance(value, (str, bool)):
         return value
     if isinstance(value, int):
         return int(value) if abs(value) <= MAX_JSON_INT else str(value)
@@ -81,8 +95,11 @@ def encode_body(trace: Trace) -> bytes:
     Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
     """
     ops = trace.ops
-    if any(map(attrgetter("attrs"), ops)):
-        ops = tuple(dataclasses.replace(op, attrs=plain_json(dict(op.attrs))) if op.attrs else op for op in ops)
+    # A dict msgspec would write as it is: made plain here. Other mappings (a capture's call templates)
+    # are made plain by the encoder's hook, with no new Op per op.
+    if any(isinstance(op.attrs, dict) and op.attrs for op in ops):
+        ops = tuple(dataclasses.replace(op, attrs=plain_json(op.attrs)) if isinstance(op.attrs, dict) and op.attrs
+                    else op for op in ops)
     body = Body(model_class=trace.model_class, ops=ops, modules=tuple(trace.modules.values()),
                 params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
                 warnings=tuple(trace.warnings),

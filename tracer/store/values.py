@@ -20,6 +20,7 @@ import hashlib
 import math
 import os
 from collections import Counter
+from functools import lru_cache
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -154,6 +155,12 @@ def _spans(values: Mapping[str, torch.Tensor]) -> tuple[dict, dict, dict, list]:
 
 
 def _row_major(shape: Any) -> tuple[int, ...]:
+    """Row-major strides of `shape` (cached: a trace repeats a few shapes over 100,000s of values)."""
+    return _row_major_of(tuple(shape))
+
+
+@lru_cache(maxsize=4096)
+def _row_major_of(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, step = [], 1
     for n in reversed(tuple(shape)):
         strides.append(step)
