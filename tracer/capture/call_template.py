@@ -20,6 +20,7 @@ import os
 from typing import Any, Iterator, Mapping
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 _Tensor = torch.Tensor
 # A buffer's pre-write value is stored inline up to this many elements.
@@ -246,6 +247,8 @@ def _atom(a: Any) -> Any:
 def tensor_value(t: torch.Tensor) -> dict[str, Any] | None:
     """A small tensor's value as JSON (None above `INLINE_NUMEL` elements or for odd dtypes)."""
     if t.numel() > INLINE_NUMEL or t.is_complex() or t.dtype in (torch.bfloat16,) or t.device.type == "meta":
+        return None
+    if is_traceable_wrapper_subclass(t):  # a DTensor (or another wrapper subclass): no plain value to inline
         return None
     flat = t.detach().cpu().reshape(-1)
     data = [v if not isinstance(v, float) or math.isfinite(v) else repr(v) for v in flat.tolist()]
