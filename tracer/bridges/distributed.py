@@ -96,7 +96,7 @@ def _refuse_untested(model: nn.Module, found: dict | None, group: bool, first: s
                 "backward", "Capture the forward only (CaptureOptions(backward=False)).", findings)
     if structure_only and found is not None:
         _refuse(f"a structure-only capture of the sharded {name} is not supported by tracer.trace",
-                first, "structure_only", "Use tracer.distributed.simulate(config, tp=..., fsdp=...).", findings)
+                first, "DTensor", "Use tracer.distributed.simulate(config, tp=..., fsdp=...).", findings)
 
 
 def _refuse(message: str, site: str, state: str, remedy: str, findings: dict) -> None:
