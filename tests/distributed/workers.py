@@ -65,7 +65,7 @@ def _report(trace, plain_out) -> dict:
         trace.save(Path(d) / "t")
         loaded = tracer.load(Path(d) / "t")
     ops = [{"label": op.label, "kind": op.kind, "func": op.func, "shape": list(op.out.shape) if op.out else None,
-            "module": op.module, "parents": [e.source for e in op.parents],
+            "module": op.module, "parents": [e.source for e in op.parents], "params": list(op.params),
             "layout": asdict(op.layout) if op.layout else None,
             "collective": {**asdict(op.collective), "size": op.collective.size} if op.collective else None}
            for op in trace.ops]
@@ -218,6 +218,35 @@ def refusals() -> dict:
         out["forward_unchanged"] = bool(torch.equal(_plain(model(x)), before))
     out["hooks_unchanged"] = hooks == sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
     return out
+
+
+def _fully_shard(model: nn.Module, blocks: list, world: int) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = _mesh(world, "dp")
+    for block in blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def mlp_fsdp() -> dict:
+    """FSDP2 on the MLP: each Linear its own unit, the root holding the LayerNorm."""
+    rank, world = _init()
+    torch.manual_seed(0)
+    model = MLP()
+    _fully_shard(model, [model.up, model.down], world)
+    torch.manual_seed(1 + rank)  # data parallel: each rank its own batch
+    return _capture(model, (torch.randn(4, 16),))
+
+
+def llama_fsdp() -> dict:
+    """FSDP2 on the tiny Llama: each decoder layer a unit, the root the rest."""
+    rank, world = _init()
+    model = _tiny_llama()
+    _fully_shard(model, list(model.model.layers), world)
+    ids = (torch.arange(12).reshape(1, 12) * (rank + 1)) % 128
+    return _capture(model, (ids,))
 
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])

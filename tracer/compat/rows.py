@@ -30,6 +30,7 @@ T_DTENSOR_MLP = "tests/distributed/test_tensor_parallel.py::test_mlp_colwise_row
 T_DTENSOR_SP = "tests/distributed/test_tensor_parallel.py::test_mlp_sequence_parallel"
 T_DTENSOR_LLAMA = "tests/distributed/test_tensor_parallel.py::test_tiny_llama_tensor_parallel"
 T_DTENSOR_TP = "tests/distributed/test_tensor_parallel.py::test_tiny_llama_transformers_tp_plan"
+T_FSDP = "tests/distributed/test_fsdp.py::test_mlp_fully_shard"
 T_DIST_REFUSE = ("tests/distributed/test_tensor_parallel.py::"
                  "test_untested_setups_refuse_typed_and_leave_the_model_unchanged")
 T_FOREIGN = "tests/tracer/test_foreign_kernels.py::test_function_is_one_boundary_op_with_its_inputs_outputs_and_name"
@@ -101,11 +102,11 @@ SERVING = Row(
 TENSOR_PARALLEL = Row(
     "distributed.tensor_parallel", "pass", "info",
     "captured per rank on a real 2-process gloo mesh (parallelize_module colwise/rowwise/sequence parallel on an "
-    "MLP and a tiny Llama, transformers tp_plan='auto'): every op on its local shard with the DTensor's mesh, "
+    "MLP and a tiny Llama, transformers tp_plan='auto', FSDP2 fully_shard): every op on its local shard with the DTensor's mesh, "
     "placements and global shape, collectives as ops (group, bytes), output bit-equal to the plain distributed "
     "forward; backward and structure-only captures of a sharded model, and pipeline stages, stay refused "
     "(distributed_capture_unsupported)",
-    tests=(T_DTENSOR_MLP, T_DTENSOR_SP, T_DTENSOR_LLAMA, T_DTENSOR_TP, T_DIST_REFUSE))
+    tests=(T_DTENSOR_MLP, T_DTENSOR_SP, T_DTENSOR_LLAMA, T_DTENSOR_TP, T_FSDP, T_DIST_REFUSE))
 MOE = Row(
     "moe.router_logits", "pass", "info",
     "fused MoE experts (3-D gate_up_proj/down_proj) on tiny Mixtral, Qwen2-MoE and OLMoE under eager and sdpa: "

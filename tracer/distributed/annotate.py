@@ -45,19 +45,25 @@ def param_layouts(params: dict[str, ParamRecord], model: Any) -> dict[str, Param
     return out
 
 
-def local_values(values: dict[str, Any]) -> dict[str, Any]:
-    """Saved values as plain tensors: a DTensor's local shard, a pending collective's waited result.
-
-    Meta tensors some sharding plans make for shape arithmetic hold no data and are left out."""
+def local_values(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Saved values as plain tensors (a DTensor's local shard, a pending collective's waited result), and
+    the labels of values whose storage was freed after they were made (FSDP frees unsharded parameters
+    at reshard), which are left out. Meta tensors some sharding plans make for shape arithmetic hold no
+    data and are left out too."""
     from ..bridges.distributed import is_dtensor
 
     out = {}
+    freed = []
     for label, t in values.items():
         if is_dtensor(t):
             t = t._local_tensor
         if type(t).__name__ == "AsyncCollectiveTensor":
             t = t.trigger_wait()
             t = getattr(t, "elem", t)
-        if not t.is_meta:
-            out[label] = t
-    return out
+        if t.is_meta:
+            continue
+        if t.numel() and t.untyped_storage().nbytes() < (t.storage_offset() + 1) * t.element_size():
+            freed.append(label)
+            continue
+        out[label] = t
+    return out, freed

@@ -27,11 +27,15 @@ class DistributedGuard(CallGuard):
         self.collectives: dict[int, Collective] = {}
         self._pending: Collective | None = None
         self._kinds: dict[str, tuple[str, str] | None] = {}
+        self._indexed = False
         _register_c10d_inplace()
 
     def before_call(self, info: Any, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> Any:
         """Alias unseen DTensor arguments to the op that made their local shard; note a collective."""
         self._pending = None
+        if not self._indexed:
+            self._indexed = True
+            _index_local_shards(session)
         for a in args:
             if is_dtensor(a):
                 _alias_to_local(a, session)
@@ -75,7 +79,13 @@ class DistributedGuard(CallGuard):
 
         from .annotate import local_values, param_layouts
 
-        return replace(result, params=param_layouts(result.params, model), values=local_values(result.values),
+        values, freed = local_values(result.values)
+        warnings = result.warnings
+        if freed:
+            warnings += (f"{len(freed)} saved values ({', '.join(freed[:4])}{', ...' if len(freed) > 4 else ''}) "
+                         "had their storage freed after the forward (FSDP reshards its unsharded parameters); "
+                         "they are not saved, so validation cannot replay the ops that read them",)
+        return replace(result, params=param_layouts(result.params, model), values=values, warnings=warnings,
                        _children=None)
 
     def report(self, findings: Any) -> None:
@@ -120,6 +130,35 @@ def _link_local(local: Any, index: int, session: CaptureSession) -> None:
     hit = tmap.get(id(local))
     if hit is None or not _held(hit, local):
         tmap[id(local)] = (index, session._ref(local))
+
+
+def _index_local_shards(session: CaptureSession) -> None:
+    """A DTensor parameter's local shard reads as the parameter (FSDP all-gathers the shards themselves)."""
+    from ..capture.walk import named_state
+
+    for table in ("_parameters", "_buffers"):
+        for _name, t in named_state(session.model, table, remove_duplicate=False, modules=session.every):
+            addr = session.param_ids.get(id(t))
+            if addr is not None and is_dtensor(t):
+                session.param_ids.setdefault(id(t._local_tensor), addr)
+    for _addr, module in session.every:  # FSDP2 all-gathers each parameter's padded flat shard
+        for fsdp_param in _fsdp_params(module):
+            addr = session.param_ids.get(id(getattr(fsdp_param, "sharded_param", None)))
+            data = getattr(fsdp_param, "_sharded_param_data", None)
+            if addr is not None and data is not None:
+                session.param_ids.setdefault(id(data), addr)
+
+
+def _fsdp_params(module: Any) -> list:
+    """The FSDPParams of a `fully_shard` module (torch's private layout; empty when it differs)."""
+    get_state = getattr(module, "_get_fsdp_state", None)
+    if get_state is None:
+        return []
+    try:
+        group = get_state()._fsdp_param_group
+        return list(group.fsdp_params) if group is not None else []
+    except (AttributeError, RuntimeError, AssertionError):
+        return []
 
 
 _registered = False
