@@ -176,6 +176,12 @@ class DistributedCaptureUnsupportedError(AdmissionError):
     default_remedy = "Capture the unsharded model (load it without tp_plan / device_mesh) on one process."
 
 
+class SimulatedMeshError(InvalidInputError):
+    code = "simulated_mesh_invalid"
+    default_remedy = ("Choose tp dividing the attention and key/value head counts, world_size = tp x fsdp, and call "
+                      "tracer.distributed.simulate outside any real process group.")
+
+
 class OffloadEvidenceMissingError(AdmissionError):
     code = "meta_parameter_without_offload_hook"
     default_remedy = (

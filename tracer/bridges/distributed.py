@@ -8,6 +8,8 @@ torch.distributed: a DTensor is recognised by its class.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, Iterator, Mapping
 
 import torch
@@ -16,6 +18,23 @@ from torch import nn
 from ..errors import DistributedCaptureUnsupportedError
 
 _MAX_NAMED = 8
+_simulation = threading.local()  # set by tracer.distributed.simulate on this thread while it captures
+
+
+@contextlib.contextmanager
+def simulated_mesh() -> Iterator[None]:
+    """Within the block, this thread's structure-only captures admit DTensors (a simulated, fake-backend mesh)."""
+    previous = getattr(_simulation, "active", False)
+    _simulation.active = True
+    try:
+        yield
+    finally:
+        _simulation.active = previous
+
+
+def simulated_mesh_active() -> bool:
+    """True inside `simulated_mesh()` on this thread."""
+    return getattr(_simulation, "active", False)
 
 
 def is_dtensor(t: Any) -> bool:
@@ -94,7 +113,7 @@ def _refuse_untested(model: nn.Module, found: dict | None, group: bool, first: s
     if backward:
         _refuse(f"a backward capture of {name} inside a process group is not tested", "trace(capture=...)",
                 "backward", "Capture the forward only (CaptureOptions(backward=False)).", findings)
-    if structure_only and found is not None:
+    if structure_only and found is not None and not simulated_mesh_active():
         _refuse(f"a structure-only capture of the sharded {name} is not supported by tracer.trace",
                 first, "DTensor", "Use tracer.distributed.simulate(config, tp=..., fsdp=...).", findings)
 

@@ -1,2 +1,6 @@
-"""Distributed capture: DTensor layouts and collectives on each rank (see docs/distributed.md)."""
+"""Distributed capture: DTensor layouts and collectives on each rank, and simulated meshes (docs/distributed.md)."""
 from __future__ import annotations
+
+from .simulate import simulate
+
+__all__ = ["simulate"]

@@ -52,7 +52,7 @@ def c10d_functions() -> list[Any]:
     return [getattr(c10d, name) for name in _C10D if hasattr(c10d, name)]
 
 
-def describe_call(api: str, name: str, args: tuple, kwargs: Mapping[str, Any]) -> Collective:
+def describe_call(api: str, name: str, args: tuple, kwargs: Mapping[str, Any], estimated: bool = False) -> Collective:
     """The Collective one live call is: its group's ranks, its payload and ring wire bytes."""
     if api == "funcol":
         what, group_at, op_at = _FUNCOL[name]
@@ -65,7 +65,8 @@ def describe_call(api: str, name: str, args: tuple, kwargs: Mapping[str, Any]) -
     reduce_op = _arg(args, kwargs, op_at, "reduce_op", "op") if op_at >= 0 else ""
     payload = _nbytes(tensor)
     return Collective(name=what, api=api, group=group, payload_bytes=payload,
-                      wire_bytes=wire_bytes(what, payload, len(group)), reduce_op=_op_text(reduce_op))
+                      wire_bytes=wire_bytes(what, payload, len(group)), reduce_op=_op_text(reduce_op),
+                      estimated=estimated)
 
 
 def wire_bytes(what: str, payload: int, size: int) -> int:

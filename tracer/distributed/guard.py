@@ -28,6 +28,7 @@ class DistributedGuard(CallGuard):
         self._pending: Collective | None = None
         self._kinds: dict[str, tuple[str, str] | None] = {}
         self._indexed = False
+        self.simulated = _process_group().get("backend") == "fake"  # a fake mesh moves no bytes: all estimates
         _register_c10d_inplace()
 
     def before_call(self, info: Any, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> Any:
@@ -50,7 +51,7 @@ class DistributedGuard(CallGuard):
         if kind is _UNSEEN:
             kind = self._kinds[info.qualname] = collective_kind(info.qualname)
         if kind is not None:
-            self._pending = describe_call(kind[0], kind[1], args, kwargs)
+            self._pending = describe_call(kind[0], kind[1], args, kwargs, estimated=self.simulated)
         return None
 
     def after_call(self, info: Any, outputs: list, session: CaptureSession) -> None:
@@ -177,4 +178,6 @@ def _register_c10d_inplace() -> None:
 def _process_group() -> dict[str, Any]:
     import torch.distributed as dist
 
+    if not dist.is_initialized():
+        return {}
     return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
