@@ -123,11 +123,12 @@ def fsdp_estimates(trace: Trace, model: nn.Module, fsdp: int) -> dict[str, Any]:
         rows = math.ceil(shape[0] / fsdp) if shape else 1
         per_param[addr] = rows * math.prod(shape[1:]) * itemsize.get(addr, 4)
     units = _fsdp_units(model)
-    unshard = []
-    for unit in units:
-        payload = sum(b for a, b in per_param.items() if _unit_of(a, units) == unit)
-        unshard.append({"unit": unit, "name": "all_gather", "group_size": fsdp, "payload_bytes": payload,
-                        "wire_bytes": wire_bytes("all_gather", payload, fsdp), "estimated": True})
+    payloads = dict.fromkeys(units, 0)
+    for addr, nbytes in per_param.items():
+        payloads[_unit_of(addr, payloads)] += nbytes
+    unshard = [{"unit": unit, "name": "all_gather", "group_size": fsdp, "payload_bytes": payload,
+                "wire_bytes": wire_bytes("all_gather", payload, fsdp), "estimated": True}
+               for unit, payload in payloads.items()]
     return {"parameter_bytes_per_rank": sum(per_param.values()),
             "fsdp_unshard": unshard if fsdp > 1 else [],
             "fsdp_unshard_wire_bytes": sum(u["wire_bytes"] for u in unshard) if fsdp > 1 else 0}
@@ -139,8 +140,11 @@ def _fsdp_units(model: nn.Module) -> list[str]:
     return layers + [""]
 
 
-def _unit_of(address: str, units: list[str]) -> str:
-    for unit in units[:-1]:
-        if address.startswith(unit + "."):
-            return unit
+def _unit_of(address: str, units: dict[str, int]) -> str:
+    """The innermost FSDP unit whose address prefixes `address` (the root "" when none)."""
+    prefix = address
+    while "." in prefix:
+        prefix = prefix.rpartition(".")[0]
+        if prefix in units:
+            return prefix
     return ""
