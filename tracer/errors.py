@@ -182,6 +182,11 @@ class SimulatedMeshError(InvalidInputError):
                       "tracer.distributed.simulate outside any real process group.")
 
 
+class DistributedGatherError(InvalidInputError):
+    code = "distributed_gather_unavailable"
+    default_remedy = "Call tracer.distributed.gather(trace) on every rank of an initialized process group."
+
+
 class OffloadEvidenceMissingError(AdmissionError):
     code = "meta_parameter_without_offload_hook"
     default_remedy = (

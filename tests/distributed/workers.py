@@ -248,6 +248,36 @@ def llama_fsdp() -> dict:
     ids = (torch.arange(12).reshape(1, 12) * (rank + 1)) % 128
     return _capture(model, (ids,))
 
+
+def gathered_tp() -> dict:
+    """The tensor-parallel MLP captured on each rank, then gathered onto rank 0, saved and loaded there."""
+    import tracer
+    import tracer.distributed as td
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    rank, world = _init()
+    torch.manual_seed(0)
+    model = MLP()
+    parallelize_module(model, _mesh(world), {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    with torch.no_grad():
+        local = tracer.trace(model, (torch.randn(4, 16),))
+    gathered = td.gather(local)
+    if rank != 0:
+        return {"rank": rank, "gathered": gathered is None}
+    with tempfile.TemporaryDirectory() as d:
+        loaded = tracer.load(gathered.save(Path(d) / "g"))
+    folded = td.fold(gathered)
+    return {
+        "rank": rank, "local_ops": len(local.ops),
+        "ops": [{"label": o.label, "rank": o.rank, "kind": o.kind, "parents": [[e.source, e.position] for e in o.parents]}
+                for o in gathered.ops],
+        "groups": gathered.provenance.distributed["rank_groups"],
+        "matched": gathered.provenance.distributed["matched_collectives"],
+        "roundtrip_equal": [(o.label, o.rank, o.parents, o.collective) for o in loaded.ops]
+                           == [(o.label, o.rank, o.parents, o.collective) for o in gathered.ops],
+        "folded_ops": len(folded.ops), "folded_ranks": sorted({o.rank for o in folded.ops}),
+    }
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     try:

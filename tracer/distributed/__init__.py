@@ -1,6 +1,7 @@
 """Distributed capture: DTensor layouts and collectives on each rank, and simulated meshes (docs/distributed.md)."""
 from __future__ import annotations
 
+from .gather import fold, gather
 from .simulate import simulate
 
-__all__ = ["simulate"]
+__all__ = ["fold", "gather", "simulate"]
