@@ -303,6 +303,12 @@ class ValuesMissingError(ValidationFailedError):
 
 
 # -- replay validation
+class DistributedReplayUnsupportedError(ValidationFailedError):
+    code = "distributed_replay_unsupported"
+    default_remedy = ("Replaying a sharded trace would issue its collectives on one rank alone; check it with "
+                      "tracer.distributed.validate_rank(trace) on each rank.")
+
+
 class ReplayUnavailableError(ValidationFailedError):
     code = "live_calls_missing"
     default_remedy = "Replay needs the live calls of a trace captured in this process; trace the model again."

@@ -278,6 +278,47 @@ def gathered_tp() -> dict:
         "folded_ops": len(folded.ops), "folded_ranks": sorted({o.rank for o in folded.ops}),
     }
 
+
+def validation() -> dict:
+    """validate_rank on the user-collectives capture, on a copy with a gathered slice zeroed, and the refusal of
+    tracer.validate (which would replay collectives on one rank alone)."""
+    import dataclasses
+
+    import tracer
+    import tracer.distributed as td
+    from tracer.errors import DistributedReplayUnsupportedError
+
+    rank, world = _init()
+
+    class Gatherer(nn.Module):
+        def forward(self, x):
+            y = x * 2.0
+            out = torch.empty(world * 4, 8)
+            dist.all_gather_into_tensor(out, y)
+            dist.all_reduce(y)
+            return out + 1.0, y
+
+    torch.manual_seed(rank)
+    t = tracer.trace(Gatherer(), (torch.randn(4, 8),))
+    good = td.validate_rank(t)
+    gathered = next(op.label for op in t.ops if op.kind == "collective" and op.collective.name == "all_gather")
+    bad_values = dict(t.values)
+    bad_values[gathered] = torch.zeros_like(bad_values[gathered])
+    bad = td.validate_rank(dataclasses.replace(t, values=bad_values))
+    shapes = [dataclasses.replace(op, out=dataclasses.replace(op.out, shape=(3, 8))) if op.label == gathered else op
+              for op in t.ops]
+    bad_shape = td.validate_rank(dataclasses.replace(t, ops=tuple(shapes)))
+    try:
+        tracer.validate(t)
+        refused = None
+    except DistributedReplayUnsupportedError as err:
+        refused = {"code": err.code, "site": err.site, "remedy": err.remedy}
+    as_dict = lambda r: {"passed": r.passed, "collectives": r.collectives, "shape_checked": r.shape_checked,
+                         "value_checked": r.value_checked, "not_checked": r.not_checked,
+                         "findings": [[f.label, f.check] for f in r.findings]}
+    return {"rank": rank, "good": as_dict(good), "bad": as_dict(bad), "bad_shape": as_dict(bad_shape),
+            "refused": refused, "gathered": gathered}
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     try:
