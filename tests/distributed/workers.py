@@ -319,6 +319,39 @@ def validation() -> dict:
     return {"rank": rank, "good": as_dict(good), "bad": as_dict(bad), "bad_shape": as_dict(bad_shape),
             "refused": refused, "gathered": gathered}
 
+
+def bench_tp() -> dict:
+    """Timing for tests/bench/bench_distributed.py: bare tensor-parallel forward vs its capture, interleaved."""
+    import time
+
+    import tracer
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rank, world = _init()
+    repeats = int(os.environ.get("TLX_BENCH_REPEATS", "5"))
+    # GPT-2 small's sizes on the Llama architecture: GPT-2's Conv1D layers have no tensor-parallel style in torch
+    config = LlamaConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                         num_key_value_heads=12, vocab_size=50257, max_position_embeddings=1024)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(model, _mesh(world), {k: styles[v]() for k, v in LLAMA_TP_PLAN.items()})
+    ids = torch.arange(128).reshape(1, 128) % 50257
+    runs = {"bare": lambda: model(ids), "capture": lambda: tracer.trace(model, (ids,)),
+            "capture_save_none": lambda: tracer.trace(model, (ids,), capture=tracer.CaptureOptions(save="none"))}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    with torch.no_grad():
+        for fn in runs.values():
+            fn()
+        for _ in range(repeats):
+            for name, fn in runs.items():
+                dist.barrier()
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {"rank": rank, "times": times, "threads": torch.get_num_threads()}
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     try:
