@@ -29,6 +29,6 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Collective", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "ShardLayout", "SourceSite", "TensorMeta",
-    "Trace", "TraceDiff", "TracerError", "compare", "diff", "distributed", "doctor", "explore", "load_diff", "load", "offline_callables",
+    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "offline_callables",
     "summary", "trace", "validate", "__version__",
 ]
