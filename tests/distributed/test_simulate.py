@@ -77,3 +77,18 @@ def test_cli_flags_simulate(tiny_config, capsys):
 
     assert main(["--summary", str(tiny_config), "--tp", "2", "--fsdp", "2"]) == 0
     assert "LlamaForCausalLM" in capsys.readouterr().out
+
+
+def test_plain_traces_keep_their_file_format_and_load(tmp_path):
+    """A trace with no distributed fields writes none of them (files as before them) and loads with defaults."""
+    import torch
+    from torch import nn
+
+    import tracer
+
+    t = tracer.trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),))
+    folder = t.save(tmp_path / "plain")
+    text = (folder / "trace.json").read_text() if (folder / "trace.json").exists() else ""
+    assert text and '"collective"' not in text and '"rank"' not in text
+    loaded = tracer.load(folder)
+    assert all(op.layout is None and op.collective is None and op.rank is None for op in loaded.ops)
