@@ -21,15 +21,15 @@ def _collectives(report: dict) -> list[tuple[str, str]]:
     return [(op["collective"]["name"], op["collective"]["api"]) for op in _ops(report, kind="collective")]
 
 
-def _common(reports: list[dict]) -> None:
-    assert [r["rank"] for r in reports] == [0, 1]
+def _common(reports: list[dict], world: int = 2) -> None:
+    assert [r["rank"] for r in reports] == list(range(world))
     for r in reports:
         assert r["output_equal"], "trace.output differs from the plain distributed forward"
         assert r["roundtrip_equal"] and r["values_plain"]
-        assert r["provenance"]["rank"] == r["rank"] and r["provenance"]["world_size"] == 2
+        assert r["provenance"]["rank"] == r["rank"] and r["provenance"]["world_size"] == world
         assert r["provenance"]["backend"] == "gloo"
         for op in _ops(r, kind="collective"):
-            assert op["collective"]["group"] == [0, 1] and op["collective"]["size"] == 2
+            assert op["collective"]["group"] == list(range(world)) and op["collective"]["size"] == world
             assert op["collective"]["payload_bytes"] > 0 and not op["collective"]["estimated"]
 
 
@@ -49,6 +49,17 @@ def test_mlp_colwise_rowwise(tmp_path):
         assert r["params"]["up.weight"]["local_shape"] == [16, 16]
         assert r["params"]["down.weight"]["placements"] == ["Shard(1)"]
         assert r["params"]["down.bias"]["placements"] == ["Replicate()"] and r["params"]["norm.weight"] is None
+
+
+def test_mlp_colwise_rowwise_four_ranks(tmp_path):
+    reports = run_ranks("mlp_tp", tmp_path, world_size=4)
+    _common(reports, world=4)
+    for r in reports:
+        up, down = _ops(r, func="torch.nn.functional.linear")
+        assert up["shape"] == [4, 8] and up["layout"]["global_shape"] == [4, 32]
+        assert up["layout"]["mesh_ranks"] == [0, 1, 2, 3]
+        (ar,) = _ops(r, kind="collective")
+        assert ar["collective"]["wire_bytes"] == 2 * 3 * 256 // 4  # ring all-reduce: 2 (n - 1) / n x payload
 
 
 def test_mlp_sequence_parallel(tmp_path):
