@@ -352,6 +352,29 @@ def bench_tp() -> dict:
                 times[name].append(time.perf_counter() - start)
     return {"rank": rank, "times": times, "threads": torch.get_num_threads()}
 
+
+def real_tp_for_discharge() -> dict:
+    """A real 2-rank tensor-parallel capture of the config in TLX_CONFIG (input 1x8), saved by rank 0."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from transformers import LlamaForCausalLM
+
+    import tracer
+    from tracer.bridges.transformers import load_config
+
+    rank, world = _init()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(load_config(os.environ["TLX_CONFIG"])).eval()
+    plan = os.environ.get("TLX_PLAN", "tp")
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    if plan == "tp":
+        parallelize_module(model, _mesh(world), {k: styles[v]() for k, v in LLAMA_TP_PLAN.items()})
+    else:  # a different plan: only the MLPs sharded
+        parallelize_module(model, _mesh(world), {k: styles[v]() for k, v in LLAMA_TP_PLAN.items() if ".mlp." in k})
+    t = tracer.trace(model, (torch.zeros(1, 8, dtype=torch.long),))
+    if rank == 0:
+        t.save(Path(sys.argv[2]) / "real")
+    return {"rank": rank, "ops": len(t.ops)}
+
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     try:
