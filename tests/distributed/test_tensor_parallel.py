@@ -112,3 +112,15 @@ def test_untested_setups_refuse_typed_and_leave_the_model_unchanged(tmp_path):
             assert r[name]["code"] == "distributed_capture_unsupported" and r[name]["state"] == state
             assert r[name]["site"] and r[name]["remedy"]
         assert r["forward_unchanged"] and r["hooks_unchanged"]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_ddp_forward_is_captured_and_its_unseen_broadcast_disclosed(tmp_path, monkeypatch, grad):
+    if grad:
+        monkeypatch.setenv("TLX_GRAD", "1")
+    reports = run_ranks("mlp_ddp", tmp_path)
+    _common(reports)
+    for r in reports:
+        assert _collectives(r) == []
+        assert [o["module"] for o in _ops(r, func="torch.nn.functional.linear")] == ["module.0"]
+        assert any("DistributedDataParallel" in w and "_broadcast_coalesced" in w for w in r["warnings"])

@@ -80,6 +80,7 @@ def _report(trace, plain_out) -> dict:
                            and {a: p.layout for a, p in loaded.params.items()}
                            == {a: p.layout for a, p in trace.params.items()},
         "values_plain": all(type(v) is torch.Tensor for v in trace.values.values()),
+        "warnings": list(trace.warnings),
     }
 
 
@@ -374,6 +375,24 @@ def real_tp_for_discharge() -> dict:
     if rank == 0:
         t.save(Path(sys.argv[2]) / "real")
     return {"rank": rank, "ops": len(t.ops)}
+
+
+def mlp_ddp() -> dict:
+    """A plain MLP wrapped in DistributedDataParallel (with a BatchNorm buffer DDP broadcasts), train mode."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, _world = _init()
+    torch.manual_seed(0)
+    inner = nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16), nn.ReLU())
+    model = DistributedDataParallel(inner)
+    torch.manual_seed(1 + rank)
+    x = torch.randn(4, 16)
+    if os.environ.get("TLX_GRAD"):  # grad mode: DDP prepares its reducer and broadcasts buffers
+        import tracer
+
+        plain = model(x)
+        return _report(tracer.trace(model, (x,)), plain)
+    return _capture(model, (x,))
 
 def main() -> None:
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])

@@ -28,6 +28,7 @@ class DistributedGuard(CallGuard):
         self._pending: Collective | None = None
         self._kinds: dict[str, tuple[str, str] | None] = {}
         self._indexed = False
+        self._modules: list = []
         self.simulated = _process_group().get("backend") == "fake"  # a fake mesh moves no bytes: all estimates
         _register_c10d_inplace()
 
@@ -36,6 +37,7 @@ class DistributedGuard(CallGuard):
         self._pending = None
         if not self._indexed:
             self._indexed = True
+            self._modules = session.every
             _index_local_shards(session)
         for a in args:
             if is_dtensor(a):
@@ -95,6 +97,10 @@ class DistributedGuard(CallGuard):
         calls = {}  # one entry per call (a multi-output call shares one Collective)
         for c in self.collectives.values():
             calls[id(c)] = c
+        if any(type(m).__name__ == "DistributedDataParallel" for _a, m in self._modules):
+            findings.warn("DistributedDataParallel: the buffer broadcast its forward may issue goes through "
+                          "torch.distributed._broadcast_coalesced, a C++ binding the capture does not see; it is not "
+                          "recorded as a collective (the gradient all-reduces belong to the backward)")
         findings.add(distributed={
             **_process_group(),
             "meshes": [{"shape": list(s), "dims": list(d), "ranks": list(r)} for s, d, r in sorted(meshes)],
