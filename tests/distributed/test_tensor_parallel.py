@@ -108,7 +108,7 @@ def test_tiny_llama_transformers_tp_plan(tmp_path):
 
 def test_untested_setups_refuse_typed_and_leave_the_model_unchanged(tmp_path):
     for r in run_ranks("refusals", tmp_path):
-        for name, state in (("backward", "backward"), ("structure_only", "DTensor")):
+        for name, state in (("backward", "backward"), ("structure_only", "DTensor"), ("pipeline", "pipeline_parallel")):
             assert r[name]["code"] == "distributed_capture_unsupported" and r[name]["state"] == state
             assert r[name]["site"] and r[name]["remedy"]
         assert r["forward_unchanged"] and r["hooks_unchanged"]

@@ -215,6 +215,14 @@ def refusals() -> dict:
             out[name] = None
         except DistributedCaptureUnsupportedError as err:
             out[name] = {"code": err.code, "site": err.site, "remedy": err.remedy, "state": err.findings["state"]}
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    pipe = pipeline(MLP(), mb_args=(x,), split_spec={"down": SplitPoint.BEGINNING})  # two stages
+    try:
+        tracer.trace(pipe, (x,))
+        out["pipeline"] = None
+    except DistributedCaptureUnsupportedError as err:
+        out["pipeline"] = {"code": err.code, "site": err.site, "remedy": err.remedy, "state": err.findings["state"]}
     with torch.no_grad():
         out["forward_unchanged"] = bool(torch.equal(_plain(model(x)), before))
     out["hooks_unchanged"] = hooks == sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
