@@ -38,6 +38,10 @@ def _main_parser() -> argparse.ArgumentParser:
                    help="print the trace summary and exit (SOURCE: a shipped config name or path, e.g. gpt2)")
     p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
                    help="raise a declared input limit (see docs/security.md), e.g. --limit layers=4096")
+    p.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="a config sharded tensor-parallel over N simulated ranks (weights-free, docs/distributed.md)")
+    p.add_argument("--fsdp", type=int, default=None, metavar="N", help="FSDP over N simulated ranks (with a config)")
+    p.add_argument("--world-size", type=int, default=None, metavar="N", help="simulated world size (default tp x fsdp)")
     return p
 
 
@@ -108,9 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _load(path: str | None, model: str | None, shape_text: str):
-    from .sources import open_source, parse_shape
+def _load(path: str | None, model: str | None, shape_text: str, mesh: argparse.Namespace | None = None):
+    from .sources import Loaded, open_source, parse_shape
 
+    if mesh is not None and (mesh.tp or mesh.fsdp or mesh.world_size):  # a simulated sharded mesh (tracer.distributed)
+        from tracer.distributed import simulate
+
+        source = path or "llama-3.1-8b"
+        tp, fsdp = mesh.tp or 1, mesh.fsdp or 1
+        trace = simulate(source, tp=tp, fsdp=fsdp, world_size=mesh.world_size, input_shape=parse_shape(shape_text))
+        return Loaded(trace=trace, title=f"{source} (tp {tp} x fsdp {fsdp}, simulated rank 0)", origin="config",
+                      source=source, input_shape=parse_shape(shape_text))
     return open_source(path, model, parse_shape(shape_text))
 
 
@@ -124,6 +136,9 @@ def _load_step(ns: argparse.Namespace):
         raise InvalidInputError("--training-step takes a config, not --model", site="--training-step",
                                 remedy="Capture your model with tracer.trace(..., capture=CaptureOptions(backward=True), "
                                        "loss=fn), save it, and open the saved folder.")
+    if ns.tp or ns.fsdp or ns.world_size:
+        raise InvalidInputError("--training-step does not combine with a simulated mesh (--tp/--fsdp/--world-size)",
+                                site="--training-step", remedy="Open the training step and the sharded mesh separately.")
     return open_config(ns.path or DEFAULT_CONFIG, ns.input_shape, training_step=True)
 
 
@@ -154,14 +169,14 @@ def explore(ns: argparse.Namespace) -> int:
 
     set_limits(Limits().with_overrides(ns.limit))
     if ns.summary is not None:
-        loaded = _load(ns.summary or ns.path, ns.model, ns.input_shape)
+        loaded = _load(ns.summary or ns.path, ns.model, ns.input_shape, ns)
         print(loaded.trace.summary())
         return 0
     port = checked_port(ns.port)
     started = time.perf_counter()
     print("torchlens-explore: capturing" + (f" {ns.model or ns.path}" if (ns.model or ns.path) else
                                             " the embedded Llama-3.1-8B-class config (weights-free)") + " ...", flush=True)
-    loaded = _load_step(ns) if ns.training_step else _load(ns.path, ns.model, ns.input_shape)
+    loaded = _load_step(ns) if ns.training_step else _load(ns.path, ns.model, ns.input_shape, ns)
     print(f"torchlens-explore: {loaded.title}: {len(loaded.trace.ops):,} ops, {loaded.trace.ladder_state} "
           f"({time.perf_counter() - started:.1f} s)", flush=True)
     from .explorer import serve

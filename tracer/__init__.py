@@ -5,7 +5,7 @@ Public face: `trace`, `CaptureOptions`, `load`, `summary`, `diff` and `compare` 
 from __future__ import annotations
 
 from .errors import TracerError
-from .ir import Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from .ir import Collective, Edge, ModuleScope, Op, ParamRecord, ShardLayout, SourceSite, TensorMeta, Trace
 from .options import CaptureOptions
 from .provenance import Provenance
 from .compat import doctor
@@ -15,6 +15,7 @@ from .replay.offline import offline_callables
 from .replay.validate import validate
 from .weights_free.summary_entry import summarize_model as summary
 from .frontends import explore
+from . import distributed  # tracer.distributed.simulate / gather / validate_rank (docs/distributed.md)
 
 __version__ = "0.1.0"
 
@@ -27,7 +28,7 @@ def load(path: str) -> Trace:
 
 
 __all__ = [
-    "CaptureOptions", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "SourceSite", "TensorMeta",
+    "CaptureOptions", "Collective", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "ShardLayout", "SourceSite", "TensorMeta",
     "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "offline_callables",
     "summary", "trace", "validate", "__version__",
 ]

@@ -176,6 +176,17 @@ class DistributedCaptureUnsupportedError(AdmissionError):
     default_remedy = "Capture the unsharded model (load it without tp_plan / device_mesh) on one process."
 
 
+class SimulatedMeshError(InvalidInputError):
+    code = "simulated_mesh_invalid"
+    default_remedy = ("Choose tp dividing the attention and key/value head counts, world_size = tp x fsdp, and call "
+                      "tracer.distributed.simulate outside any real process group.")
+
+
+class DistributedGatherError(InvalidInputError):
+    code = "distributed_gather_unavailable"
+    default_remedy = "Call tracer.distributed.gather(trace) on every rank of an initialized process group."
+
+
 class OffloadEvidenceMissingError(AdmissionError):
     code = "meta_parameter_without_offload_hook"
     default_remedy = (
@@ -292,6 +303,12 @@ class ValuesMissingError(ValidationFailedError):
 
 
 # -- replay validation
+class DistributedReplayUnsupportedError(ValidationFailedError):
+    code = "distributed_replay_unsupported"
+    default_remedy = ("Replaying a sharded trace would issue its collectives on one rank alone; check it with "
+                      "tracer.distributed.validate_rank(trace) on each rank.")
+
+
 class ReplayUnavailableError(ValidationFailedError):
     code = "live_calls_missing"
     default_remedy = "Replay needs the live calls of a trace captured in this process; trace the model again."

@@ -16,6 +16,7 @@ from .provenance import Provenance
 INPUT_KIND = "input"
 OUTPUT_KIND = "output"
 CONSTANT_KIND = "constant"
+COLLECTIVE_KIND = "collective"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,39 @@ class SourceSite:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line} in {self.function}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLayout:
+    """How an op's output (a DTensor) lies on a device mesh; the op's `out` is this rank's local shard."""
+
+    global_shape: tuple[int, ...]
+    local_shape: tuple[int, ...]  # this rank's shard
+    placements: tuple[str, ...]  # one per mesh dimension: "Shard(0)", "Replicate()", "Partial(sum)"
+    mesh_shape: tuple[int, ...]
+    mesh_dims: tuple[str, ...] = ()  # the mesh's dimension names ("tp", "dp"), when it has them
+    mesh_ranks: tuple[int, ...] = ()  # every rank of the mesh, row-major
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """The communication an op is: which collective, among which ranks, and the bytes it moves.
+
+    `payload_bytes` is what this rank hands to the collective (its input); `wire_bytes` what a ring
+    algorithm sends from this rank (an estimate: the backend may choose another algorithm).
+    """
+
+    name: str  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast
+    api: str  # "funcol" (torch.distributed._functional_collectives, DTensor) or "c10d" (torch.distributed.*)
+    group: tuple[int, ...]  # global ranks of the process group
+    payload_bytes: int
+    wire_bytes: int
+    reduce_op: str = ""
+    estimated: bool = False  # True when no collective ran (a simulated mesh): every byte is an estimate
+
+    @property
+    def size(self) -> int:
+        return len(self.group)
 
 
 class ModuleStack:
@@ -170,6 +204,10 @@ class Op:
     source: SourceSite | None = None
     io_path: str = ""  # input/output ops: where in the inputs or output object the tensor sits
     attrs: Mapping[str, Any] = field(default_factory=dict)
+    # Distributed captures only (absent from other traces and from files written before them):
+    layout: ShardLayout | None = None  # the output's DTensor layout; `out` is then the local shard
+    collective: Collective | None = None  # set on ops of kind "collective"
+    rank: int | None = None  # the global rank that ran the op (set on a gathered, all-rank trace)
 
     @property
     def module_address(self) -> str:
@@ -188,6 +226,7 @@ class ParamRecord:
     requires_grad: bool
     is_buffer: bool = False
     tied: tuple[str, ...] = ()
+    layout: ShardLayout | None = None  # a DTensor parameter: its mesh and placements; `shape` is the global shape
 
     @property
     def numel(self) -> int:

@@ -47,6 +47,7 @@ class Provenance:
     summary: Mapping[str, Any] | None = None  # tracer.summary: how the capture mode was chosen
     # module address -> the fused kernel the plain forward runs there and capture did not (capture.fast_paths)
     fast_paths: Mapping[str, Any] | None = None
+    distributed: Mapping[str, Any] | None = None  # rank, world size, backend, meshes (tracer.distributed)
 
     def __post_init__(self) -> None:
         for name in _MAPPINGS:  # own plain copies: JSON-shaped, and not shared with the parts that found them
@@ -112,7 +113,7 @@ class Provenance:
 
 
 _NAMES = tuple(f.name for f in fields(Provenance))
-_MAPPINGS = ("options", "admission", "versions", "twin", "witness", "foreign_kernels", "offload", "quantization",
+_MAPPINGS = ("distributed", "options", "admission", "versions", "twin", "witness", "foreign_kernels", "offload", "quantization",
              "text_route", "summary", "fast_paths")
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from .bridges.distributed import refuse_distributed
+from .bridges.distributed import admit_distributed
 from .capture import boundaries
 from .capture.build import build_ops, build_trace, live_calls
 from .capture.exclusive import exclusive_capture
@@ -49,7 +49,8 @@ def trace(
     args_t = _as_args(args)
     kwargs = dict(input_kwargs or {})
     walked = named_modules(model, remove_duplicate=False)  # once per capture: linear at any nesting depth
-    refuse_distributed(model, args_t, kwargs, modules=walked)  # DTensor / tensor-parallel: refused before anything is installed
+    distributed = admit_distributed(model, args_t, kwargs, modules=walked, structure_only=capture.structure_only,
+                                    backward=capture.backward or loss is not None)  # None outside a process group
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
     any_meta = _any_meta(model, args_t, kwargs, walked)
@@ -60,12 +61,12 @@ def trace(
     twin = describe_twin(model, args_t, kwargs, modules=walked)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
     backward = _backward_recorder(capture, loss)
-    session = CaptureSession(model, save_values=save_values, record_source=capture.record_source, guard=guard,
-                             modules=walked)
+    session = CaptureSession(model, save_values=save_values, record_source=capture.record_source,
+                             guard=chain(guard, distributed), modules=walked)
     saving = contextlib.nullcontext()
     if backward is not None:
         backward = backward(session, capture.save_grads, replay=capture.backward_replay)
-        session.guard = chain(guard, backward.guard)
+        session.guard = chain(guard, distributed, backward.guard)
         saving = backward.saving()
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
@@ -73,15 +74,21 @@ def trace(
         output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
     elapsed = time.perf_counter() - started
     ops = build_ops(session)
+    if distributed is not None:  # layouts, local shapes and collectives onto the ops (tracer.distributed)
+        ops = distributed.annotate(ops)
     backward_pass = backward.run(output, loss, ops, model) if backward is not None else None
     findings = Findings()  # every part reports here; the trace is then built once
     calls = scope.report(ops, live_calls(session, ops), findings)  # bridges + witness
     boundaries.report(ops, session, findings)  # foreign-kernel boundary ops
     if session.fast_paths:  # fused kernels the plain forward runs and capture could not (warned in the session)
         findings.add(fast_paths={f["address"]: f for f in session.fast_paths})
+    if distributed is not None:
+        distributed.report(findings)
     provenance = findings.provenance(**_provenance(model, capture, admission, elapsed), twin=twin)
     result = build_trace(session, ops, save=capture.save, provenance=provenance, output=output,
                          warnings=tuple(findings.warnings), calls=calls)
+    if distributed is not None:
+        result = distributed.localize(result, model)  # DTensor parameter layouts; values as local shards
     if guard is not None:  # the evidence envelope is sealed from the built structure (HYPOTHESIS)
         result = result.with_envelope(seal_new_envelope(result))
     if backward_pass is not None:

@@ -20,6 +20,7 @@ import os
 from typing import Any, Iterator, Mapping
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 _Tensor = torch.Tensor
 # A buffer's pre-write value is stored inline up to this many elements.
@@ -247,9 +248,19 @@ def tensor_value(t: torch.Tensor) -> dict[str, Any] | None:
     """A small tensor's value as JSON (None above `INLINE_NUMEL` elements or for odd dtypes)."""
     if t.numel() > INLINE_NUMEL or t.is_complex() or t.dtype in (torch.bfloat16,) or t.device.type == "meta":
         return None
+    if is_traceable_wrapper_subclass(t) or _storage_freed(t):
+        return None  # a DTensor (or another wrapper subclass), or storage freed since (FSDP's resharded parameters)
     flat = t.detach().cpu().reshape(-1)
     data = [v if not isinstance(v, float) or math.isfinite(v) else repr(v) for v in flat.tolist()]
     return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape), "data": data}
+
+
+def _storage_freed(t: torch.Tensor) -> bool:
+    """True when `t` has elements but its storage holds no bytes any more (resized to 0 after the call)."""
+    try:
+        return bool(t.numel()) and not t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested and other storage-less tensors
+        return False
 
 
 # -- the callable ------------------------------------------------------------------------

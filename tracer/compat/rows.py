@@ -26,8 +26,13 @@ T_4BIT = "tests/tracer/test_deploy_quantized.py::test_validation_returns_false_f
 T_LORA = "tests/tracer/test_deploy_quantized.py::test_peft_lora_parity_hierarchy_attribution_and_validation"
 T_DETECT = "tests/tracer/test_doctor.py::test_detectors_fire_on_the_paths_they_name"
 T_MOE = "tests/tracer/test_moe.py::test_router_logits_are_exact_outputs_and_experts_are_attributed"
-T_DTENSOR_MLP = "tests/tracer/test_dtensor.py::test_parallelize_module_mlp_refuses_on_every_rank"
-T_DTENSOR_TP = "tests/tracer/test_dtensor.py::test_tp_plan_auto_llama_is_sharded_matches_and_refuses"
+T_DTENSOR_MLP = "tests/distributed/test_tensor_parallel.py::test_mlp_colwise_rowwise"
+T_DTENSOR_SP = "tests/distributed/test_tensor_parallel.py::test_mlp_sequence_parallel"
+T_DTENSOR_LLAMA = "tests/distributed/test_tensor_parallel.py::test_tiny_llama_tensor_parallel"
+T_DTENSOR_TP = "tests/distributed/test_tensor_parallel.py::test_tiny_llama_transformers_tp_plan"
+T_FSDP = "tests/distributed/test_fsdp.py::test_mlp_fully_shard"
+T_DIST_REFUSE = ("tests/distributed/test_tensor_parallel.py::"
+                 "test_untested_setups_refuse_typed_and_leave_the_model_unchanged")
 T_FOREIGN = "tests/tracer/test_foreign_kernels.py::test_function_is_one_boundary_op_with_its_inputs_outputs_and_name"
 T_FOREIGN_DEP = "tests/tracer/test_foreign_kernels.py::test_perturbation_excuses_exactly_the_declared_edges"
 T_ROUNDTRIP = "tests/tracer/test_foreign_kernels.py::test_round_trip_is_a_boundary_op_never_dropped"
@@ -95,11 +100,13 @@ SERVING = Row(
     "vLLM and SGLang models are out of scope: trace the Hugging Face twin built from the same config",
     tests=(T_DETECT,))
 TENSOR_PARALLEL = Row(
-    "distributed.tensor_parallel", "scope", "error",
-    "DTensor and tensor-parallel models are refused at capture entry (distributed_capture_unsupported), state "
-    "unchanged, on every rank of a 2-process gloo mesh for parallelize_module and tp_plan='auto'; capture the "
-    "unsharded model",
-    tests=(T_DTENSOR_MLP, T_DTENSOR_TP))
+    "distributed.tensor_parallel", "pass", "info",
+    "captured per rank on a real 2-process gloo mesh (parallelize_module colwise/rowwise/sequence parallel on an "
+    "MLP and a tiny Llama, transformers tp_plan='auto', FSDP2 fully_shard): every op on its local shard with the DTensor's mesh, "
+    "placements and global shape, collectives as ops (group, bytes), output bit-equal to the plain distributed "
+    "forward; backward and structure-only captures of a sharded model, and pipeline stages, stay refused "
+    "(distributed_capture_unsupported)",
+    tests=(T_DTENSOR_MLP, T_DTENSOR_SP, T_DTENSOR_LLAMA, T_DTENSOR_TP, T_FSDP, T_DIST_REFUSE))
 MOE = Row(
     "moe.router_logits", "pass", "info",
     "fused MoE experts (3-D gate_up_proj/down_proj) on tiny Mixtral, Qwen2-MoE and OLMoE under eager and sdpa: "
@@ -236,8 +243,8 @@ def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
     found = distributed_findings(model, inputs if isinstance(inputs, tuple) else ())
     if found is None:
         return None
-    return replace(TENSOR_PARALLEL, detail=f"refused: {found['num_dtensors']} DTensors on mesh {found['mesh']}, "
-                                           f"kinds {'/'.join(found['kinds'])}")
+    return replace(TENSOR_PARALLEL, detail=f"captured per rank inside a process group: {found['num_dtensors']} "
+                                           f"DTensors on mesh {found['mesh']}, kinds {'/'.join(found['kinds'])}")
 
 
 def moe_router_logits(model: nn.Module, inputs: Any) -> Row | None:

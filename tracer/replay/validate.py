@@ -26,7 +26,8 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from ..errors import (ReplayMismatchError, ReplayUnavailableError, StructureOnlyValidationError, TraceInvariantError,
+from ..errors import (DistributedReplayUnsupportedError, ReplayMismatchError, ReplayUnavailableError,
+                      StructureOnlyValidationError, TraceInvariantError,
                       TracerError, ValidationFailedError, ValidationScopeError, ValuesMissingError)
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 from .edges import Baseline, call_tensors, check_edges, max_abs, same
@@ -188,6 +189,11 @@ def _admit(trace: Trace, scope: str) -> None:
             "a structure-only trace has no values to replay", site="validate(trace)")
     if not trace.values:
         raise ValuesMissingError("the trace holds no saved values", site="validate(trace)")
+    sharded = next((op for op in trace.ops if op.collective is not None or op.layout is not None), None)
+    if sharded is not None:  # a distributed capture: replay would issue collectives on this rank alone
+        raise DistributedReplayUnsupportedError(
+            f"{sharded.label} is a {'collective' if sharded.collective else 'DTensor op'} of a distributed capture",
+            site=sharded.label)
     calls = any(op.kind not in (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND) for op in trace.ops)
     if calls and not trace.live_calls and not has_call_templates(trace):  # no call at all: nothing to replay
         raise ReplayUnavailableError(

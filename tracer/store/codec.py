@@ -106,9 +106,15 @@ def encode_body(trace: Trace) -> bytes:
                 envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
                 backward=None if trace.backward is None else to_doc(trace.backward))
     try:
-        return _without_gc(_ENCODER.encode, body)
+        raw = _without_gc(_ENCODER.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
+    return raw.replace(_NO_DISTRIBUTED_FIELDS, b"}")  # an op's unset distributed fields take no bytes (defaults on load)
+
+
+# The last three Op fields when unset (tracer.distributed): JSON escapes quotes inside strings, so this
+# byte run can only be an op record's own tail.
+_NO_DISTRIBUTED_FIELDS = b',"layout":null,"collective":null,"rank":null}'
 
 
 def decode_body(raw: bytes, site: str) -> Body:

@@ -1,0 +1,25 @@
+"""[issue 16] Per-rank validation of a distributed trace on a real 2-process gloo mesh.
+
+`tracer.validate` refuses a sharded trace typed (replaying its collectives on one rank would hang);
+`tracer.distributed.validate_rank` checks each collective by its recorded input and output: the
+shape the group size implies, and this rank's slice of an all-gather. A zeroed gathered value and a
+wrong gathered shape each fail on the op that carries them; an all-reduce is reported unchecked.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.distributed.ranks import run_ranks
+
+pytestmark = pytest.mark.slow
+
+
+def test_validate_rank_checks_collectives_and_validate_refuses(tmp_path):
+    for r in run_ranks("validation", tmp_path):
+        good, bad, bad_shape = r["good"], r["bad"], r["bad_shape"]
+        assert good["passed"] and good["collectives"] == 2 and good["shape_checked"] == 2
+        assert good["value_checked"] == 1 and good["not_checked"] == ["collective_2"]  # the all-reduce's sum
+        assert not bad["passed"] and bad["findings"] == [[r["gathered"], "value"]]
+        assert not bad_shape["passed"] and bad_shape["findings"] == [[r["gathered"], "shape"]]
+        assert r["refused"]["code"] == "distributed_replay_unsupported" and r["refused"]["site"] == r["gathered"]
+        assert "validate_rank" in r["refused"]["remedy"]
