@@ -18,7 +18,7 @@ from ..errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
 from .assembly import Assembly
-from .dag import SPACING, DagPlacement, Spacing, place_dag
+from .dag import SPACING, DagPlacement, DagShape, Spacing, dag_shape, place_dag
 from .groups import CANVAS, ROOT, GroupKey, GroupTree
 from .result import Layout
 from .style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, box_width, header_width, shape_text
@@ -64,10 +64,14 @@ class LayoutEngine:
         self.hidden = frozenset(hidden)  # op labels left out; an edge through one joins its neighbours
         self.tree = GroupTree(trace, self.hidden)
         self.cache: dict[tuple, _Sub] = {}
+        self.shapes: dict[tuple, DagShape] = {}  # (item count, edges, ports) -> row order and dummies
+        self.placements: dict[tuple, DagPlacement] = {}  # ... and sizes -> coordinates (identical blocks share one)
         self.lca_edges: dict[GroupKey, list[tuple[object, object]]] = {k: [] for k in self.tree.groups}
         self.edges: list[tuple[str, str, GroupKey, tuple, tuple, int, object, object]] = []
+        self.edges_under: dict[GroupKey, list[int]] = {}  # lowest common group -> its edges' positions in `edges`
         self.io_head = self._io_heads()
         self._header_w: dict[GroupKey, float] = {}
+        self._labels_in: dict[GroupKey, tuple[str, ...]] = {}
         self.in_ports: dict[GroupKey, dict[object, list[object]]] = {}
         self.out_ports: dict[GroupKey, dict[object, list[object]]] = {}
         seen: set[tuple[str, str]] = set()
@@ -81,6 +85,7 @@ class LayoutEngine:
                 i += 1
             lca = cs[i - 1] if i else CANVAS
             self.lca_edges[lca].append((cs[i], ct[i]))
+            self.edges_under.setdefault(lca, []).append(len(self.edges))
             out_key, in_key = self.port_key(ct[i]), self.port_key(cs[i])
             self.edges.append((source, target, lca, cs, ct, i, out_key, in_key))
             for j in range(i, len(cs) - 1):  # frames the edge leaves, innermost last
@@ -122,6 +127,8 @@ class LayoutEngine:
             )
         if len(self.cache) > self.MAX_CACHED:
             self.cache.clear()
+            self.placements.clear()
+            self.shapes.clear()
         canvas = self.sub(CANVAS, exp, fold_repeats, fold_min)
         asm = Assembly(self)
         asm.place(canvas, CANVAS, MARGIN, MARGIN, 0)
@@ -135,6 +142,13 @@ class LayoutEngine:
     def default_expansion(self) -> frozenset[str]:
         """Expand containers down to the outermost repeated blocks (see `default_expansion`)."""
         return _default_expansion(self.trace, self.tree)
+
+    def labels_in(self, key: GroupKey) -> tuple[str, ...]:
+        """Labels of every op inside group `key`, in execution order (cached)."""
+        labels = self._labels_in.get(key)
+        if labels is None:
+            labels = self._labels_in[key] = tuple(op.label for op in self.tree.groups[key].all_ops)
+        return labels
 
     def header_width(self, key: GroupKey) -> float:
         """Width of a frame's header label (cached: routing asks once per edge entering the frame)."""
@@ -206,10 +220,22 @@ class LayoutEngine:
         sizes = [(p.w, p.h) for p in placed]
         in_ports = self._ports(self.in_ports.get(key, {}), index, sizes, pairs, entering=True)
         out_ports = self._ports(self.out_ports.get(key, {}), index, sizes, pairs, entering=False)
-        dag = place_dag(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()), self.spacing)
+        dag = self._place(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()))
         for p, x, y in zip(placed, dag.x0, dag.y0):
             p.x0, p.y0 = x, y
         return _Sub(dag.width, dag.height, placed, index, dag, in_ports, out_ports)
+
+    def _place(self, sizes: list, edges: list, top: frozenset[int], bottom: frozenset[int]) -> DagPlacement:
+        """`place_dag`, computed once per distinct group structure and sizes (repeated blocks share it)."""
+        topo = (len(sizes), tuple(edges), top, bottom)
+        key = (topo, tuple(sizes))
+        dag = self.placements.get(key)
+        if dag is None:
+            shape = self.shapes.get(topo)
+            if shape is None:
+                shape = self.shapes[topo] = dag_shape(len(sizes), edges, top, bottom)
+            dag = self.placements[key] = place_dag(sizes, edges, top, bottom, self.spacing, shape)
+        return dag
 
     def _ports(self, wanted: dict, index: dict, sizes: list, pairs: set, entering: bool) -> dict[object, int]:
         ports: dict[object, int] = {}
