@@ -45,31 +45,35 @@ def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]
             w = parent[w]
         return w
 
+    from_get, to_get = by_from.get, by_to.get
     for r in routes:
         x = r.start[0]
+        source, target = r.source, r.target
         pieces: list[tuple[int, float, float]] = []
         for channel, nx in r.moves:
-            if nx - x > MIN_RUN or x - nx > MIN_RUN:
-                kf, kt = (channel, r.source, x), (channel, r.target, nx)
-                wf, wt = by_from.get(kf), by_to.get(kt)
-                if wf is None and wt is None:
-                    w = len(parent)
-                    parent.append(w)
-                    channel_of.append(channel)
-                    lo.append(x)
-                    hi.append(x)
-                    by_from[kf] = by_to[kt] = w
+            d = nx - x
+            if d > MIN_RUN or d < -MIN_RUN:
+                kf, kt = (channel, source, x), (channel, target, nx)
+                wf, wt = from_get(kf), to_get(kt)
+                if wf is None:
+                    if wt is None:
+                        w = len(parent)
+                        parent.append(w)
+                        channel_of.append(channel)
+                        lo.append(x)
+                        hi.append(x)
+                        by_to[kt] = w
+                    else:
+                        w = wt
+                    by_from[kf] = w
                 elif wt is None:
                     w = wf
                     by_to[kt] = w
-                elif wf is None:
-                    w = wt
-                    by_from[kf] = w
                 else:
                     w, other = root(wf), root(wt)
                     if other != w:
                         parent[other] = w
-                a, b = (x, nx) if x < nx else (nx, x)
+                a, b = (x, nx) if d > 0 else (nx, x)
                 if a < lo[w]:
                     lo[w] = a
                 if b > hi[w]:
@@ -119,8 +123,7 @@ def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]
         pts = [r.start]
         for w, xa, xb in pieces:
             y = y_of[w]
-            pts.append((xa, y))
-            pts.append((xb, y))
+            pts += ((xa, y), (xb, y))
         pts.append((x, r.end_y))
         edges.append(LayoutEdge(r.source, r.target, tuple(pts), r.back_edge))
     return edges

@@ -73,8 +73,17 @@ def test_overlay_colours_on_the_canvas_match_the_python_overlay(browser, gpt2):
         want = scale.color(values.get(node_id))
         assert all(abs(a - b) <= 1 for a, b in zip(_rgb(fill), _rgb(want))), (node_id, fill, want)
     assert len(set(drawn.values())) >= 3
+    # every edge drawn is the layout's polyline rounded to whole units (repeated points left out)
+    lines = page.eval_on_selector_all("polyline", "els => els.map(e => e.getAttribute('points'))")
+    want = [_dedup([(round(x), round(y)) for x, y in e.points]) for e in layout.edges]
+    got = [_dedup([tuple(int(v) for v in p.split(",")) for p in line.split()]) for line in lines]
+    assert got == want
     assert not seen["errors"]
     page.close()
+
+
+def _dedup(points: list) -> list:
+    return [p for i, p in enumerate(points) if i == 0 or p != points[i - 1]]
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
