@@ -77,10 +77,13 @@ def export_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     report(0.1, "reading the trace")
     trace = tracer.load(str(folder))
     report(0.4, f"writing {path.name}")
-    if kind == "model-explorer":
-        from exporters.model_explorer import export
+    if kind == "model-explorer":  # the graph and one node-data file per overlay the trace offers, beside it
+        from exporters import overlays
+        from exporters.model_explorer import export, export_node_data
 
-        return {"path": str(export(trace, path))}
+        written = export(trace, path)
+        data = export_node_data(trace, written, tuple(overlays.available(trace)))
+        return {"path": str(written), "node_data": [str(p) for p in data.values()]}
     from exporters.figures import export_png, export_svg
 
     write = {"svg": export_svg, "png": export_png}[kind]
