@@ -85,9 +85,12 @@ def export_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
         data = export_node_data(trace, written, tuple(overlays.available(trace)))
         return {"path": str(written), "node_data": [str(p) for p in data.values()]}
     from exporters.figures import export_png, export_svg
+    from exporters.layout import LayoutEngine
 
     write = {"svg": export_svg, "png": export_png}[kind]
-    return {"path": str(write(trace, path, expanded=request["expanded"], fold_repeats=request["fold_repeats"]))}
+    # the view as the app draws it: every op shown, the screen's spacing, the same expansion and folding
+    return {"path": str(write(trace, path, expanded=request["expanded"], fold_repeats=request["fold_repeats"],
+                              hide=(), engine=LayoutEngine(trace)))}
 
 
 def zip_folder(folder: Path, path: Path) -> Path:

@@ -51,3 +51,27 @@ def test_app_handoff_matches_the_python_api(which, request, tmp_path):
     if which == "default_loaded":  # the 8B: 32 layers x (key, value)
         assert len(cache) == 64 and {n["namespace"] for n in cache} == {"cache (64 outputs)"}
         assert [trace[n["id"]].io_path for n in outputs if not n["namespace"]] == ["logits"]
+
+
+def test_app_figure_export_draws_the_current_view(gpt2_loaded, tmp_path):
+    """The Export panel's SVG (written in the worker) has the current view's boxes, frames and edges, placed as on screen."""
+    import xml.etree.ElementTree as ET
+
+    from app.state import ExplorerState
+    from app.views.export import export_isolated
+
+    state = ExplorerState(gpt2_loaded)
+    state.expand_to("transformer.h.0.attn", include_self=True)
+    state.relayout()
+    view = state.layout
+    assert "transformer.h.0.attn" in view.expanded and any(n.label.startswith("unsqueeze") for n in view.nodes)
+    root = ET.parse(export_isolated(state, tmp_path / "view.svg", "svg")).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    nodes = {g.get("data-id"): g.find(f"{ns}rect") for g in root.iter(f"{ns}g") if g.get("class") == "node"}
+    assert set(nodes) == {n.id for n in view.nodes}
+    for n in view.nodes:
+        assert float(nodes[n.id].get("x")) == pytest.approx(n.x - n.width / 2, abs=0.06), n.id
+        assert float(nodes[n.id].get("y")) == pytest.approx(n.y - n.height / 2, abs=0.06), n.id
+    frames = [g.get("data-address") for g in root.iter(f"{ns}g") if g.get("class") == "frame"]
+    assert frames == [f.address for f in view.frames]
+    assert len([p for p in root.iter(f"{ns}polyline") if p.get("class") == "edge"]) == len(view.edges)
