@@ -58,8 +58,10 @@ class LayoutEngine:
 
     MAX_CACHED = 20_000  # sub-layouts kept before the cache starts over
 
-    def __init__(self, trace: Trace, hidden: Iterable[str] = (), spacing: Spacing = SPACING) -> None:
+    def __init__(self, trace: Trace, hidden: Iterable[str] = (), spacing: Spacing = SPACING,
+                 transposed: bool = False) -> None:
         self.trace = trace
+        self.transposed = transposed  # boxes laid out with width and height swapped (see `direction.transpose`)
         self.spacing = spacing  # gaps between boxes and rows (`dag.COMPACT` for print)
         self.hidden = frozenset(hidden)  # op labels left out; an edge through one joins its neighbours
         self.tree = GroupTree(trace, self.hidden)
@@ -194,7 +196,7 @@ class LayoutEngine:
                     index[label] = len(placed)
                 if len(run) >= IO_FOLD_MIN:
                     text = self.io_group_label(run)
-                    placed.append(_Placed("iogroup", tuple(run), 0, 0, box_width(text), OP_H))
+                    placed.append(_Placed("iogroup", tuple(run), 0, 0, *self._box(box_width(text), OP_H)))
                 else:
                     placed.append(self._op_item(item))
                     run = [item]
@@ -205,7 +207,7 @@ class LayoutEngine:
                 label = self.fold_label(run)
                 for member in run:
                     index[member] = len(placed)
-                placed.append(_Placed("folded", tuple(run), 0, 0, box_width(label, 24), FOLDED_H))
+                placed.append(_Placed("folded", tuple(run), 0, 0, *self._box(box_width(label, 24), FOLDED_H)))
                 i += len(run)
                 continue
             index[item] = len(placed)
@@ -214,7 +216,7 @@ class LayoutEngine:
                 w = max(child.width, self.header_width(item)) + 2 * FRAME_PAD
                 placed.append(_Placed("frame", item, 0, 0, w, child.height + FRAME_HEADER + FRAME_PAD, child))
             else:
-                placed.append(_Placed("module", item, 0, 0, box_width(self.module_label(item), 20), MODULE_H))
+                placed.append(_Placed("module", item, 0, 0, *self._box(box_width(self.module_label(item), 20), MODULE_H)))
             i += 1
         pairs = {(index[a], index[b]) for a, b in self.lca_edges[key] if index[a] < index[b]}
         sizes = [(p.w, p.h) for p in placed]
@@ -278,7 +280,11 @@ class LayoutEngine:
     def _op_item(self, label: str) -> _Placed:
         op = self.trace[label]
         kind = "io" if op.kind in (INPUT_KIND, OUTPUT_KIND) else "op"
-        return _Placed(kind, label, 0, 0, box_width(self.op_text(label)), OP_H)
+        return _Placed(kind, label, 0, 0, *self._box(box_width(self.op_text(label)), OP_H))
+
+    def _box(self, w: float, h: float) -> tuple[float, float]:
+        """A box's size in layout axes: swapped when the layout will be turned on its side."""
+        return (h, w) if self.transposed else (w, h)
 
     # -- text ---------------------------------------------------------------
     def op_text(self, label: str) -> str:
