@@ -181,23 +181,25 @@ def _ranges(ids: Iterable[int]) -> list[list[int]]:
 
 def _where(views: list[dict[str, Any]], n_ops: int) -> list[list]:
     """For each op, [view, node id]: a view where it is its own box, else the one drawing it in the innermost module."""
-    best: list[tuple] = [(-1, 0, 0, 0, "")] * n_ops
+    rank: list[tuple] = [(-1, 0, 0)] * n_ops  # (own box 2 / inside a box 1, module depth, -boxes in the view)
+    where: list[list] = [[0, ""]] * n_ops
     for vi, view in enumerate(views):
         size = -len(view["nodes"])
         for n in view["nodes"]:
             if n[1] in ("op", "io") and not n[9]:
                 i = view["index"].get(n[0])
-                if i is not None and (2, 99, size) > best[i][:3]:
-                    best[i] = (2, 99, size, vi, n[0])
+                if i is not None and (2, 99, size) > rank[i]:
+                    rank[i], where[i] = (2, 99, size), [vi, n[0]]
                 continue
-            depth = n[7].count(".") + 1 if n[7] else 0
+            key = (1, n[7].count(".") + 1 if n[7] else 0, size)
+            hit = [vi, n[0]]
             for first, last in n[9]:
                 for i in range(first, last + 1):
-                    if (1, depth, size) > best[i][:3]:
-                        best[i] = (1, depth, size, vi, n[0])
+                    if key > rank[i]:
+                        rank[i], where[i] = key, hit
     for view in views:
         del view["index"]
-    return [[b[3], b[4]] if b[0] >= 0 else [0, ""] for b in best]
+    return [list(w) for w in where]
 
 
 def _overlays(trace: Trace, user: Mapping[str, float] | None) -> list[dict[str, Any]]:
