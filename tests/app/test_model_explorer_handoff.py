@@ -44,8 +44,9 @@ def test_app_handoff_matches_the_python_api(which, request, tmp_path):
         assert set(data) == {graph["id"]} and set(data[graph["id"]]["results"]) <= ids, metric
     # layers carry their module's class; outputs sharing a name (a KV cache) lie in one layer
     layers = graph["groupNodeAttributes"]
-    modules = [attrs for ns, attrs in layers.items() if ns and attrs.get("module")]
-    assert modules and all(a["class"] == trace.modules[a["module"].split(":")[0]].class_name for a in modules)
+    modules = [(ns, attrs) for ns, attrs in layers.items() if ns and attrs.get("module")]
+    assert modules and all(a["class"] == trace.modules[a["module"].split(":")[0]].class_name for _, a in modules)
+    assert all(ns.endswith(f" ({a['class']})") for ns, a in modules)  # each layer is named with its class
     outputs = [n for n in graph["nodes"] if n["attrs"][0]["value"] == "output"]
     cache = [n for n in outputs if n["namespace"].startswith("cache (")]
     if which == "default_loaded":  # the 8B: 32 layers x (key, value)
