@@ -4,7 +4,7 @@
     torchlens-explore PATH                    a saved trace (folder, trace.json or .zip) or a config JSON
     torchlens-explore --model pkg.mod:factory --input-shape 1,8
     torchlens-explore --summary [gpt2]        print the trace summary and exit
-    torchlens-explore snapshot PATH --out fig.svg [--width column|page|IN] [--hide FAMILY] [--no-caption]
+    torchlens-explore snapshot PATH --out fig.svg [--width column|page|IN] [--hide FAMILY] [--no-caption] [--direction TB|LR]
     torchlens-explore diff A B [--rtol R] [--json] [--save d.json]   compare two traces (app.diff_cli)
     torchlens-explore snapshot --diff A B --out fig.svg              the diff as a figure coloured by divergence
 """
@@ -65,6 +65,8 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     p.add_argument("--caption", default=None, metavar="TEXT", help="caption text (default: the ladder state, weights-free only)")
     p.add_argument("--no-caption", action="store_true", help="no caption")
     p.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
+    p.add_argument("--direction", choices=("TB", "LR"), default="TB",
+                   help="TB: top to bottom (default); LR: left to right, frame headers up their left side")
     from exporters.figures import add_overlay_arguments
 
     add_overlay_arguments(p)
@@ -232,11 +234,12 @@ def snapshot(ns: argparse.Namespace) -> int:
     figures.paper_width(ns.width)  # refuse a bad width before the capture
     loaded = _load(ns.path, ns.model, ns.input_shape)
     captured = time.perf_counter()
-    engine = LayoutEngine(loaded.trace, hidden_ops(loaded.trace, hide), COMPACT)
+    engine = LayoutEngine(loaded.trace, hidden_ops(loaded.trace, hide), COMPACT, transposed=ns.direction == "LR")
     expanded = engine.default_expansion() | set(ns.expand or ())
     caption = False if ns.no_caption else ns.caption
     scene = figures.build_scene(loaded.trace, expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide,
-                                engine=engine, **figures.snapshot_overlay_options(loaded.trace, ns.overlay,
+                                engine=engine, direction=ns.direction,
+                                **figures.snapshot_overlay_options(loaded.trace, ns.overlay,
                                                                                    ns.overlay_scale, ns.rollup))
     size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
     written = figures.write_scene(scene, out, size, fmt, ns.dpi)

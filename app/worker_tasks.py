@@ -77,14 +77,22 @@ def export_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     report(0.1, "reading the trace")
     trace = tracer.load(str(folder))
     report(0.4, f"writing {path.name}")
-    if kind == "model-explorer":  # with its backward graph beside the forward when the trace has one
+    if kind == "model-explorer":  # the graph (with the backward beside it when the trace has one) and one
+        # node-data file per overlay the trace offers, beside it
+        from exporters import overlays
+        from exporters.model_explorer import export_node_data
         from exporters.model_explorer.backward import export_graphs
 
-        return {"path": str(export_graphs(trace, path))}
+        written = export_graphs(trace, path)
+        data = export_node_data(trace, written, tuple(overlays.available(trace)))
+        return {"path": str(written), "node_data": [str(p) for p in data.values()]}
     from exporters.figures import export_png, export_svg
+    from exporters.layout import LayoutEngine
 
     write = {"svg": export_svg, "png": export_png}[kind]
-    return {"path": str(write(trace, path, expanded=request["expanded"], fold_repeats=request["fold_repeats"]))}
+    # the view as the app draws it: every op shown, the screen's spacing, the same expansion and folding
+    return {"path": str(write(trace, path, expanded=request["expanded"], fold_repeats=request["fold_repeats"],
+                              hide=(), engine=LayoutEngine(trace)))}
 
 
 def zip_folder(folder: Path, path: Path) -> Path:

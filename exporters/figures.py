@@ -20,6 +20,7 @@ from tracer.ir import Trace
 from . import overlays
 from .layout import Layout, LayoutEngine
 from .layout.dag import COMPACT
+from .layout.direction import DIRECTIONS, transpose
 from .layout.hiding import PLUMBING, hidden_ops
 from .layout.style import (BACK_EDGE, EDGE, FONT_FAMILY, FONT_SIZE, FRAME_HEADER, edge_colors, fill_color, fit_text,
                            ladder_caption, op_family, text_width)
@@ -45,6 +46,7 @@ class Scene:
     caption: str | None
     caption_lines: tuple[str, ...] = ()
     legend: dict | None = None  # `exporters.overlays.legend` of the overlay drawn, if any
+    direction: str = "TB"  # "LR": left to right, frame headers run up their left side
 
     @property
     def width(self) -> float:
@@ -110,15 +112,22 @@ def build_scene(
     trace: Trace, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
     caption: str | bool | None = None, hide: Iterable[str] = PLUMBING, engine: LayoutEngine | None = None,
     overlay: str | Mapping[str, float] | None = None, overlay_scale: str = "linear", rollup: str = "sum",
+    direction: str = "TB",
 ) -> Scene:
     """The figure of `trace`: `expanded` defaults to `default_expansion`; `hide` names op families
     left out (see `exporters.layout.hiding`; () keeps every op); caption None = the ladder state for
     weights-free traces only, True = always, False = never, a string = that text; `overlay` (a name
     from `exporters.overlays` or `{op label or module path: number}`) fills boxes by value, with a legend."""
+    if direction not in DIRECTIONS:
+        raise FigureOptionsError(f"direction {direction!r} is not one of {DIRECTIONS}", site="exporters.figures direction",
+                                 direction=direction)
     hidden = hidden_ops(trace, hide)
-    if engine is None or engine.trace is not trace or engine.hidden != hidden:
-        engine = LayoutEngine(trace, hidden, COMPACT)
+    sideways = direction == "LR"
+    if engine is None or engine.trace is not trace or engine.hidden != hidden or engine.transposed != sideways:
+        engine = LayoutEngine(trace, hidden, COMPACT, transposed=sideways)
     layout = engine.layout(expanded, fold_repeats=fold_repeats)
+    if sideways:
+        layout = transpose(layout)
     fills = {}
     for n in layout.nodes:
         family = op_family(trace[n.op_label]) if n.kind == "op" and n.op_label else None
@@ -135,7 +144,7 @@ def build_scene(
     else:
         text = str(caption)
     lines = wrap_text(text, layout.width - 2 * CAPTION_GAP) if text else ()
-    return Scene(layout, fills, text, lines, key)
+    return Scene(layout, fills, text, lines, key, direction)
 
 
 def overlay_fills(trace: Trace, layout: Layout, overlay: str | Mapping[str, float], scale: str = "linear",
@@ -201,11 +210,17 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
     ]
     lay = scene.layout
     for f in lay.frames:
+        if scene.direction == "LR":  # the header runs up the frame's left strip, ending near its top
+            hx, hy = f.x0 + FRAME_HEADER - 5, f.y0 + 6
+            header = (f'<text x="{hx:.1f}" y="{hy:.1f}" transform="rotate(-90 {hx:.1f} {hy:.1f})" '
+                      f'text-anchor="end" font-weight="bold" fill="#334">{escape(f.label)}</text>')
+        else:
+            header = (f'<text x="{f.x0 + 6:.1f}" y="{f.y0 + FRAME_HEADER - 5:.1f}" font-weight="bold" '
+                      f'fill="#334">{escape(f.label)}</text>')
         out.append(
             f'<g class="frame" data-address="{escape(f.address)}"><rect x="{f.x0:.1f}" y="{f.y0:.1f}" '
             f'width="{f.x1 - f.x0:.1f}" height="{f.y1 - f.y0:.1f}" rx="6" fill="{FRAME_FILLS[f.depth % 4]}" '
-            f'stroke="#9aa7b8" stroke-width="0.8"/><text x="{f.x0 + 6:.1f}" y="{f.y0 + FRAME_HEADER - 5:.1f}" '
-            f'font-weight="bold" fill="#334">{escape(f.label)}</text></g>'
+            f'stroke="#9aa7b8" stroke-width="0.8"/>{header}</g>'
         )
     for e, color in zip(lay.edges, edge_colors(lay.edges)):
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
@@ -297,10 +312,12 @@ def export_svg(
     trace: Trace, path, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False,
     width_in: str | float = COLUMN_IN, caption: str | bool | None = None, hide: Iterable[str] = PLUMBING,
     max_height_in: float | None = None, font_pt: float | None = FONT_PT, engine: LayoutEngine | None = None,
+    direction: str = "TB",
 ) -> Path:
     """Write the figure of `trace` as an SVG at most `width_in` wide ("column", "page" or inches) with
     labels at `font_pt` (see `figure_size`); returns the path. Other options as in `build_scene`."""
-    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine)
+    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine,
+                        direction=direction)
     return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "svg")
 
 
@@ -339,7 +356,10 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
     for f in lay.frames:
         d.rounded_rectangle([p(f.x0, f.y0), p(f.x1, f.y1)], radius=6 * k, fill=FRAME_FILLS[f.depth % 4],
                             outline="#9aa7b8", width=line)
-        d.text(p(f.x0 + 6, f.y0 + FRAME_HEADER - 5), f.label, fill="#334", font=bold, anchor="ls")
+        if scene.direction == "LR":
+            _text_up(img, p(f.x0 + FRAME_HEADER - 5, f.y0 + 6), f.label, bold, "#334")
+        else:
+            d.text(p(f.x0 + 6, f.y0 + FRAME_HEADER - 5), f.label, fill="#334", font=bold, anchor="ls")
     for e, color in zip(lay.edges, edge_colors(lay.edges)):
         pts = [p(x, y) for x, y in e.points]
         d.line(pts, fill=color, width=line, joint="curve")
@@ -359,14 +379,27 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
     return img.resize((target_w, target_h), Image.LANCZOS)
 
 
+def _text_up(img, end: tuple[float, float], text: str, font, fill: str) -> None:
+    """`text` rotated to read bottom to top, its baseline at x = end[0] and its last letter at y = end[1]."""
+    from PIL import Image, ImageDraw
+
+    left, top, right, bottom = font.getbbox(text, anchor="ls")
+    tile = Image.new("RGBA", (max(1, right - left + 2), max(1, bottom - top + 2)), (0, 0, 0, 0))
+    ImageDraw.Draw(tile).text((1 - left, 1 - top), text, fill=fill, font=font, anchor="ls")
+    up = tile.rotate(90, expand=True)  # counter-clockwise: the baseline becomes the column x = 1 - top
+    img.paste(up, (round(end[0] - (1 - top)), round(end[1])), up)
+
+
 def export_png(
     trace: Trace, path, *, expanded: Iterable[str] | None = None, fold_repeats: bool = False, dpi: int = 300,
     width_in: str | float = COLUMN_IN, caption: str | bool | None = None, hide: Iterable[str] = PLUMBING,
     max_height_in: float | None = None, font_pt: float | None = FONT_PT, engine: LayoutEngine | None = None,
+    direction: str = "TB",
 ) -> Path:
     """Write the figure of `trace` as a PNG at `dpi` (recorded in the file), sized as `export_svg`."""
     _check_dpi(dpi)
-    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine)
+    scene = build_scene(trace, expanded=expanded, fold_repeats=fold_repeats, caption=caption, hide=hide, engine=engine,
+                        direction=direction)
     return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "png", dpi)
 
 

@@ -49,11 +49,22 @@ def zip_trace(trace: Any, path: str | Path) -> Path:
 def export_isolated(state: ExplorerState, path: Path, kind: str) -> Path:
     """Write export `kind` ("svg", "png", "zip", "model-explorer") of the session's current view to
     `path` in a worker process; returns the path (refusals typed)."""
+    return Path(_export_in_worker(state, path, kind)["path"])
+
+
+def model_explorer_isolated(state: ExplorerState, path: Path) -> tuple[Path, list[Path]]:
+    """The Model Explorer hand-off written in a worker: the graph at `path` and one node-data file per
+    overlay the trace offers (what `exporters.model_explorer.export` and `export_node_data` write)."""
+    result = _export_in_worker(state, path, "model-explorer")
+    return Path(result["path"]), [Path(p) for p in result["node_data"]]
+
+
+def _export_in_worker(state: ExplorerState, path: Path, kind: str) -> dict:
     from ..worker import run_task, saved_copy
 
     request = {"kind": kind, "path": str(path), "trace": str(saved_copy(state.trace)),
                "expanded": sorted(state.expanded or ()), "fold_repeats": bool(state.fold_repeats)}
-    return Path(run_task("export", request, lambda _f, _t: None, site=f"export {path.name}")["path"])
+    return run_task("export", request, lambda _f, _t: None, site=f"export {path.name}")
 
 
 class ExportPanel(pn.viewable.Viewer):
@@ -112,8 +123,8 @@ class ExportPanel(pn.viewable.Viewer):
         def work() -> Any:
             from exporters.model_explorer.server import serve
 
-            path = export_isolated(self.state, tempdirs.inside(self.workdir, "graph.model-explorer.json"), "model-explorer")
-            return serve(path)
+            graph, node_data = model_explorer_isolated(self.state, tempdirs.inside(self.workdir, "graph.model-explorer.json"))
+            return serve(graph, node_data=node_data)  # every overlay, as the Python API passes them
 
         def done(server: Any) -> None:
             self.server = server

@@ -27,8 +27,8 @@ def page_data(trace: Trace, *, overlay: Mapping[str, float] | None = None, title
     engine = LayoutEngine(trace)
     labels = [op.label for op in trace.ops]
     index = {label: i for i, label in enumerate(labels)}
-    views = [engine.layout(exp) for exp in view_expansions(engine)]
-    drawn = [_view(lay, index, trace) for lay in views]
+    covered: dict[str, list[list[int]]] = {}
+    drawn = [_view(engine.layout(exp), index, trace, covered) for exp in view_expansions(engine)]
     return {
         "title": title or trace.model_class,
         "model_class": trace.model_class,
@@ -102,23 +102,65 @@ def _modules(trace: Trace) -> dict[str, list]:
     return {a: [s.class_name, counts.get(a, 0), len(s.calls), list(s.params)[:50]] for a, s in trace.modules.items()}
 
 
-def _view(lay: Layout, index: dict[str, int], trace: Trace) -> dict[str, Any]:
-    inside: dict[str, list[int]] = {}
-    for label, node_id in lay.visible.items():
-        if node_id != label:
-            inside.setdefault(node_id, []).append(index[label])
+def _view(lay: Layout, index: dict[str, int], trace: Trace, covered: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """One view's boxes, frames and edges; `covered` caches each box id's op ranges across views (a
+    collapsed module or a group of outputs holds the same ops in every view that draws it)."""
+    if any(n.id not in covered for n in lay.nodes):
+        inside: dict[str, list[int]] = {}
+        for label, node_id in lay.visible.items():
+            if node_id != label and node_id not in covered:
+                inside.setdefault(node_id, []).append(index[label])
+        for n in lay.nodes:
+            if n.id not in covered:
+                covered[n.id] = _ranges(inside.get(n.id, []))
     nodes = []
     for n in lay.nodes:
         fill = fill_color(n.kind, op_family(trace[n.op_label]) if n.kind == "op" and n.op_label else None)
         nodes.append([n.id, n.kind, n.label, _r(n.x), _r(n.y), _r(n.width), _r(n.height), n.module or "", n.repeat,
-                      _ranges(inside.get(n.id, [])), fill, list(n.members)])
+                      covered[n.id], fill, list(n.members)])
     colors = {c: i for i, c in enumerate(EDGE_COLORS)}
-    edges = [[e.source, e.target, [round(v) for p in e.points for v in p], colors.get(c, 0)]
+    edges = [[e.source, e.target, orthogonal_points(e.points), colors.get(c, 0)]
              for e, c in zip(lay.edges, edge_colors(lay.edges))]
     frames = [[f.address, f.label, f.depth, _r(f.x0), _r(f.y0), _r(f.x1), _r(f.y1), f.call] for f in lay.frames]
     own = {n.id: index[n.id] for n in lay.nodes if n.kind in ("op", "io") and n.id in index}
     return {"expanded": sorted(lay.expanded), "w": _r(lay.width), "h": _r(lay.height), "nodes": nodes,
             "frames": frames, "edges": edges, "index": own}
+
+
+def orthogonal_points(points: Iterable[tuple[float, float]]) -> list[int]:
+    """An edge's polyline rounded to whole units as `[x0, y0, y1, x1, y2, x2, ...]`: after the start,
+    values set y and x in turn (down, across, down, ...), as a layout edge runs; a step across where
+    one down is due is written as a zero-length step down first, a repeated point is left out."""
+    it = iter(points)
+    x, y = next(it)
+    x, y = round(x), round(y)
+    out = [x, y]
+    vertical = True
+    for px, py in it:
+        px, py = round(px), round(py)
+        if vertical:
+            if px == x:
+                if py != y:
+                    out.append(py)
+                    y, vertical = py, False
+                continue
+            if py == y:  # across where down is due: a zero-length step down first
+                out += (y, px)
+            else:  # a diagonal (never made by routing) becomes an L
+                out += (py, px)
+            x, y = px, py
+        else:
+            if py == y:
+                if px != x:
+                    out.append(px)
+                    x, vertical = px, True
+                continue
+            if px == x:
+                out += (x, py)
+            else:
+                out += (px, py)
+            x, y = px, py
+    return out
 
 
 def _r(v: float) -> float:
@@ -139,23 +181,25 @@ def _ranges(ids: Iterable[int]) -> list[list[int]]:
 
 def _where(views: list[dict[str, Any]], n_ops: int) -> list[list]:
     """For each op, [view, node id]: a view where it is its own box, else the one drawing it in the innermost module."""
-    best: list[tuple] = [(-1, 0, 0, 0, "")] * n_ops
+    rank: list[tuple] = [(-1, 0, 0)] * n_ops  # (own box 2 / inside a box 1, module depth, -boxes in the view)
+    where: list[list] = [[0, ""]] * n_ops
     for vi, view in enumerate(views):
         size = -len(view["nodes"])
         for n in view["nodes"]:
             if n[1] in ("op", "io") and not n[9]:
                 i = view["index"].get(n[0])
-                if i is not None and (2, 99, size) > best[i][:3]:
-                    best[i] = (2, 99, size, vi, n[0])
+                if i is not None and (2, 99, size) > rank[i]:
+                    rank[i], where[i] = (2, 99, size), [vi, n[0]]
                 continue
-            depth = n[7].count(".") + 1 if n[7] else 0
+            key = (1, n[7].count(".") + 1 if n[7] else 0, size)
+            hit = [vi, n[0]]
             for first, last in n[9]:
                 for i in range(first, last + 1):
-                    if (1, depth, size) > best[i][:3]:
-                        best[i] = (1, depth, size, vi, n[0])
+                    if key > rank[i]:
+                        rank[i], where[i] = key, hit
     for view in views:
         del view["index"]
-    return [[b[3], b[4]] if b[0] >= 0 else [0, ""] for b in best]
+    return [list(w) for w in where]
 
 
 def _overlays(trace: Trace, user: Mapping[str, float] | None) -> list[dict[str, Any]]:

@@ -146,7 +146,8 @@
       g.append(t); vp.append(g);
     }
     for (const e of view.edges) {
-      const p = e[2], pts = []; for (let i = 0; i < p.length; i += 2) pts.push(p[i] + "," + p[i + 1]);
+      const p = e[2]; let x = p[0], y = p[1]; const pts = [x + "," + y];  // then y, x, y, ... in turn
+      for (let i = 2; i < p.length; i++) { if (i % 2) x = p[i]; else y = p[i]; pts.push(x + "," + y); }
       vp.append(sv("polyline", {points: pts.join(" "), fill: "none", stroke: D.edge_colors[e[3]], "stroke-width": 1, "stroke-dasharray": e[3] === 1 ? "3 2" : "", "marker-end": `url(#arr${e[3]})`}));
     }
     for (const n of view.nodes) {

@@ -69,8 +69,7 @@ class Assembly:
 
     def _cover(self, node_id: str, keys: list[GroupKey]) -> None:
         for k in keys:
-            for op in self.eng.tree.groups[k].all_ops:
-                self.visible[op.label] = node_id
+            self.visible.update(dict.fromkeys(self.eng.labels_in(k), node_id))
 
     # -- routing -----------------------------------------------------------------
     def route(self) -> tuple[LayoutEdge, ...]:
@@ -78,7 +77,12 @@ class Assembly:
         dummy's column; into a frame through its entry port, out through its exit port."""
         routes: list[Route] = []
         seen: set[tuple[str, str]] = set()
-        for src, dst, lca, cs, ct, i, out_key, in_key in self.eng.edges:
+        under = self.eng.edges_under
+        # an edge whose lowest common group is not placed lies inside one drawn box: only the others, in order
+        drawn = sorted(k for g in self.where for k in under.get(g, ()))
+        edges = self.eng.edges
+        for k in drawn:
+            src, dst, lca, cs, ct, i, out_key, in_key = edges[k]
             s, t = self.visible.get(src), self.visible.get(dst)
             if s is None or t is None or s == t or (s, t) in seen:
                 continue

@@ -51,14 +51,26 @@ class DagPlacement:
         return self.tops[row] + self.heights[row], self.tops[row + 1]
 
 
-def place_dag(sizes: list[tuple[float, float]], edges: list[tuple[int, int]],
-              top: frozenset[int] = frozenset(), bottom: frozenset[int] = frozenset(),
-              spacing: Spacing = SPACING) -> DagPlacement:
-    """Place boxes `sizes[i] = (w, h)` for forward edges `(u, v)`; `top`/`bottom` are entry and exit
-    ports pinned to the first and last row (edges port -> box and box -> port); coordinates start at 0."""
-    n = len(sizes)
-    if n == 0:
-        return DagPlacement([], [], [], [], [], [], {}, 0.0, 0.0)
+@dataclass(frozen=True, slots=True)
+class DagShape:
+    """The size-independent part of a placement: layers, ordered rows (boxes, ports, dummies), dummy
+    chains and neighbour lists. Equal for every group with the same item count, edges and ports, so
+    one computed for a block serves its identical siblings and every size change of its items."""
+
+    n: int
+    top: frozenset[int]
+    bottom: frozenset[int]
+    layer: tuple[int, ...]
+    rows: tuple[tuple[int, ...], ...]
+    chains: dict[tuple[int, int], list[int]]
+    up: list[list[int]]
+    down: list[list[int]]
+    total: int  # boxes, ports and dummies
+
+
+def dag_shape(n: int, edges: list[tuple[int, int]], top: frozenset[int] = frozenset(),
+              bottom: frozenset[int] = frozenset()) -> DagShape:
+    """Layers, dummy chains and the crossing-reducing row order of `n` items with forward `edges`."""
     preds: list[list[int]] = [[] for _ in range(n)]
     succs: list[list[int]] = [[] for _ in range(n)]
     for u, v in edges:
@@ -72,13 +84,27 @@ def place_dag(sizes: list[tuple[float, float]], edges: list[tuple[int, int]],
     for i in range(n):
         layer[i] = 0 if i in top else last + 1 if i in bottom else layer[i] + shift
     all_preds: list[list[int]] = [[] for _ in range(n)]
-    all_succs: list[list[int]] = [[] for _ in range(n)]
     for u, v in edges:
         all_preds[v].append(u)
-        all_succs[u].append(v)
-    rows, nodes_w, chains = _rows_with_dummies(n, sizes, layer, edges, spacing.dummy_w)
-    node_up, node_down = _node_links(len(nodes_w), n, all_preds, chains)
+    rows, total, chains = _rows_with_dummies(n, layer, edges)
+    node_up, node_down = _node_links(total, n, all_preds, chains)
     _order(rows, node_up, node_down)
+    return DagShape(n, top, bottom, tuple(layer), tuple(tuple(r) for r in rows), chains, node_up, node_down, total)
+
+
+def place_dag(sizes: list[tuple[float, float]], edges: list[tuple[int, int]],
+              top: frozenset[int] = frozenset(), bottom: frozenset[int] = frozenset(),
+              spacing: Spacing = SPACING, shape: DagShape | None = None) -> DagPlacement:
+    """Place boxes `sizes[i] = (w, h)` for forward edges `(u, v)`; `top`/`bottom` are entry and exit
+    ports pinned to the first and last row (edges port -> box and box -> port); coordinates start at 0.
+    `shape`, when given, is `dag_shape` of the same count, edges and ports (computed here otherwise)."""
+    n = len(sizes)
+    if n == 0:
+        return DagPlacement([], [], [], [], [], [], {}, 0.0, 0.0)
+    if shape is None:
+        shape = dag_shape(n, edges, top, bottom)
+    rows, node_up, node_down, layer = shape.rows, shape.up, shape.down, shape.layer
+    nodes_w = [w for w, _ in sizes] + [spacing.dummy_w] * (shape.total - n)
     boxes = [i < n and i not in top and i not in bottom for i in range(len(nodes_w))]
     xs = _x_place(rows, nodes_w, node_up, boxes, spacing.h_gap)
     if top:  # entry ports sit over the boxes they feed
@@ -99,7 +125,7 @@ def place_dag(sizes: list[tuple[float, float]], edges: list[tuple[int, int]],
         x0 = [x - left for x in x0]
         xs = [x - left for x in xs]
     right = max(xs[i] + nodes_w[i] / 2 for i in range(len(xs)))
-    return DagPlacement(x0, y0, layer, xs, tops, heights, chains, right, tops[-1] + heights[-1])
+    return DagPlacement(x0, y0, list(layer), xs, tops, heights, shape.chains, right, tops[-1] + heights[-1])
 
 
 def _layers(n: int, preds: list[list[int]], succs: list[list[int]], ports: frozenset[int]) -> list[int]:
@@ -113,12 +139,13 @@ def _layers(n: int, preds: list[list[int]], succs: list[list[int]], ports: froze
     return layer
 
 
-def _rows_with_dummies(n, sizes, layer, edges, dummy_w):
-    """Rows of box indices plus dummies; a fan's skipping edges share one dummy per row (a trunk)."""
+def _rows_with_dummies(n, layer, edges):
+    """Rows of box indices plus dummies (numbered from `n` on), and the node count; a fan's skipping
+    edges share one dummy per row (a trunk)."""
     rows: list[list[int]] = [[] for _ in range(max(layer) + 1)]
     for v in range(n):
         rows[layer[v]].append(v)
-    widths = [w for w, _ in sizes]
+    total = n
     long = sorted({(u, v) for u, v in edges if layer[v] - layer[u] > 1})
     fan_out: dict[int, int] = {}
     fan_in: dict[int, int] = {}
@@ -134,12 +161,12 @@ def _rows_with_dummies(n, sizes, layer, edges, dummy_w):
         for lay in range(layer[u] + 1, layer[v]):
             d = trunk.get(lay)
             if d is None:
-                d = trunk[lay] = len(widths)
-                widths.append(dummy_w)
+                d = trunk[lay] = total
+                total += 1
                 rows[lay].append(d)
             chain.append(d)
         chains[(u, v)] = chain
-    return rows, widths, chains
+    return rows, total, chains
 
 
 def _node_links(total, n, preds, chains):

@@ -18,7 +18,7 @@ from ..errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
 from .assembly import Assembly
-from .dag import SPACING, DagPlacement, Spacing, place_dag
+from .dag import SPACING, DagPlacement, DagShape, Spacing, dag_shape, place_dag
 from .groups import CANVAS, ROOT, GroupKey, GroupTree
 from .result import Layout
 from .style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, box_width, header_width, shape_text
@@ -58,16 +58,22 @@ class LayoutEngine:
 
     MAX_CACHED = 20_000  # sub-layouts kept before the cache starts over
 
-    def __init__(self, trace: Trace, hidden: Iterable[str] = (), spacing: Spacing = SPACING) -> None:
+    def __init__(self, trace: Trace, hidden: Iterable[str] = (), spacing: Spacing = SPACING,
+                 transposed: bool = False) -> None:
         self.trace = trace
+        self.transposed = transposed  # boxes laid out with width and height swapped (see `direction.transpose`)
         self.spacing = spacing  # gaps between boxes and rows (`dag.COMPACT` for print)
         self.hidden = frozenset(hidden)  # op labels left out; an edge through one joins its neighbours
         self.tree = GroupTree(trace, self.hidden)
         self.cache: dict[tuple, _Sub] = {}
+        self.shapes: dict[tuple, DagShape] = {}  # (item count, edges, ports) -> row order and dummies
+        self.placements: dict[tuple, DagPlacement] = {}  # ... and sizes -> coordinates (identical blocks share one)
         self.lca_edges: dict[GroupKey, list[tuple[object, object]]] = {k: [] for k in self.tree.groups}
         self.edges: list[tuple[str, str, GroupKey, tuple, tuple, int, object, object]] = []
+        self.edges_under: dict[GroupKey, list[int]] = {}  # lowest common group -> its edges' positions in `edges`
         self.io_head = self._io_heads()
         self._header_w: dict[GroupKey, float] = {}
+        self._labels_in: dict[GroupKey, tuple[str, ...]] = {}
         self.in_ports: dict[GroupKey, dict[object, list[object]]] = {}
         self.out_ports: dict[GroupKey, dict[object, list[object]]] = {}
         seen: set[tuple[str, str]] = set()
@@ -81,6 +87,7 @@ class LayoutEngine:
                 i += 1
             lca = cs[i - 1] if i else CANVAS
             self.lca_edges[lca].append((cs[i], ct[i]))
+            self.edges_under.setdefault(lca, []).append(len(self.edges))
             out_key, in_key = self.port_key(ct[i]), self.port_key(cs[i])
             self.edges.append((source, target, lca, cs, ct, i, out_key, in_key))
             for j in range(i, len(cs) - 1):  # frames the edge leaves, innermost last
@@ -122,6 +129,8 @@ class LayoutEngine:
             )
         if len(self.cache) > self.MAX_CACHED:
             self.cache.clear()
+            self.placements.clear()
+            self.shapes.clear()
         canvas = self.sub(CANVAS, exp, fold_repeats, fold_min)
         asm = Assembly(self)
         asm.place(canvas, CANVAS, MARGIN, MARGIN, 0)
@@ -135,6 +144,13 @@ class LayoutEngine:
     def default_expansion(self) -> frozenset[str]:
         """Expand containers down to the outermost repeated blocks (see `default_expansion`)."""
         return _default_expansion(self.trace, self.tree)
+
+    def labels_in(self, key: GroupKey) -> tuple[str, ...]:
+        """Labels of every op inside group `key`, in execution order (cached)."""
+        labels = self._labels_in.get(key)
+        if labels is None:
+            labels = self._labels_in[key] = tuple(op.label for op in self.tree.groups[key].all_ops)
+        return labels
 
     def header_width(self, key: GroupKey) -> float:
         """Width of a frame's header label (cached: routing asks once per edge entering the frame)."""
@@ -180,7 +196,7 @@ class LayoutEngine:
                     index[label] = len(placed)
                 if len(run) >= IO_FOLD_MIN:
                     text = self.io_group_label(run)
-                    placed.append(_Placed("iogroup", tuple(run), 0, 0, box_width(text), OP_H))
+                    placed.append(_Placed("iogroup", tuple(run), 0, 0, *self._box(box_width(text), OP_H)))
                 else:
                     placed.append(self._op_item(item))
                     run = [item]
@@ -191,7 +207,7 @@ class LayoutEngine:
                 label = self.fold_label(run)
                 for member in run:
                     index[member] = len(placed)
-                placed.append(_Placed("folded", tuple(run), 0, 0, box_width(label, 24), FOLDED_H))
+                placed.append(_Placed("folded", tuple(run), 0, 0, *self._box(box_width(label, 24), FOLDED_H)))
                 i += len(run)
                 continue
             index[item] = len(placed)
@@ -200,16 +216,28 @@ class LayoutEngine:
                 w = max(child.width, self.header_width(item)) + 2 * FRAME_PAD
                 placed.append(_Placed("frame", item, 0, 0, w, child.height + FRAME_HEADER + FRAME_PAD, child))
             else:
-                placed.append(_Placed("module", item, 0, 0, box_width(self.module_label(item), 20), MODULE_H))
+                placed.append(_Placed("module", item, 0, 0, *self._box(box_width(self.module_label(item), 20), MODULE_H)))
             i += 1
         pairs = {(index[a], index[b]) for a, b in self.lca_edges[key] if index[a] < index[b]}
         sizes = [(p.w, p.h) for p in placed]
         in_ports = self._ports(self.in_ports.get(key, {}), index, sizes, pairs, entering=True)
         out_ports = self._ports(self.out_ports.get(key, {}), index, sizes, pairs, entering=False)
-        dag = place_dag(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()), self.spacing)
+        dag = self._place(sizes, sorted(pairs), frozenset(in_ports.values()), frozenset(out_ports.values()))
         for p, x, y in zip(placed, dag.x0, dag.y0):
             p.x0, p.y0 = x, y
         return _Sub(dag.width, dag.height, placed, index, dag, in_ports, out_ports)
+
+    def _place(self, sizes: list, edges: list, top: frozenset[int], bottom: frozenset[int]) -> DagPlacement:
+        """`place_dag`, computed once per distinct group structure and sizes (repeated blocks share it)."""
+        topo = (len(sizes), tuple(edges), top, bottom)
+        key = (topo, tuple(sizes))
+        dag = self.placements.get(key)
+        if dag is None:
+            shape = self.shapes.get(topo)
+            if shape is None:
+                shape = self.shapes[topo] = dag_shape(len(sizes), edges, top, bottom)
+            dag = self.placements[key] = place_dag(sizes, edges, top, bottom, self.spacing, shape)
+        return dag
 
     def _ports(self, wanted: dict, index: dict, sizes: list, pairs: set, entering: bool) -> dict[object, int]:
         ports: dict[object, int] = {}
@@ -252,7 +280,11 @@ class LayoutEngine:
     def _op_item(self, label: str) -> _Placed:
         op = self.trace[label]
         kind = "io" if op.kind in (INPUT_KIND, OUTPUT_KIND) else "op"
-        return _Placed(kind, label, 0, 0, box_width(self.op_text(label)), OP_H)
+        return _Placed(kind, label, 0, 0, *self._box(box_width(self.op_text(label)), OP_H))
+
+    def _box(self, w: float, h: float) -> tuple[float, float]:
+        """A box's size in layout axes: swapped when the layout will be turned on its side."""
+        return (h, w) if self.transposed else (w, h)
 
     # -- text ---------------------------------------------------------------
     def op_text(self, label: str) -> str:

@@ -33,9 +33,11 @@ def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]
     """Polylines for `routes` (channels are numbers); `band(channel)` gives a channel's (top, bottom) y."""
     parent: list[int] = []  # wire -> the wire it was merged into (union-find over wire numbers)
     channel_of: list[int] = []
+    lo: list[float] = []  # per wire number: the x extent of the pieces recorded under it
+    hi: list[float] = []
     by_from: dict[tuple, int] = {}  # (channel, source, x) -> wire: the branches of one fan
     by_to: dict[tuple, int] = {}  # (channel, target, x) -> wire: the feeders of one box at one x
-    pieces: list[tuple[int, float, float]] = []  # (wire, x from, x to) per horizontal piece
+    laid: list[tuple[list[tuple[int, float, float]], float]] = []  # per route: (wire, x from, x to) pieces, last x
 
     def root(w: int) -> int:
         while parent[w] != w:
@@ -43,40 +45,55 @@ def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]
             w = parent[w]
         return w
 
+    from_get, to_get = by_from.get, by_to.get
     for r in routes:
         x = r.start[0]
+        source, target = r.source, r.target
+        pieces: list[tuple[int, float, float]] = []
         for channel, nx in r.moves:
-            if nx - x > MIN_RUN or x - nx > MIN_RUN:
-                kf, kt = (channel, r.source, x), (channel, r.target, nx)
-                wf, wt = by_from.get(kf), by_to.get(kt)
-                if wf is None and wt is None:
-                    w = len(parent)
-                    parent.append(w)
-                    channel_of.append(channel)
-                elif wt is None or wf is None:
-                    w = wf if wt is None else wt
+            d = nx - x
+            if d > MIN_RUN or d < -MIN_RUN:
+                kf, kt = (channel, source, x), (channel, target, nx)
+                wf, wt = from_get(kf), to_get(kt)
+                if wf is None:
+                    if wt is None:
+                        w = len(parent)
+                        parent.append(w)
+                        channel_of.append(channel)
+                        lo.append(x)
+                        hi.append(x)
+                        by_to[kt] = w
+                    else:
+                        w = wt
+                    by_from[kf] = w
+                elif wt is None:
+                    w = wf
+                    by_to[kt] = w
                 else:
                     w, other = root(wf), root(wt)
                     if other != w:
                         parent[other] = w
-                by_from.setdefault(kf, w)
-                by_to.setdefault(kt, w)
+                a, b = (x, nx) if d > 0 else (nx, x)
+                if a < lo[w]:
+                    lo[w] = a
+                if b > hi[w]:
+                    hi[w] = b
                 pieces.append((w, x, nx))
             x = nx
+        laid.append((pieces, x))
+    # Merged wires: a wire's extent is its members'; wires are numbered in the order their first piece
+    # was met, so a root's first-seen order is that of its lowest member.
+    roots = [root(w) for w in range(len(parent))]
     spans: dict[int, list[float]] = {}  # root wire -> [lo, hi], in first-seen order
-    wire_of: list[int] = []
-    for w, xa, xb in pieces:
-        w = root(w)
-        wire_of.append(w)
-        lo, hi = (xa, xb) if xa < xb else (xb, xa)
-        span = spans.get(w)
+    for w, r in enumerate(roots):
+        span = spans.get(r)
         if span is None:
-            spans[w] = [lo, hi]
+            spans[r] = [lo[w], hi[w]]
         else:
-            if lo < span[0]:
-                span[0] = lo
-            if hi > span[1]:
-                span[1] = hi
+            if lo[w] < span[0]:
+                span[0] = lo[w]
+            if hi[w] > span[1]:
+                span[1] = hi[w]
     by_channel: dict[int, list[int]] = {}
     for w in spans:
         by_channel.setdefault(channel_of[w], []).append(w)
@@ -90,27 +107,23 @@ def assign_tracks(routes: list[Route], band: Callable[[int], tuple[float, float]
         free: list[tuple[float, int]] = []  # (right end of its last piece, track), the earliest-free first
         track_of = []
         for w in wires:
-            lo, hi = spans[w]
-            if free and free[0][0] + TRACK_SEP <= lo:
-                t = heapq.heapreplace(free, (hi, free[0][1]))[1]
+            lo_w, hi_w = spans[w]
+            if free and free[0][0] + TRACK_SEP <= lo_w:
+                t = heapq.heapreplace(free, (hi_w, free[0][1]))[1]
             else:
                 t = len(free)
-                heapq.heappush(free, (hi, t))
+                heapq.heappush(free, (hi_w, t))
             track_of.append(t)
         step = (bottom - top) / (len(free) + 1)
         for w, t in zip(wires, track_of):
             height[w] = top + step * (t + 1)
+    y_of = [height[r] for r in roots]
     edges: list[LayoutEdge] = []
-    k = 0
-    for r in routes:
+    for r, (pieces, x) in zip(routes, laid):
         pts = [r.start]
-        x = r.start[0]
-        for _channel, nx in r.moves:
-            if nx - x > MIN_RUN or x - nx > MIN_RUN:
-                y = height[wire_of[k]]
-                k += 1
-                pts += [(x, y), (nx, y)]
-            x = nx
+        for w, xa, xb in pieces:
+            y = y_of[w]
+            pts += ((xa, y), (xb, y))
         pts.append((x, r.end_y))
         edges.append(LayoutEdge(r.source, r.target, tuple(pts), r.back_edge))
     return edges

@@ -1,8 +1,9 @@
 """Trace -> Google Model Explorer graph JSON (a `GraphCollection`), plus a per-node data overlay.
 
 One node per op (inputs, outputs and constants included). A node's `namespace` is its
-module's address with dots as slashes, so modules collapse into layers; a module that ran
-more than once gets `:call` on its layer name for calls after the first. Model outputs that
+module's address with dots as slashes and each part followed by its class, e.g.
+`transformer (GPT2Model)/h (ModuleList)/0 (GPT2Block)`, so modules collapse into layers named with
+their class; a module that ran more than once gets `:call` on its name for calls after the first. Model outputs that
 share a top-level name (a KV cache's tensors) lie in one layer, `cache (64 outputs)`, so they
 open folded rather than as a row of root nodes. Edges are the
 target's `incomingEdges`: `sourceNodeOutputId` is the producer's output index within its
@@ -229,7 +230,9 @@ class _Layers:
         for depth in range(1, len(parts) + 1):
             address = ".".join(parts[:depth])
             call = calls.get(address, 0)
-            names.append(f"{parts[depth - 1]}:{call}" if call else parts[depth - 1])
+            name = f"{parts[depth - 1]}:{call}" if call else parts[depth - 1]
+            scope = self.trace.modules.get(address)
+            names.append(f"{name} ({scope.class_name})" if scope else name)  # the layer reads `0 (GPT2Block)`
             self.layer.setdefault("/".join(names), (address, call))
         return "/".join(names)
 

@@ -181,6 +181,16 @@ def test_open_in_model_explorer_serves_the_same_graph_on_loopback(gpt2_url, gpt2
     op_nodes = {n["id"] for n in graph["nodes"]}
     assert op_nodes == {op.label for op in gpt2_loaded.trace.ops}
     assert "HYPOTHESIS" in json.loads(served)["label"]
+    # every overlay the trace offers travels with the link, as node data Model Explorer reads back
+    from exporters import overlays
+
+    data_paths = json.loads(urllib.parse.parse_qs(parsed.query)["data"][0])["nodeData"]
+    names = {p.rsplit("/", 1)[-1].split(".")[-3] for p in data_paths}
+    assert names == set(overlays.available(gpt2_loaded.trace))
+    for p in data_paths:
+        data = json.loads(json.loads(urllib.request.urlopen(
+            base + "/api/v1/read_text_file?path=" + urllib.parse.quote(p), timeout=10).read())["content"])
+        assert set(data[graph["id"]]["results"]) <= op_nodes
     pagekit.shot(page, artifacts_dir, "explorer-model-explorer-link", docs=False)
 
 

@@ -87,7 +87,7 @@ def test_a_saved_trace_converts_to_the_exporters_graph(server, saved, which):
     assert graph["id"] == expected["graphs"][0]["id"]
     assert [n["id"] for n in graph["nodes"]] == [n["id"] for n in expected["graphs"][0]["nodes"]]
     assert {n["namespace"] for n in graph["nodes"]} == {n["namespace"] for n in expected["graphs"][0]["nodes"]}
-    assert graph["groupNodeAttributes"]["2"]["class"] == "Sequential"  # layers carry their class
+    assert graph["groupNodeAttributes"]["2 (Sequential)"]["class"] == "Sequential"  # layers named with their class
 
 
 def test_an_overlay_comes_back_as_node_data(server, saved):

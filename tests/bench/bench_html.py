@@ -10,6 +10,7 @@ Prints a markdown table (docs/html.md).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import statistics
@@ -91,20 +92,23 @@ def main() -> None:
         ("GPT-2 small, weights-free", lambda: trace_config("gpt2", input_shape=(1, 8))),
         ("Llama-3.1-8B, weights-free", lambda: trace_config("llama-3.1-8b", input_shape=(1, 8))),
     ]
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.repeats} writes each\n")
-    print("| trace | ops | bytes | write s, median (range) |")
-    print("|---|---|---|---|")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+          f"{args.repeats} writes each; load average at start {os.getloadavg()[0]:.1f}\n")
+    print("| trace | ops | bytes | write s, median (range) | CPU s of the write, median (range) |")
+    print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         last = last_trace = None
         for name, build in cases:
             trace = build()
             path = Path(tmp) / f"{len(trace.ops)}.html"
-            times = []
+            times, cpu = [], []
             for _ in range(args.repeats):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 write_html(trace, path)
                 times.append(time.perf_counter() - start)
-            print(f"| {name} | {len(trace.ops):,} | {path.stat().st_size:,} | {spread(times)} |", flush=True)
+                cpu.append(time.process_time() - start_cpu)
+            print(f"| {name} | {len(trace.ops):,} | {path.stat().st_size:,} | {spread(times)} | {spread(cpu)} |",
+                  flush=True)
             last, last_trace = path, trace
         fig = browser_figures(last, args.pages, 8)
         print(f"\n8B page in Chromium: load to ready {spread(fig['load_s'])} s over {args.pages} fresh pages; "
@@ -113,6 +117,7 @@ def main() -> None:
         cell = notebook_figures(last_trace, args.pages)
         print(f"8B notebook cell (tracer.explore(trace) to the inline explorer ready in Chromium): "
               f"{spread(cell)} s over {args.pages} fresh pages")
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min)")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
-"""Layout timings on a Llama-3.1-8B-class graph (~2,000 ops): collapsed, fully expanded, one click.
+"""Layout timings on a Llama-3.1-8B-class graph (~2,000 ops): collapsed, fully expanded, one click;
+and the paper figure of GPT-2 with one block open, as `snapshot` makes it, after the trace is built.
 
 Run: .venv/bin/python tests/bench/bench_layout.py [--repeats N]
-Targets: fully expanded (cold) <= 1 s; re-layout after expanding one module <= 150 ms.
+Targets: fully expanded (cold) <= 1 s; re-layout after expanding one module <= 150 ms; the GPT-2
+figure fits 3.4 x 9 inches at column width and takes <= 3 s.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -87,6 +92,41 @@ def main() -> None:
         ratio = f"{med / target:.3f}" if target else "-"
         print(f"| {name} | {med * 1000:.1f} | {lo * 1000:.1f}-{hi * 1000:.1f} | {tgt} | {ratio} |")
     print(f"\nEdge-box crossings (exporters.layout.checks.edge_crossings): {crossings}")
+    figure_bench(n)
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 min)")
+
+
+def figure_bench(n: int) -> None:
+    """`snapshot gpt2 --expand transformer.h.0` in steps, on a trace already built: engine with plumbing
+    hidden and print spacing, scene, size at column width capped at 9 in, SVG and PNG (300 dpi) written."""
+    from exporters import figures
+    from exporters.layout.dag import COMPACT
+    from exporters.layout.hiding import PLUMBING, hidden_ops
+    from tracer.bridges.transformers import trace_config
+
+    trace = trace_config("gpt2", input_shape=(1, 8))
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in ("svg", "png"):
+            wall, cpu = [], []
+            for _ in range(n):
+                t0, c0 = time.perf_counter(), time.process_time()
+                engine = LayoutEngine(trace, hidden_ops(trace, PLUMBING), COMPACT)
+                scene = figures.build_scene(trace, expanded=engine.default_expansion() | {"transformer.h.0"},
+                                            fold_repeats=True, engine=engine)
+                size = figures.figure_size(scene, "column", 9.0, 8.0)
+                figures.write_scene(scene, Path(tmp) / f"gpt2.{fmt}", size, fmt, 300)
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            rows[fmt] = (wall, cpu, size)
+    print(f"\nFigure: GPT-2 small weights-free, `transformer.h.0` open, plumbing hidden, folded; median (min-max) of {n}\n")
+    print("| format | size (in) | labels (pt) | fits 3.4 x 9 | wall (s) | CPU (s) | target |")
+    print("|---|---|---|---|---:|---:|---|")
+    for fmt, (wall, cpu, size) in rows.items():
+        fits = size.width_in <= 3.4 + 1e-9 and size.height_in <= 9.0 + 1e-9
+        print(f"| {fmt} | {size.width_in:.2f} x {size.height_in:.2f} | {size.font_pt:.1f} | {'yes' if fits else 'no'} | "
+              f"{statistics.median(wall):.3f} ({min(wall):.3f}-{max(wall):.3f}) | "
+              f"{statistics.median(cpu):.3f} ({min(cpu):.3f}-{max(cpu):.3f}) | <= 3 s |")
 
 
 if __name__ == "__main__":

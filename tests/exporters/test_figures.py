@@ -202,3 +202,49 @@ def test_snapshot_options_size_and_caption(tmp_path, capsys):
     plain = ET.parse(out2).getroot()
     assert not _caption_lines(plain) and float(plain.get("width")[:-2]) == pytest.approx(7.0)
     assert cli.main(["snapshot", "gpt2", "--out", str(tmp_path / "x.svg"), "--width", "wide"]) == 2
+
+
+def test_left_to_right_figures(tmp_path):
+    """`direction="LR"` (and `snapshot --direction LR`): the same geometry mirrored across the diagonal, so
+    the laid-out picture has no crossings or overflows, edges run left to right, labels fit their real
+    width, and frame headers are rotated text."""
+    from app import cli
+    from exporters.layout import LayoutEngine
+    from exporters.layout.checks import edge_crossings
+    from exporters.layout.dag import COMPACT
+    from exporters.layout.direction import transpose
+    from exporters.layout.style import header_width
+    from tracer.bridges.transformers import trace_config
+
+    trace = trace_config("gpt2", input_shape=(1, 8))
+    hidden = hidden_ops(trace, PLUMBING)
+    engine = LayoutEngine(trace, hidden, COMPACT, transposed=True)
+    expanded = engine.default_expansion() | {"transformer.h.0"}
+    sideways = engine.layout(expanded, fold_repeats=True)  # before the turn: headers on top, checkable as usual
+    assert edge_crossings(sideways) == []
+    tb = build_scene(trace, expanded=expanded, fold_repeats=True)
+    lr = build_scene(trace, expanded=expanded, fold_repeats=True, engine=engine, direction="LR")
+    assert lr.layout == transpose(sideways) and lr.direction == "LR"
+    assert lr.width > lr.layout.height and tb.layout.height > tb.width  # wide instead of tall
+    assert [n for n in lr.layout.nodes if text_width(n.label) > n.width - 2.0] == []  # labels fit across
+    assert [f.address for f in lr.layout.frames if header_width(f.label) > f.y1 - f.y0] == []  # headers fit down
+    for e in lr.layout.edges:
+        if not e.back_edge:
+            xs = [x for x, _ in e.points]
+            assert xs == sorted(xs) and xs[-1] > xs[0], (e.source, e.target)
+            s, t = lr.layout.node(e.source), lr.layout.node(e.target)
+            assert abs(e.points[0][0] - (s.x + s.width / 2)) < 1e-6 and abs(e.points[-1][0] - (t.x - t.width / 2)) < 1e-6
+    out = tmp_path / "lr.svg"
+    assert cli.main(["snapshot", "gpt2", "--out", str(out), "--expand", "transformer.h.0", "--direction", "LR"]) == 0
+    root = ET.parse(out).getroot()
+    headers = [t for g in root.iter(f"{SVG}g") if g.get("class") == "frame" for t in g.iter(f"{SVG}text")]
+    assert headers and all(t.get("transform", "").startswith("rotate(-90") for t in headers)
+    assert {t.text for t in root.iter(f"{SVG}text")} >= {n.label for n in lr.layout.nodes}
+    png = tmp_path / "lr.png"
+    assert cli.main(["snapshot", "gpt2", "--out", str(png), "--expand", "transformer.h.0", "--direction", "LR"]) == 0
+    from PIL import Image
+
+    with Image.open(png) as img:
+        assert img.width > img.height
+    with pytest.raises(FigureOptionsError):
+        build_scene(trace, direction="RL")

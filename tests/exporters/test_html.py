@@ -12,7 +12,7 @@ from torch import nn
 
 import tracer
 from exporters.html import HtmlWriteError, html_document, write_html
-from exporters.html.data import page_data, view_expansions
+from exporters.html.data import orthogonal_points, page_data, view_expansions
 from exporters.layout import LayoutEngine
 from tests.models import tiny_gpt2
 
@@ -91,3 +91,35 @@ def test_unwritable_path_refuses_typed(gpt2_trace, tmp_path):
     with pytest.raises(HtmlWriteError) as err:
         write_html(gpt2_trace, blocker / "g.html")
     assert err.value.code == "html_write_failed"
+
+
+def _decode(values: list[int]) -> list[tuple[int, int]]:
+    """The page's reading of an edge (page.js): x0, y0, then y and x in turn."""
+    x, y = values[0], values[1]
+    points = [(x, y)]
+    for i, v in enumerate(values[2:]):
+        if i % 2 == 0:
+            y = v
+        else:
+            x = v
+        points.append((x, y))
+    return [p for i, p in enumerate(points) if i == 0 or p != points[i - 1]]
+
+
+def test_edges_are_carried_as_alternating_coordinates(gpt2_trace):
+    """Every view's edges decode to the layout's polylines rounded to whole units, in about half the numbers."""
+    engine = LayoutEngine(gpt2_trace)
+    data = page_data(gpt2_trace)
+    carried = written = 0
+    for view, exp in zip(data["views"], view_expansions(engine)):
+        layout = engine.layout(exp)
+        assert [[e[0], e[1]] for e in view["edges"]] == [[e.source, e.target] for e in layout.edges]
+        for packed, edge in zip(view["edges"], layout.edges):
+            rounded = [(round(x), round(y)) for x, y in edge.points]
+            assert _decode(packed[2]) == [p for i, p in enumerate(rounded) if i == 0 or p != rounded[i - 1]]
+            carried += len(packed[2])
+            written += 2 * len(edge.points)
+    assert carried < 0.7 * written
+    # a step across where one down is due, a repeated point and a diagonal
+    assert orthogonal_points([(0, 0), (5, 0), (5, 0), (5, 9), (7, 12)]) == [0, 0, 0, 5, 9, 7, 12]
+    assert _decode([0, 0, 0, 5, 9, 7, 12]) == [(0, 0), (5, 0), (5, 9), (7, 9), (7, 12)]

@@ -73,8 +73,17 @@ def test_overlay_colours_on_the_canvas_match_the_python_overlay(browser, gpt2):
         want = scale.color(values.get(node_id))
         assert all(abs(a - b) <= 1 for a, b in zip(_rgb(fill), _rgb(want))), (node_id, fill, want)
     assert len(set(drawn.values())) >= 3
+    # every edge drawn is the layout's polyline rounded to whole units (repeated points left out)
+    lines = page.eval_on_selector_all("polyline", "els => els.map(e => e.getAttribute('points'))")
+    want = [_dedup([(round(x), round(y)) for x, y in e.points]) for e in layout.edges]
+    got = [_dedup([tuple(int(v) for v in p.split(",")) for p in line.split()]) for line in lines]
+    assert got == want
     assert not seen["errors"]
     page.close()
+
+
+def _dedup(points: list) -> list:
+    return [p for i, p in enumerate(points) if i == 0 or p != points[i - 1]]
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
@@ -122,4 +131,39 @@ def test_markup_names_show_as_text_and_run_nothing(browser, tmp_path):
     canvas_text = page.eval_on_selector("svg#canvas", "e => e.textContent") + page.locator("#crumbs").inner_text()
     assert "<script>alert('cls')</script>Block" in canvas_text or MARKUP in canvas_text
     assert not seen["dialogs"] and not seen["errors"]
+    page.close()
+
+
+def test_labels_scale_with_zoom_hide_when_too_small_and_headers_stay_visible(browser, gpt2_html):
+    """Wheel zoom scales the label text with the boxes; below a legible size labels hide; a frame's
+    header text is the topmost element at its own position (no child box covers it)."""
+    page, seen = open_offline(browser, gpt2_html, 1366, 768)
+    page.dispatch_event("g.node[data-id='mod:transformer.h.0']", "dblclick")
+    box = page.locator("#canvas").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+    def state():
+        return page.evaluate("""() => { const t = document.querySelector('g.node text'), vp = document.getElementById('viewport');
+          const k = +vp.getAttribute('transform').match(/scale\\(([^)]+)\\)/)[1];
+          return [k, t.getBoundingClientRect().height, getComputedStyle(t).display]; }""")
+
+    k1, h1, shown1 = state()
+    page.mouse.wheel(0, -200)  # zoom in
+    k2, h2, _ = state()
+    assert k2 > k1 and shown1 != "none"
+    assert h2 / h1 == pytest.approx(k2 / k1, rel=0.1)  # text grows with the zoom, not a fixed pixel size
+    headers = page.evaluate("""() => { const c = document.getElementById('canvas').getBoundingClientRect();
+      return [...document.querySelectorAll('g.frame text.hdr')].map((t) => { const r = t.getBoundingClientRect();
+        const x = r.left + Math.min(20, r.width / 2), y = r.top + r.height / 2;
+        if (x < c.left || x > c.right || y < c.top || y > c.bottom) return null;
+        const hit = document.elementFromPoint(x, y);
+        return [t.textContent, hit === t || t.contains(hit), hit && hit.outerHTML.slice(0, 80)]; }).filter(Boolean); }""")
+    assert headers and all(ok for _, ok, _ in headers), headers  # every header in view is on top
+    for _ in range(40):  # zoom out until labels would print under 4.5 px
+        page.mouse.wheel(0, 400)
+        if state()[0] * 11 < 4.5:
+            break
+    k3, _, shown3 = state()
+    assert k3 * 11 < 4.5 and shown3 == "none"
+    assert not seen["errors"]
     page.close()

@@ -97,12 +97,12 @@ def test_nodes_edges_and_metadata_follow_the_trace(tiny_trace):
             assert attrs["parameters"] == ", ".join(op.params)
     # the second call of `shared` is its own layer; root ops and inputs sit at the top level
     shared_ns = sorted({n["namespace"] for n in graph["nodes"] if n["namespace"].startswith("shared")})
-    assert shared_ns == ["shared", "shared:1"]
+    assert shared_ns == ["shared (Linear)", "shared:1 (Linear)"]
     assert nodes["tanh_1"]["namespace"] == "" and nodes["input_1"]["namespace"] == ""
-    assert nodes["linear_1"]["namespace"] == "body/0"
+    assert nodes["linear_1"]["namespace"] == "body (Sequential)/0 (Linear)"  # layers named with their class
     groups = graph["groupNodeAttributes"]
-    assert groups["body"] == {"module": "body", "class": "Sequential", "parameters": "40", "calls": "1"}
-    assert groups["shared:1"]["module"] == "shared:1" and groups["shared:1"]["calls"] == "2"
+    assert groups["body (Sequential)"] == {"module": "body", "class": "Sequential", "parameters": "40", "calls": "1"}
+    assert groups["shared:1 (Linear)"]["module"] == "shared:1" and groups["shared:1 (Linear)"]["calls"] == "2"
     assert groups[""]["ladder_state"] == "OBSERVED" and groups[""]["parameters"] == str(tiny_trace.param_count())
     assert graph["id"] == "TinyNet [OBSERVED]" and payload["label"] == "TinyNet · OBSERVED"
 
@@ -276,7 +276,8 @@ def test_resnet18_shaped_export_is_valid():
     payload = _assert_counts(trace)
     kinds = trace.kind_counts()
     assert kinds["conv2d"] == 1 + 2 * 8 + 3  # stem, two per basic block, three downsample shortcuts
-    assert "encoder/stages/3/layers/1" in payload["graphs"][0]["groupNodeAttributes"]
+    layers = payload["graphs"][0]["groupNodeAttributes"]
+    assert "encoder (ResNetEncoder)/stages (ModuleList)/3 (ResNetStage)/layers (Sequential)/1 (ResNetBasicLayer)" in layers
 
 
 @pytest.mark.slow
@@ -288,7 +289,7 @@ def test_gpt2_small_export_is_valid():
     payload = _assert_counts(trace)
     groups = payload["graphs"][0]["groupNodeAttributes"]
     assert groups[""]["parameters"] == "124439808"  # GPT-2 small, tied lm_head counted once
-    assert groups["transformer/h/11"]["class"] == "GPT2Block"
+    assert groups["transformer (GPT2Model)/h (ModuleList)/11 (GPT2Block)"]["class"] == "GPT2Block"
 
 
 # -- lazy import ---------------------------------------------------------------------------------

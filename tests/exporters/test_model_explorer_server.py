@@ -103,7 +103,7 @@ def test_chromium_finds_a_node_and_shows_the_overlay(exported, page, artifacts_d
         overlay = second.locator("body").inner_text()
     assert "GPT2LMHeadModel [OBSERVED]" in info and "GPT2LMHeadModel · OBSERVED" in info
     assert "Conv1D" in info and "claim_state" in info
-    assert "transformer/h/0/attn/c_attn" in info  # the node's namespace, shown in its node info
+    assert "transformer (GPT2Model)/h (ModuleList)/0 (GPT2Block)/attn (GPT2Attention)/c_attn (Conv1D)" in info  # its namespace
     assert addmm_flops > 0 and str(addmm_flops) in overlay and "OBSERVED" in overlay
 
 

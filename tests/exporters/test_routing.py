@@ -2,6 +2,8 @@
 connections bend out beside the block they skip, fans share one trunk, labels fit their boxes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -102,3 +104,29 @@ def test_one_off_calls_and_engines_agree(graphs):
     other = LayoutEngine(graphs["gpt2"])  # an engine made for another trace is not used
     assert compute_layout(trace, exp, engine=other) == engine.layout(exp)
     assert len(engine.cache) > 0 and not other.cache
+
+
+SHIPPED = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "static" / "configs").glob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", SHIPPED)
+def test_shipped_configs_default_and_one_open_block_pass_the_geometry_checks(config):
+    """Every shipped config, weights-free: the default view and its first repeated block opened with
+    everything inside (GPT-2, BERT-base and Qwen2.5-0.5B also fully expanded) have no crossings, no
+    label overflows and pass every layout invariant."""
+    from tracer.bridges.transformers import trace_config
+
+    path = Path(__file__).resolve().parents[2] / "static" / "configs" / config
+    trace = trace_config(str(path), input_shape=(1, 8))
+    engine = LayoutEngine(trace)
+    default = engine.default_expansion()
+    blocks = sorted(a for a in engine.tree.addresses() if a.rsplit(".", 1)[-1] == "0" and engine.tree.parent_of.get(a) in default)
+    assert blocks, "no repeated block to open"
+    views = [default, default | _below(engine, blocks[0])]
+    if config in ("gpt2.json", "bert-base.json", "qwen2.5-0.5b.json"):
+        views.append(engine.tree.addresses())
+    for expanded in views:
+        layout = engine.layout(expanded)
+        check_layout(layout, trace)
+        assert edge_crossings(layout) == [] and label_overflows(layout) == []
