@@ -48,13 +48,18 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     banner = ClaimBanner(state=state)
     graph = GraphView(state=state)
     scroll = {"overflow-y": "auto", "overflow-x": "hidden"}
-    left = pn.Column(ModuleTree(state=state), width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
+    tree = ModuleTree(state=state)
+    graph.actions.on("module", tree.open)
+    left = pn.Column(tree, width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
     inspector = pn.Column(Inspector(state=state), sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
                           styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
-    tabs = pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width", dynamic=True,
-                   css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
-    pn.state.onload(lambda: right.append(tabs))  # after the graph is on screen: the first paint waits for less
+
+    def add_tabs() -> None:  # built after the graph is on screen: the first page waits for less
+        right.append(pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
+                             dynamic=True, css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))
+
+    pn.state.onload(add_tabs)
     name = html.escape(loaded.title)
     title = pn.pane.HTML(f'<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore'
                          f'<div title="{name}" style="font-weight:400;font-size:13px;white-space:nowrap;overflow:hidden;'

@@ -2,10 +2,10 @@
 process with progress, and turn the banner CORROBORATED or REFUTED (refusals as text)."""
 from __future__ import annotations
 
+import html
 import threading
 from typing import Any
 
-import pandas as pd
 import panel as pn
 import param
 
@@ -16,6 +16,17 @@ from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
 from .docsync import BackgroundJob, Report, refusal_html, text_html
+
+
+CLAIM_COLUMNS = ("claims", "claimed", "observed", "status")
+
+
+def claims_table_html(rows: list) -> str:
+    """The per-claim report as a plain table (every cell escaped)."""
+    head = "".join(f'<th style="text-align:left;padding:2px 8px 2px 0">{c}</th>' for c in CLAIM_COLUMNS)
+    body = "".join("<tr>" + "".join(f'<td style="padding:2px 8px 2px 0">{html.escape(str(v))}</td>' for v in row) + "</tr>"
+                   for row in rows)
+    return f'<table class="tlx-claims-table" style="font:12px sans-serif;border-collapse:collapse"><tr>{head}</tr>{body}</table>'
 
 
 class DischargePanel(pn.viewable.Viewer):
@@ -54,9 +65,7 @@ class DischargePanel(pn.viewable.Viewer):
         self.cancel_button = pn.widgets.Button(label="Cancel", disabled=True, css_classes=["tlx-discharge-cancel"])
         self.progress = pn.indicators.Progress(value=0, max=100, sizing_mode="stretch_width")
         self.status = pn.pane.HTML("", css_classes=["tlx-discharge-status"], sizing_mode="stretch_width")
-        self.rows = pn.widgets.Tabulator(pd.DataFrame(columns=["claims", "claimed", "observed", "status"]), show_index=False,
-                                         disabled=True, visible=False, sizing_mode="stretch_width",
-                                         layout="fit_data_stretch", css_classes=["tlx-claims"])
+        self.rows = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["tlx-claims"])
         self.job = BackgroundJob(pn.state.curdoc, self._progress, name="tlx-discharge")
         self.estimate_button.on_click(lambda _e: self.show_estimate())
         self.go.on_click(lambda _e: self.start())
@@ -138,7 +147,7 @@ class DischargePanel(pn.viewable.Viewer):
             self.state.select_op(row[0])  # the inspector shows the contradicted op
         rows = report_rows(report)
         if rows:
-            self.rows.value = pd.DataFrame(rows, columns=["claims", "claimed", "observed", "status"])
+            self.rows.object = claims_table_html(rows)
             self.rows.visible = True
 
     def _failed(self, exc: BaseException) -> None:

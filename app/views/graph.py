@@ -20,6 +20,7 @@ from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
 from ..state import ExplorerState
+from .actions import PageActions
 from .docsync import call_on_document
 
 TIMING = logging.getLogger("tlx.timing")  # server-side spans of a click (the app benchmark reads them)
@@ -169,16 +170,6 @@ def breadcrumb_html(state: ExplorerState) -> str:
     crumbs = breadcrumb(state)
     body = ' <span style="color:#999">\u203a</span> '.join(f'<span class="tlx-crumb">{html.escape(c)}</span>' for c in crumbs)
     return f'<div class="tlx-breadcrumb" style="font:13px sans-serif;white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{body}</div>'
-
-
-ESC_JS = """
-if (window.__tlx_keys_installed) return;
-window.__tlx_keys_installed = true;
-document.addEventListener('keydown', (e) => {
-  if (e.key !== 'Escape') return;
-  keys.data = {esc: [(keys.data.esc[0] || 0) + 1]};
-});
-"""
 
 
 class GraphView(pn.viewable.Viewer):
@@ -369,13 +360,10 @@ class GraphView(pn.viewable.Viewer):
         fig.js_on_event(Tap, CustomJS(code="window.__tlx_tap = performance.now();"))
 
     def _attach_keys(self, fig: Any) -> None:
-        """Esc clears the selection: a document key listener bumps a one-cell source the server watches."""
-        from bokeh.models import ColumnDataSource, CustomJS
-
-        self._keys = ColumnDataSource({"esc": [0]}, name="tlx-keys")
-        install = CustomJS(args=dict(keys=self._keys), code=ESC_JS)
-        fig.js_on_change("inner_width", install)
-        self._keys.on_change("data", lambda _attr, _old, _new: self.clear_selection("Esc"))
+        """Esc clears the selection; clicks on data-tlx-act markup (tree, breadcrumb, inspector) reach
+        `self.actions` (a page listener installed with the figure)."""
+        self.actions = PageActions(on_escape=lambda: self.clear_selection("Esc"))
+        self.actions.install(fig)
 
     def clear_selection(self, how: str = "blank click") -> None:
         """Drop the selected op and focused module (Esc, or a click on empty canvas)."""

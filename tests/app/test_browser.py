@@ -53,7 +53,7 @@ def test_clicking_a_layer_on_the_canvas_expands_it_and_clicking_its_frame_collap
 
 def test_module_tree_click_expands_a_layer(default_url, page):
     open_page(page, default_url)
-    page.locator(".tlx-tree .tabulator-row", has_text="0-31: LlamaDecoderLayer x32").first.click()
+    page.locator(".tlx-tree .tlx-tree-name", has_text="0-31: LlamaDecoderLayer x32").first.click()
     pagekit.wait_node(page, "mod:model.layers.0", present=False)
     expect(page.locator(".tlx-inspector")).to_contain_text("Module model.layers.0")
 
