@@ -24,8 +24,16 @@ def caption_for(trace: Trace) -> str:
     return ladder_caption(trace.ladder_state)
 
 
-def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
-    """Column data for the node glyphs (one row per layout node, in layout order)."""
+def coords(values: Any) -> Any:
+    """Layout coordinates as a float array rounded to 0.1 unit: sent to the browser as one binary buffer
+    (no per-number JSON text to write and parse), and no digits nobody can see."""
+    import numpy as np
+
+    return np.round(np.asarray(values, dtype=np.float64), 1)
+
+
+def node_table(layout: Layout, trace: Trace) -> dict[str, Any]:
+    """Column data for the node glyphs (one row per layout node, in layout order; x, y, w, h as arrays)."""
     cols: dict[str, list[Any]] = {c: [] for c in (*NODE_COLUMNS, "x", "y", "w", "h")}
     tree = layout.groups if layout.groups is not None else group_tree(trace)
     for n in layout.nodes:
@@ -36,6 +44,8 @@ def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
         cols["y"].append(n.y)
         cols["w"].append(n.width)
         cols["h"].append(n.height)
+    for c in ("x", "y", "w", "h"):
+        cols[c] = coords(cols[c])
     return cols
 
 
@@ -151,17 +161,17 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
     "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
     frames = {
         "address": [f.address for f in layout.frames], "label": [f.label for f in layout.frames],
-        "left": [f.x0 for f in layout.frames], "right": [f.x1 for f in layout.frames],
-        "top": [f.y0 for f in layout.frames], "bottom": [f.y1 for f in layout.frames],
-        "tx": [f.x0 + 6 for f in layout.frames], "ty": [f.y0 + 13 for f in layout.frames],
+        "left": coords([f.x0 for f in layout.frames]), "right": coords([f.x1 for f in layout.frames]),
+        "top": coords([f.y0 for f in layout.frames]), "bottom": coords([f.y1 for f in layout.frames]),
+        "tx": coords([f.x0 + 6 for f in layout.frames]), "ty": coords([f.y0 + 13 for f in layout.frames]),
         "fill": [("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")[f.depth % 4] for f in layout.frames],
     }
     edges = list(layout.edges)
-    lines = {"xs": [[p[0] for p in e.points] for e in edges], "ys": [[p[1] for p in e.points] for e in edges],
+    lines = {"xs": [[round(p[0], 1) for p in e.points] for e in edges], "ys": [[round(p[1], 1) for p in e.points] for e in edges],
              "line_color": edge_colors(edges)}
     heads = {
-        "x_start": [e.points[-2][0] for e in edges], "y_start": [e.points[-2][1] for e in edges],
-        "x_end": [e.points[-1][0] for e in edges], "y_end": [e.points[-1][1] for e in edges],
+        "x_start": coords([e.points[-2][0] for e in edges]), "y_start": coords([e.points[-2][1] for e in edges]),
+        "x_end": coords([e.points[-1][0] for e in edges]), "y_end": coords([e.points[-1][1] for e in edges]),
         "source": [e.source for e in edges], "target": [e.target for e in edges],
     }
     return {"frames": frames, "edges": lines, "arrows": heads, "nodes": node_table(layout, trace)}
@@ -211,7 +221,8 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     view.js_on_change("data", fit)
     fig.js_on_change("inner_width", fit)
     fig.js_on_change("inner_height", fit)
-    fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r]))
+    # inspect: a tap reports where it landed and selects nothing in the browser (the app decides what is selected)
+    fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r], behavior="inspect"))
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
     return fig

@@ -21,10 +21,10 @@ from .docsync import BackgroundJob, Report, refusal_html, text_html
 CLAIM_COLUMNS = ("claims", "claimed", "observed", "status")
 
 
-def claims_table_html(rows: list) -> str:
-    """The per-claim report as a plain table (every cell escaped)."""
+def claims_table_html(rows: list[dict]) -> str:
+    """The per-claim report (`report_rows`) as a plain table (every cell escaped)."""
     head = "".join(f'<th style="text-align:left;padding:2px 8px 2px 0">{c}</th>' for c in CLAIM_COLUMNS)
-    body = "".join("<tr>" + "".join(f'<td style="padding:2px 8px 2px 0">{html.escape(str(v))}</td>' for v in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f'<td style="padding:2px 8px 2px 0">{html.escape(str(v))}</td>' for v in (row.get(c, "") for c in CLAIM_COLUMNS)) + "</tr>"
                    for row in rows)
     return f'<table class="tlx-claims-table" style="font:12px sans-serif;border-collapse:collapse"><tr>{head}</tr>{body}</table>'
 
@@ -158,6 +158,8 @@ class DischargePanel(pn.viewable.Viewer):
         self.status.object = refusal_html(exc) + text_html(note)
 
     def __panel__(self):
+        if self.state.trace.ladder_state == "OBSERVED":  # nothing to discharge: a short note, no form
+            return pn.Column(self.status, sizing_mode="stretch_width", css_classes=["tlx-discharge-observed"])
         return pn.Column(
             pn.pane.Markdown("**Discharge against a real twin**", margin=(0, 5)),
             self.config, self.config_path, self.dtype, self.seed, self.checkpoint, self.shape,

@@ -75,3 +75,11 @@ def test_the_banner_shows_the_traces_warnings_escaped_and_counted():
     markup = banner_html("OBSERVED", "h", "d", "t", notes)
     assert "&lt;b&gt;layers.0&lt;/b&gt;" in markup and "<b>" not in markup
     assert markup.count('class="tlx-banner-warning"') == 4 and "and 1 more warnings" in markup
+
+
+def test_the_discharge_tab_of_an_observed_trace_is_a_short_note(tiny_loaded):
+    from app.views.discharge import DischargePanel
+
+    panel = DischargePanel(state=ExplorerState(tiny_loaded))
+    shown = panel.__panel__()
+    assert len(shown.objects) == 1 and "already OBSERVED" in shown.objects[0].object
