@@ -49,7 +49,7 @@ def build_app(loaded: Loaded) -> pn.viewable.Viewable:
     graph = GraphView(state=state)
     scroll = {"overflow-y": "auto", "overflow-x": "hidden"}
     tree = ModuleTree(state=state)
-    graph.actions.on("module", tree.open)
+    graph.actions.on("tree", tree.open)
     left = pn.Column(tree, width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
     inspector = pn.Column(Inspector(state=state), sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
                           styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})

@@ -144,12 +144,35 @@ class ExplorerState(param.Parameterized):
             self.select_op(ident)
             self.message = f"Op {ident} selected."
         else:
-            self.centre_on = f"module:{ident}"
-            self.expand_to(ident, include_self=True)
-            self.param.update(selected="", focused=ident)
-            self.param.trigger("centre_on")
-            self.message = f"Module {ident} opened."
+            self.show_module(ident)
         return self.message
+
+    def show_module(self, address: str) -> None:
+        """Open module `address` (and its ancestors), focus it and move the view to it; "" shows the whole graph."""
+        if address and address not in self.trace.modules:
+            raise KeyError(f"no module at {address!r}")
+        self.centre_on = f"module:{address}" if address else ""
+        if address:
+            self.expand_to(address, include_self=True)
+        self.param.update(selected="", focused=address)
+        self.param.trigger("centre_on")
+        self.message = f"Module {address} opened." if address else "The whole graph."
+
+    def expand_all(self) -> None:
+        """Open every module under the focused one (every module when none is focused)."""
+        under = self.focused
+        opened = {a for a in self.trace.modules if not under or a == under or a.startswith(under + ".")}
+        self.expand_to(under)
+        self.centre_on = f"module:{under}" if under else ""
+        self.expanded = self.expanded | opened | {""}
+        self.message = f"Opened every module under {under}." if under else "Opened every module."
+
+    def collapse_all(self) -> None:
+        """Close every module: the root's children as boxes."""
+        self.centre_on = ""
+        self.param.update(selected="", focused="")
+        self.expanded = frozenset({""})
+        self.message = "Closed every module."
 
     # -- claims -------------------------------------------------------------------------------
     def set_report(self, report: Any) -> None:

@@ -13,6 +13,7 @@ from tracer.claims import activation_stats
 from tracer.claims.ladder import ladder_headline
 
 from ..state import ExplorerState
+from .actions import act_attr
 
 
 def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
@@ -36,14 +37,37 @@ def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
     return rows
 
 
+MAX_LINKS = 12
+
+
+def op_links(labels: list[str], notes: dict[str, str] | None = None) -> str:
+    """Op labels as links that select the op ("op:LABEL"), the first MAX_LINKS, then how many more."""
+    notes = notes or {}
+    links = [f'<span class="tlx-op-link" {act_attr("op", lab)} style="color:#1f4f8a;cursor:pointer;text-decoration:underline">'
+             f'{html.escape(lab)}</span>{html.escape(notes.get(lab, ""))}' for lab in labels[:MAX_LINKS]]
+    more = f" ... (+{len(labels) - MAX_LINKS})" if len(labels) > MAX_LINKS else ""
+    return ", ".join(links) + more if links else "-"
+
+
+def neighbour_links(trace: Any, label: str) -> dict[str, str]:
+    """The parents (with argument positions) and children of op `label` as links."""
+    op = trace[label]
+    parents = [e.source for e in op.parents]
+    notes = {e.source: f" (arg {e.position})" for e in op.parents}
+    return {"parents": op_links(list(dict.fromkeys(parents)), notes), "children": op_links(trace.children_of(label))}
+
+
 def _claim_text(state: str) -> str:
     return ladder_headline(state)
 
 
-def rows_html(title: str, rows: list[tuple[str, str]]) -> str:
+def rows_html(title: str, rows: list[tuple[str, str]], markup: dict[str, str] | None = None) -> str:
+    """The inspector table; a field named in `markup` shows that (already escaped) markup instead of its text."""
+    markup = markup or {}
     body = "".join(
         f'<tr><th style="text-align:left;padding:2px 8px 2px 0;vertical-align:top;white-space:nowrap">{html.escape(k)}</th>'
-        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;word-break:break-all">{html.escape(v)}</td></tr>'
+        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;word-break:break-all">'
+        f'{markup.get(k, html.escape(v))}</td></tr>'
         for k, v in rows)
     return (f'<div class="tlx-inspector" style="font-family:sans-serif;font-size:13px">'
             f'<div style="font-weight:700;font-size:15px;margin-bottom:4px">{html.escape(title)}</div>'
@@ -72,7 +96,7 @@ class Inspector(pn.viewable.Viewer):
                          for k, v in stats.items()]
             elif s.ladder.state == "OBSERVED":
                 rows.append(("value", "not saved for this op"))
-            return rows_html(f"Op {s.selected}", rows)
+            return rows_html(f"Op {s.selected}", rows, neighbour_links(trace, s.selected))
         if s.focused and s.focused in trace.modules:
             mod = trace.modules[s.focused]
             rows = [("address", mod.address), ("class", mod.class_name), ("parameters", f"{s.params_under(mod.address):,}"),

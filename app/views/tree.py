@@ -57,13 +57,13 @@ TREE_CSS = """<style>
 
 
 def tree_html(df: pd.DataFrame) -> str:
-    """The table as nested <details>: a row with children folds; a name sends "module:ADDRESS" when clicked."""
+    """The table as nested <details>: a row with children folds; a name sends "tree:ADDRESS" when clicked."""
     rows = df.to_dict("records")
     out: list[str] = [TREE_CSS, '<div class="tlx-tree">']
     for i, row in enumerate(rows):
         depth = int(row["depth"])
         nxt = int(rows[i + 1]["depth"]) if i + 1 < len(rows) else -1
-        name = (f'<span class="tlx-tree-name" {act_attr("module", row["address"])} title="{html.escape(row["address"] or "(root)")}">'
+        name = (f'<span class="tlx-tree-name" {act_attr("tree", row["address"])} title="{html.escape(row["address"] or "(root)")}">'
                 f'{html.escape(str(row["module"]).strip())}</span><span class="tlx-tree-params">{html.escape(row["params"])}</span>')
         if nxt > depth:
             out.append(f'<details{" open" if depth < OPEN_DEPTH else ""}><summary class="tlx-tree-row">{name}</summary>')
