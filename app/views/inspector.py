@@ -74,6 +74,32 @@ def rows_html(title: str, rows: list[tuple[str, str]], markup: dict[str, str] | 
             f"<table>{body}</table></div>")
 
 
+MAX_HITS = 200  # hits listed under the inspector (the count says how many there are)
+
+
+def hits_html(state: ExplorerState, hits: list[tuple[str, str]]) -> str:
+    """Every search hit (up to MAX_HITS) as a link with its module path, op kind and shape."""
+    if not state.query:
+        return ""
+    trace, rows = state.trace, []
+    for kind, ident in hits[:MAX_HITS]:
+        if kind == "op":
+            op = trace[ident]
+            shape = "\u00d7".join(map(str, op.out.shape)) if op.out is not None else ""
+            detail = f"{op.module or '(root)'} \u00b7 {op.kind}" + (f" \u00b7 {shape}" if shape else "")
+        else:
+            detail = f"module \u00b7 {trace.modules[ident].class_name}"
+        rows.append(f'<div class="tlx-hit"><span class="tlx-op-link" {act_attr(kind, ident)} style="color:#1f4f8a;'
+                    f'cursor:pointer;text-decoration:underline">{html.escape(ident)}</span> '
+                    f'<span style="color:#555">{html.escape(detail)}</span></div>')
+    more = f'<div style="color:#555">... and {len(hits) - MAX_HITS} more: add words or kind:, class:, shape: to narrow</div>' \
+        if len(hits) > MAX_HITS else ""
+    return (f'<div class="tlx-hits" style="font:12px sans-serif;margin-bottom:8px;border-bottom:1px solid #ddd;'
+            f'padding-bottom:4px"><b>{len(hits)} hit{"s" if len(hits) != 1 else ""} for {html.escape(repr(state.query))}</b> '
+            f'<span style="color:#555">(narrow with kind:linear, class:LlamaMLP, shape:4096)</span>'
+            f'<div style="max-height:132px;overflow-y:auto">{"".join(rows)}{more}</div></div>')
+
+
 class Inspector(pn.viewable.Viewer):
     """Details of the selected op, or of the focused module when no op is selected."""
 
@@ -81,10 +107,21 @@ class Inspector(pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
+        self._hits: tuple[str, list] = ("", [])
         self._pane = pn.pane.HTML(self._markup(), sizing_mode="stretch_width")
-        self.state.param.watch(lambda *_e: setattr(self._pane, "object", self._markup()), ["selected", "focused", "ladder"])
+        self.state.param.watch(lambda *_e: setattr(self._pane, "object", self._markup()),
+                               ["selected", "focused", "ladder", "query"])
+
+    def _hit_list(self) -> str:
+        """The current search's hits (searched once per query)."""
+        if self._hits[0] != self.state.query:
+            self._hits = (self.state.query, self.state.search(self.state.query, limit=None) if self.state.query else [])
+        return hits_html(self.state, self._hits[1])
 
     def _markup(self) -> str:
+        return self._hit_list() + self._details()  # the hits first, in a box of their own that scrolls
+
+    def _details(self) -> str:
         s = self.state
         trace = s.trace
         if s.selected and s.selected in trace:

@@ -82,3 +82,18 @@ def test_the_module_tree_folds_and_opens_a_module(default_url, page):
     expect(page.locator(".tlx-inspector")).to_contain_text("Module model.layers.0.self_attn")
     pagekit.wait_node(page, "mod:model.layers.0", present=False)
     assert not_scrolled(page)
+
+
+def test_search_lists_every_hit_and_a_hit_opens_its_op(default_url, page, artifacts_dir):
+    open_page(page, default_url, (1600, 1000))
+    search(page, "kind:linear class:LlamaMLP")
+    hits = page.locator(".tlx-hits")
+    expect(hits).to_contain_text("96 hits for")
+    expect(hits.locator(".tlx-hit")).to_have_count(96)
+    target = hits.locator(".tlx-hit", has_text="model.layers.31.mlp.down_proj").first
+    label = target.locator(".tlx-op-link").inner_text()
+    pagekit.shot(page, artifacts_dir, "explorer-search-hits")
+    target.locator(".tlx-op-link").click()
+    expect(page.locator(".tlx-inspector").first).to_contain_text(f"Op {label}")
+    pagekit.wait_node(page, label)
+    assert not_scrolled(page)
