@@ -117,9 +117,10 @@ const span = Math.abs(xr.end - xr.start);
 const px = fig.inner_width > 0 ? fig.inner_width : fig.width;
 if (!(span > 0) || !(px > 0)) return;
 const size = {FONT_SIZE} * px / span;
-for (const r of renderers) {{
-  r.visible = size >= {MIN_LABEL_PX};
-  r.glyph.text_font_size = size.toFixed(2) + "px";
+const text = size.toFixed(2) + "px", shown = size >= {MIN_LABEL_PX};
+for (const r of renderers) {{  // only real changes: each one is also sent to the server
+  if (r.visible !== shown) r.visible = shown;
+  if (r.__tlx_size !== text) {{ r.__tlx_size = text; r.glyph.text_font_size = text; }}
 }}"""
     cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, renderers=list(renderers)), code=code)
     fig.x_range.js_on_change("start", cb)
@@ -156,6 +157,18 @@ def view_source(fig: Any) -> Any:
     return fig.js_property_callbacks["change:inner_height"][-1].args["view"]
 
 
+def polylines(edges: list) -> tuple[list[list[float]], list[list[float]]]:
+    """Each edge's x and y points, rounded to 0.1 unit in one pass over all of them."""
+    flat = coords([p for e in edges for p in e.points]).reshape(-1, 2).T.tolist() if edges else [[], []]
+    xs, ys, at = [], [], 0
+    for e in edges:
+        n = len(e.points)
+        xs.append(flat[0][at:at + n])
+        ys.append(flat[1][at:at + n])
+        at += n
+    return xs, ys
+
+
 def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]:
     """Column data of every source the figure draws, by renderer name: "frames", "edges", "arrows",
     "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
@@ -167,7 +180,8 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
         "fill": [("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")[f.depth % 4] for f in layout.frames],
     }
     edges = list(layout.edges)
-    lines = {"xs": [[round(p[0], 1) for p in e.points] for e in edges], "ys": [[round(p[1], 1) for p in e.points] for e in edges],
+    xs, ys = polylines(edges)
+    lines = {"xs": xs, "ys": ys,
              "line_color": edge_colors(edges)}
     heads = {
         "x_start": coords([e.points[-2][0] for e in edges]), "y_start": coords([e.points[-2][1] for e in edges]),
