@@ -29,6 +29,30 @@ def claims_table_html(rows: list[dict]) -> str:
     return f'<table class="tlx-claims-table" style="font:12px sans-serif;border-collapse:collapse"><tr>{head}</tr>{body}</table>'
 
 
+_COMPARABLE: dict[str, list[str]] = {}  # config fingerprint -> shipped configs with it (read once per process)
+
+
+def comparable_configs(structure: Any, names: list[str]) -> list[str]:
+    """The shipped configs a twin of `structure` can be built from: the same config fingerprint as the
+    one it was captured from (all of `names` when the structure recorded none)."""
+    from tracer.claims.twin import config_fingerprint
+
+    claimed = twin.structure_facts(structure).claimed_twin or {}
+    wanted = claimed.get("config_fingerprint")
+    if not wanted:
+        return list(names)
+    if wanted not in _COMPARABLE:
+        same = []
+        for name in names:
+            try:
+                if config_fingerprint(twin.checked_config(name)) == wanted:
+                    same.append(name)
+            except TracerError:  # an unusable config is not offered
+                continue
+        _COMPARABLE[wanted] = same
+    return list(_COMPARABLE[wanted])
+
+
 class DischargePanel(pn.viewable.Viewer):
     """Inputs for the real twin, an estimate, a Discharge button, progress, Cancel and the per-claim report.
 
@@ -42,9 +66,11 @@ class DischargePanel(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         loaded = self.state.loaded
-        names = list(shipped_configs())
+        observed = self.state.trace.ladder_state == "OBSERVED"
+        names = [] if observed else comparable_configs(self.state.trace, list(shipped_configs()))
         default = loaded.config_path.stem if loaded.config_path and loaded.config_path.stem in names else (names[0] if names else "")
-        self.config = pn.widgets.Select(label="Config (shipped)", options=names, value=default or None, css_classes=["tlx-twin-config"])
+        self.config = pn.widgets.Select(label="Config (shipped, comparable with this trace)", options=names,
+                                        value=default or None, css_classes=["tlx-twin-config"])
         custom = str(loaded.config_path) if loaded.config_path and loaded.config_path.stem not in names else ""
         self.config_path = pn.widgets.TextInput(label="or a local config path", value=custom, placeholder="/path/to/config.json",
                                                 css_classes=["tlx-twin-config-path"])
@@ -70,9 +96,12 @@ class DischargePanel(pn.viewable.Viewer):
         self.estimate_button.on_click(lambda _e: self.show_estimate())
         self.go.on_click(lambda _e: self.start())
         self.cancel_button.on_click(lambda _e: self.cancel())
-        if self.state.trace.ladder_state == "OBSERVED":
+        if observed:
             self.go.disabled = self.estimate_button.disabled = True
             self.say("This trace was captured eagerly on real values: it is already OBSERVED, nothing to discharge.")
+        elif not names and not custom:
+            self.say(f"No shipped config is the one this {self.state.trace.model_class} was captured from. Type that "
+                     "config file under 'or a local config path', or open it with: torchlens-explore PATH/config.json")
 
     @property
     def busy(self) -> bool:

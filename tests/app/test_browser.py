@@ -6,6 +6,7 @@ Screenshots go to the artifacts folder and docs/images/ (docs/explorer.md shows 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -13,6 +14,8 @@ from playwright.sync_api import expect
 from tests.app import pagekit
 
 pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def open_page(page, url):
@@ -150,7 +153,10 @@ def test_a_mismatched_twin_turns_the_banner_refuted(gpt2_url, page, artifacts_di
 @pytest.mark.slow
 def test_another_config_is_refused_with_a_readable_message(gpt2_url, page):
     open_page(page, gpt2_url)
-    page.locator(".tlx-twin-config select").select_option("bert-base")
+    # only comparable configs are offered; another one typed as a path is refused by the preflight
+    expect(page.locator(".tlx-twin-config select option")).to_have_text(["gpt2"])
+    page.locator(".tlx-twin-config-path input").fill(str(ROOT / "static" / "configs" / "bert-base.json"))
+    page.locator(".tlx-twin-config-path input").press("Enter")
     page.locator(".tlx-discharge button").click()
     status = page.locator(".tlx-discharge-status")
     expect(status).to_contain_text("twins_not_comparable", timeout=120_000)

@@ -83,3 +83,14 @@ def test_the_discharge_tab_of_an_observed_trace_is_a_short_note(tiny_loaded):
     panel = DischargePanel(state=ExplorerState(tiny_loaded))
     shown = panel.__panel__()
     assert len(shown.objects) == 1 and "already OBSERVED" in shown.objects[0].object
+
+
+def test_the_discharge_tab_offers_only_comparable_shipped_configs(gpt2_loaded, default_loaded):
+    from app.sources import shipped_configs
+    from app.views.discharge import DischargePanel, comparable_configs
+
+    names = list(shipped_configs())
+    assert len(names) > 2 and comparable_configs(gpt2_loaded.trace, names) == ["gpt2"]
+    assert comparable_configs(default_loaded.trace, names) == ["llama-3.1-8b"]  # not the 405B: another config
+    panel = DischargePanel(state=ExplorerState(gpt2_loaded))
+    assert panel.config.options == ["gpt2"] and panel.config.value == "gpt2"
