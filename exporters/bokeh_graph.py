@@ -157,6 +157,10 @@ def view_source(fig: Any) -> Any:
     return fig.js_property_callbacks["change:inner_height"][-1].args["view"]
 
 
+CHEVRON = "\u25b4"  # drawn at the right end of an open frame's header: a click on the header closes it
+CHAR_W = 7.0  # a generous width of one header character in layout units (no chevron where the label may reach)
+
+
 def polylines(edges: list) -> tuple[list[list[float]], list[list[float]]]:
     """Each edge's x and y points, rounded to 0.1 unit in one pass over all of them."""
     flat = coords([p for e in edges for p in e.points]).reshape(-1, 2).T.tolist() if edges else [[], []]
@@ -178,6 +182,8 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
         "top": coords([f.y0 for f in layout.frames]), "bottom": coords([f.y1 for f in layout.frames]),
         "tx": coords([f.x0 + 6 for f in layout.frames]), "ty": coords([f.y0 + 13 for f in layout.frames]),
         "fill": [("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")[f.depth % 4] for f in layout.frames],
+        "cx": coords([f.x1 - 12 for f in layout.frames]),
+        "chevron": [CHEVRON if f.address and f.x1 - f.x0 >= CHAR_W * len(f.label) + 40 else "" for f in layout.frames],
     }
     edges = list(layout.edges)
     xs, ys = polylines(edges)
@@ -216,6 +222,9 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
                             text_font=value(FONT_FAMILY), text_font_style="bold", text_color="#334",
                             text_baseline="alphabetic", name="frame_labels")
+    chevrons = fig.text(x="cx", y="ty", text="chevron", source=frames, text_font_size=f"{FONT_SIZE:g}px",
+                        text_font=value(FONT_FAMILY), text_color="#556", text_align="center",
+                        text_baseline="alphabetic", name="frame_chevrons")
     fig.multi_line(xs="xs", ys="ys", line_color="line_color", line_width=1, name="edges",
                    source=ColumnDataSource(data["edges"], name="tlx-edges"))
     arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE),
@@ -229,7 +238,7 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
                       name="nodes")
     labels = fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
                       text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY), name="labels")
-    scale_text_with_zoom(fig, [labels, frame_labels])
+    scale_text_with_zoom(fig, [labels, frame_labels, chevrons])
     view = ColumnDataSource(view_data((0.0, 0.0, layout.width, layout.height)), name="view")
     fit = CustomJS(args=dict(fig=fig, view=view), code=FIT_JS)
     view.js_on_change("data", fit)

@@ -94,3 +94,15 @@ def test_the_discharge_tab_offers_only_comparable_shipped_configs(gpt2_loaded, d
     assert comparable_configs(default_loaded.trace, names) == ["llama-3.1-8b"]  # not the 405B: another config
     panel = DischargePanel(state=ExplorerState(gpt2_loaded))
     assert panel.config.options == ["gpt2"] and panel.config.value == "gpt2"
+
+
+def test_open_frames_carry_a_chevron_at_their_header_and_a_click_there_closes_them(default_loaded):
+    from exporters.bokeh_graph import CHEVRON, figure_data
+
+    s = ExplorerState(default_loaded)
+    s.toggle("model.layers.1")
+    frames = figure_data(s.layout, s.trace)["frames"]
+    row = frames["address"].index("model.layers.1")
+    assert frames["chevron"][row] == CHEVRON and frames["chevron"][frames["address"].index("")] == ""
+    graph = GraphView(state=s)
+    assert graph.click(frames["cx"][row], frames["ty"][row] - 3) == "collapsed model.layers.1"
