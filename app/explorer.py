@@ -4,6 +4,7 @@ page: each column scrolls on its own. Served by Panel on loopback."""
 from __future__ import annotations
 
 import html
+import threading
 from typing import Any, Callable
 
 import panel as pn
@@ -42,27 +43,73 @@ html, body { margin: 0; padding: 0; height: 100%; overflow: hidden; }
 """
 
 
-def build_app(loaded: Loaded) -> pn.viewable.Viewable:
-    """One session's page over a fresh `ExplorerState` of `loaded`."""
+class PageParts:
+    """The parts of one session's page that need no browser session: its state and its views."""
+
+    def __init__(self, loaded: Loaded, query: dict[str, str] | None = None) -> None:
+        self.state = ExplorerState(loaded)
+        if query:
+            apply_query(self.state, query)  # a link with a view reopens it
+        self.banner = ClaimBanner(state=self.state)
+        self.graph = GraphView(state=self.state)
+        self.tree = ModuleTree(state=self.state)
+        self.graph.actions.on("tree", self.tree.open)
+        self.inspector = Inspector(state=self.state)
+
+
+class PagePool:
+    """One page's parts built ahead on a background thread, so a plain page load (no view in its URL)
+    only attaches them to its session; a page taken starts building the next."""
+
+    def __init__(self, loaded: Loaded) -> None:
+        self.loaded = loaded
+        self._ready: PageParts | None = None
+        self._lock = threading.Lock()
+        self._refill()
+
+    def _refill(self) -> None:
+        def build() -> None:
+            parts = PageParts(self.loaded)
+            with self._lock:
+                self._ready = parts
+
+        threading.Thread(target=build, name="tlx-next-page", daemon=True).start()
+
+    def take(self, query: dict[str, str]) -> PageParts:
+        """Parts for a new session: the ready ones for a plain load, else built now."""
+        if query:
+            return PageParts(self.loaded, query)
+        with self._lock:
+            parts, self._ready = self._ready, None
+        if parts is None:
+            return PageParts(self.loaded)
+        self._refill()
+        return parts
+
+
+def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewable:
+    """One session's page over a fresh `ExplorerState` of `loaded` (its parts from `pool` when given)."""
     if PAGE_CSS not in pn.config.global_css:  # per session when served: the page itself never scrolls
         pn.config.global_css = [*pn.config.global_css, PAGE_CSS]
-    state = ExplorerState(loaded)
-    apply_query(state, session_query())  # a link with a view reopens it
-    banner = ClaimBanner(state=state)
-    graph = GraphView(state=state)
+    query = session_query()
+    parts = pool.take(query) if pool is not None else PageParts(loaded, query)
+    state, graph = parts.state, parts.graph
     scroll = {"overflow-y": "auto", "overflow-x": "hidden"}
-    left = pn.Column(ModuleTree(state=state), width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
-    inspector = pn.Column(Inspector(state=state), sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
+    left = pn.Column(parts.tree, width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
+    inspector = pn.Column(parts.inspector, sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
                           styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
-    tabs = pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width", dynamic=True,
-                   css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
-    pn.state.onload(lambda: right.append(tabs))  # after the graph is on screen: the first paint waits for less
+
+    def add_tabs() -> None:  # built after the graph is on screen: the first page waits for less
+        right.append(pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
+                             dynamic=True, css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))
+
+    pn.state.onload(add_tabs)
     name = html.escape(loaded.title)
     title = pn.pane.HTML(f'<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore'
                          f'<div title="{name}" style="font-weight:400;font-size:13px;white-space:nowrap;overflow:hidden;'
                          f'text-overflow:ellipsis">{name}</div></div>', width=LEFT_PX - 10)
-    header = pn.Row(title, banner, sizing_mode="stretch_width", css_classes=["tlx-header"])
+    header = pn.Row(title, parts.banner, sizing_mode="stretch_width", css_classes=["tlx-header"])
     centre = centre_column(graph, state)  # the graph, under a Forward/Backward switch when there is a backward
     body = pn.Row(left, centre, right, sizing_mode="stretch_both", styles={"min-height": "0"}, css_classes=["tlx-body"])
     page = pn.Column(header, body, sizing_mode="stretch_both", css_classes=["tlx-page"],
@@ -88,8 +135,9 @@ def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Ca
     url = f"http://{HOST}:{port}/"
     if on_ready is not None:
         on_ready(url)
+    pool = PagePool(loaded)  # the next page's parts are built while nobody waits for them
     return pn.serve(
-        {"/": lambda: build_app(loaded)}, address=HOST, port=port, show=False, threaded=threaded,
+        {"/": lambda: build_app(loaded, pool)}, address=HOST, port=port, show=False, threaded=threaded,
         title=f"torchlens-explore: {plain_title(loaded.trace.model_class)}", websocket_origin=[f"{HOST}:{port}", f"localhost:{port}"],
         liveness=True,
     )

@@ -43,6 +43,36 @@ def session_engine(trace: Any) -> LayoutEngine:
     return engine
 
 
+FILTERS = ("kind", "class", "shape")
+
+
+def parse_query(query: str) -> tuple[list[str], dict[str, str]]:
+    """A search's plain words (lower case) and its `kind:`, `class:` and `shape:` filters."""
+    words, filters = [], {}
+    for token in query.strip().split():
+        name, sep, value = token.partition(":")
+        if sep and name.lower() in FILTERS and value:
+            filters[name.lower()] = value.lower()
+        else:
+            words.append(token.lower())
+    return words, filters
+
+
+def op_passes(op: Any, filters: dict[str, str], trace: Any) -> bool:
+    """Whether `op` passes every search filter (kind exact, module class exact, shape substring)."""
+    if "kind" in filters and op.kind.lower() != filters["kind"]:
+        return False
+    if "class" in filters:
+        classes = {trace.modules[a].class_name.lower() for a, _ in op.module_stack if a in trace.modules}
+        if filters["class"] not in classes:
+            return False
+    if "shape" in filters:
+        shape = "x".join(str(d) for d in op.out.shape) if op.out is not None else ""
+        if filters["shape"].replace("\u00d7", "x").replace(",", "x") not in shape:
+            return False
+    return True
+
+
 class ExplorerState(param.Parameterized):
     """Everything one browser session shares between its views."""
 
@@ -115,22 +145,29 @@ class ExplorerState(param.Parameterized):
         self.focused = address
         self.toggle(address)
 
-    def search(self, query: str, limit: int = 20) -> list[tuple[str, str]]:
-        """Ops and modules whose label or address contains `query`: [(kind, id)], exact first."""
-        q = query.strip().lower()
-        if not q:
+    def search(self, query: str, limit: int | None = 20) -> list[tuple[str, str]]:
+        """Ops and modules matching `query`: [(kind, id)], exact first. Words match an op label or a module
+        path (substring); `kind:K`, `class:C` and `shape:S` keep ops whose kind is K, that run inside a
+        module of class C, or whose output shape contains S (e.g. `shape:4096`, `shape:1x8`)."""
+        words, filters = parse_query(query)
+        if not words and not filters:
             return []
+        q = " ".join(words)
         hits: list[tuple[int, str, str]] = []
-        for address in self.trace.modules:
-            a = address.lower()
-            if address and q in a:
-                hits.append((0 if a == q else 2, "module", address))
+        if not filters:
+            for address in self.trace.modules:
+                a = address.lower()
+                if address and q in a:
+                    hits.append((0 if a == q else 2, "module", address))
         for op in self.trace.ops:
             lab = op.label.lower()
-            if q in lab:
-                hits.append((0 if lab == q else 1, "op", op.label))
+            if q and q not in lab and q not in (op.module or "").lower():
+                continue
+            if filters and not op_passes(op, filters, self.trace):
+                continue
+            hits.append((0 if lab == q else 1 if q in lab else 3, "op", op.label))
         hits.sort(key=lambda h: (h[0], len(h[2])))
-        return [(kind, ident) for _, kind, ident in hits[:limit]]
+        return [(kind, ident) for _, kind, ident in (hits if limit is None else hits[:limit])]
 
     def go(self, query: str) -> str:
         """Select the best search hit; returns a readable line saying what happened."""
@@ -144,12 +181,35 @@ class ExplorerState(param.Parameterized):
             self.select_op(ident)
             self.message = f"Op {ident} selected."
         else:
-            self.centre_on = f"module:{ident}"
-            self.expand_to(ident, include_self=True)
-            self.param.update(selected="", focused=ident)
-            self.param.trigger("centre_on")
-            self.message = f"Module {ident} opened."
+            self.show_module(ident)
         return self.message
+
+    def show_module(self, address: str) -> None:
+        """Open module `address` (and its ancestors), focus it and move the view to it; "" shows the whole graph."""
+        if address and address not in self.trace.modules:
+            raise KeyError(f"no module at {address!r}")
+        self.centre_on = f"module:{address}" if address else ""
+        if address:
+            self.expand_to(address, include_self=True)
+        self.param.update(selected="", focused=address)
+        self.param.trigger("centre_on")
+        self.message = f"Module {address} opened." if address else "The whole graph."
+
+    def expand_all(self) -> None:
+        """Open every module under the focused one (every module when none is focused)."""
+        under = self.focused
+        opened = {a for a in self.trace.modules if not under or a == under or a.startswith(under + ".")}
+        self.expand_to(under)
+        self.centre_on = f"module:{under}" if under else ""
+        self.expanded = self.expanded | opened | {""}
+        self.message = f"Opened every module under {under}." if under else "Opened every module."
+
+    def collapse_all(self) -> None:
+        """Close every module: the root's children as boxes."""
+        self.centre_on = ""
+        self.param.update(selected="", focused="")
+        self.expanded = frozenset({""})
+        self.message = "Closed every module."
 
     # -- claims -------------------------------------------------------------------------------
     def set_report(self, report: Any) -> None:

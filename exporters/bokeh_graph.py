@@ -24,8 +24,16 @@ def caption_for(trace: Trace) -> str:
     return ladder_caption(trace.ladder_state)
 
 
-def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
-    """Column data for the node glyphs (one row per layout node, in layout order)."""
+def coords(values: Any) -> Any:
+    """Layout coordinates as a float array rounded to 0.1 unit: sent to the browser as one binary buffer
+    (no per-number JSON text to write and parse), and no digits nobody can see."""
+    import numpy as np
+
+    return np.round(np.asarray(values, dtype=np.float64), 1)
+
+
+def node_table(layout: Layout, trace: Trace) -> dict[str, Any]:
+    """Column data for the node glyphs (one row per layout node, in layout order; x, y, w, h as arrays)."""
     cols: dict[str, list[Any]] = {c: [] for c in (*NODE_COLUMNS, "x", "y", "w", "h")}
     tree = layout.groups if layout.groups is not None else group_tree(trace)
     for n in layout.nodes:
@@ -36,6 +44,8 @@ def node_table(layout: Layout, trace: Trace) -> dict[str, list[Any]]:
         cols["y"].append(n.y)
         cols["w"].append(n.width)
         cols["h"].append(n.height)
+    for c in ("x", "y", "w", "h"):
+        cols[c] = coords(cols[c])
     return cols
 
 
@@ -107,9 +117,10 @@ const span = Math.abs(xr.end - xr.start);
 const px = fig.inner_width > 0 ? fig.inner_width : fig.width;
 if (!(span > 0) || !(px > 0)) return;
 const size = {FONT_SIZE} * px / span;
-for (const r of renderers) {{
-  r.visible = size >= {MIN_LABEL_PX};
-  r.glyph.text_font_size = size.toFixed(2) + "px";
+const text = size.toFixed(2) + "px", shown = size >= {MIN_LABEL_PX};
+for (const r of renderers) {{  // only real changes: each one is also sent to the server
+  if (r.visible !== shown) r.visible = shown;
+  if (r.__tlx_size !== text) {{ r.__tlx_size = text; r.glyph.text_font_size = text; }}
 }}"""
     cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, renderers=list(renderers)), code=code)
     fig.x_range.js_on_change("start", cb)
@@ -146,22 +157,41 @@ def view_source(fig: Any) -> Any:
     return fig.js_property_callbacks["change:inner_height"][-1].args["view"]
 
 
+CHEVRON = "\u25b4"  # drawn at the right end of an open frame's header: a click on the header closes it
+CHAR_W = 7.0  # a generous width of one header character in layout units (no chevron where the label may reach)
+
+
+def polylines(edges: list) -> tuple[list[list[float]], list[list[float]]]:
+    """Each edge's x and y points, rounded to 0.1 unit in one pass over all of them."""
+    flat = coords([p for e in edges for p in e.points]).reshape(-1, 2).T.tolist() if edges else [[], []]
+    xs, ys, at = [], [], 0
+    for e in edges:
+        n = len(e.points)
+        xs.append(flat[0][at:at + n])
+        ys.append(flat[1][at:at + n])
+        at += n
+    return xs, ys
+
+
 def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]:
     """Column data of every source the figure draws, by renderer name: "frames", "edges", "arrows",
     "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
     frames = {
         "address": [f.address for f in layout.frames], "label": [f.label for f in layout.frames],
-        "left": [f.x0 for f in layout.frames], "right": [f.x1 for f in layout.frames],
-        "top": [f.y0 for f in layout.frames], "bottom": [f.y1 for f in layout.frames],
-        "tx": [f.x0 + 6 for f in layout.frames], "ty": [f.y0 + 13 for f in layout.frames],
+        "left": coords([f.x0 for f in layout.frames]), "right": coords([f.x1 for f in layout.frames]),
+        "top": coords([f.y0 for f in layout.frames]), "bottom": coords([f.y1 for f in layout.frames]),
+        "tx": coords([f.x0 + 6 for f in layout.frames]), "ty": coords([f.y0 + 13 for f in layout.frames]),
         "fill": [("#fbfbfb", "#f3f6fa", "#eef2f7", "#e8eef5")[f.depth % 4] for f in layout.frames],
+        "cx": coords([f.x1 - 12 for f in layout.frames]),
+        "chevron": [CHEVRON if f.address and f.x1 - f.x0 >= CHAR_W * len(f.label) + 40 else "" for f in layout.frames],
     }
     edges = list(layout.edges)
-    lines = {"xs": [[p[0] for p in e.points] for e in edges], "ys": [[p[1] for p in e.points] for e in edges],
+    xs, ys = polylines(edges)
+    lines = {"xs": xs, "ys": ys,
              "line_color": edge_colors(edges)}
     heads = {
-        "x_start": [e.points[-2][0] for e in edges], "y_start": [e.points[-2][1] for e in edges],
-        "x_end": [e.points[-1][0] for e in edges], "y_end": [e.points[-1][1] for e in edges],
+        "x_start": coords([e.points[-2][0] for e in edges]), "y_start": coords([e.points[-2][1] for e in edges]),
+        "x_end": coords([e.points[-1][0] for e in edges]), "y_end": coords([e.points[-1][1] for e in edges]),
         "source": [e.source for e in edges], "target": [e.target for e in edges],
     }
     return {"frames": frames, "edges": lines, "arrows": heads, "nodes": node_table(layout, trace)}
@@ -192,6 +222,9 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
                             text_font=value(FONT_FAMILY), text_font_style="bold", text_color="#334",
                             text_baseline="alphabetic", name="frame_labels")
+    chevrons = fig.text(x="cx", y="ty", text="chevron", source=frames, text_font_size=f"{FONT_SIZE:g}px",
+                        text_font=value(FONT_FAMILY), text_color="#556", text_align="center",
+                        text_baseline="alphabetic", name="frame_chevrons")
     fig.multi_line(xs="xs", ys="ys", line_color="line_color", line_width=1, name="edges",
                    source=ColumnDataSource(data["edges"], name="tlx-edges"))
     arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE),
@@ -205,13 +238,14 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
                       name="nodes")
     labels = fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
                       text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY), name="labels")
-    scale_text_with_zoom(fig, [labels, frame_labels])
+    scale_text_with_zoom(fig, [labels, frame_labels, chevrons])
     view = ColumnDataSource(view_data((0.0, 0.0, layout.width, layout.height)), name="view")
     fit = CustomJS(args=dict(fig=fig, view=view), code=FIT_JS)
     view.js_on_change("data", fit)
     fig.js_on_change("inner_width", fit)
     fig.js_on_change("inner_height", fit)
-    fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r]))
+    # inspect: a tap reports where it landed and selects nothing in the browser (the app decides what is selected)
+    fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r], behavior="inspect"))
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
     return fig

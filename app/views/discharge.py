@@ -2,10 +2,10 @@
 process with progress, and turn the banner CORROBORATED or REFUTED (refusals as text)."""
 from __future__ import annotations
 
+import html
 import threading
 from typing import Any
 
-import pandas as pd
 import panel as pn
 import param
 
@@ -16,6 +16,41 @@ from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
 from .docsync import BackgroundJob, Report, refusal_html, text_html
+
+
+CLAIM_COLUMNS = ("claims", "claimed", "observed", "status")
+
+
+def claims_table_html(rows: list[dict]) -> str:
+    """The per-claim report (`report_rows`) as a plain table (every cell escaped)."""
+    head = "".join(f'<th style="text-align:left;padding:2px 8px 2px 0">{c}</th>' for c in CLAIM_COLUMNS)
+    body = "".join("<tr>" + "".join(f'<td style="padding:2px 8px 2px 0">{html.escape(str(v))}</td>' for v in (row.get(c, "") for c in CLAIM_COLUMNS)) + "</tr>"
+                   for row in rows)
+    return f'<table class="tlx-claims-table" style="font:12px sans-serif;border-collapse:collapse"><tr>{head}</tr>{body}</table>'
+
+
+_COMPARABLE: dict[str, list[str]] = {}  # config fingerprint -> shipped configs with it (read once per process)
+
+
+def comparable_configs(structure: Any, names: list[str]) -> list[str]:
+    """The shipped configs a twin of `structure` can be built from: the same config fingerprint as the
+    one it was captured from (all of `names` when the structure recorded none)."""
+    from tracer.claims.twin import config_fingerprint
+
+    claimed = twin.structure_facts(structure).claimed_twin or {}
+    wanted = claimed.get("config_fingerprint")
+    if not wanted:
+        return list(names)
+    if wanted not in _COMPARABLE:
+        same = []
+        for name in names:
+            try:
+                if config_fingerprint(twin.checked_config(name)) == wanted:
+                    same.append(name)
+            except TracerError:  # an unusable config is not offered
+                continue
+        _COMPARABLE[wanted] = same
+    return list(_COMPARABLE[wanted])
 
 
 class DischargePanel(pn.viewable.Viewer):
@@ -31,9 +66,11 @@ class DischargePanel(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         loaded = self.state.loaded
-        names = list(shipped_configs())
+        observed = self.state.trace.ladder_state == "OBSERVED"
+        names = [] if observed else comparable_configs(self.state.trace, list(shipped_configs()))
         default = loaded.config_path.stem if loaded.config_path and loaded.config_path.stem in names else (names[0] if names else "")
-        self.config = pn.widgets.Select(label="Config (shipped)", options=names, value=default or None, css_classes=["tlx-twin-config"])
+        self.config = pn.widgets.Select(label="Config (shipped, comparable with this trace)", options=names,
+                                        value=default or None, css_classes=["tlx-twin-config"])
         custom = str(loaded.config_path) if loaded.config_path and loaded.config_path.stem not in names else ""
         self.config_path = pn.widgets.TextInput(label="or a local config path", value=custom, placeholder="/path/to/config.json",
                                                 css_classes=["tlx-twin-config-path"])
@@ -54,16 +91,17 @@ class DischargePanel(pn.viewable.Viewer):
         self.cancel_button = pn.widgets.Button(label="Cancel", disabled=True, css_classes=["tlx-discharge-cancel"])
         self.progress = pn.indicators.Progress(value=0, max=100, sizing_mode="stretch_width")
         self.status = pn.pane.HTML("", css_classes=["tlx-discharge-status"], sizing_mode="stretch_width")
-        self.rows = pn.widgets.Tabulator(pd.DataFrame(columns=["claims", "claimed", "observed", "status"]), show_index=False,
-                                         disabled=True, visible=False, sizing_mode="stretch_width",
-                                         layout="fit_data_stretch", css_classes=["tlx-claims"])
+        self.rows = pn.pane.HTML("", visible=False, sizing_mode="stretch_width", css_classes=["tlx-claims"])
         self.job = BackgroundJob(pn.state.curdoc, self._progress, name="tlx-discharge")
         self.estimate_button.on_click(lambda _e: self.show_estimate())
         self.go.on_click(lambda _e: self.start())
         self.cancel_button.on_click(lambda _e: self.cancel())
-        if self.state.trace.ladder_state == "OBSERVED":
+        if observed:
             self.go.disabled = self.estimate_button.disabled = True
             self.say("This trace was captured eagerly on real values: it is already OBSERVED, nothing to discharge.")
+        elif not names and not custom:
+            self.say(f"No shipped config is the one this {self.state.trace.model_class} was captured from. Type that "
+                     "config file under 'or a local config path', or open it with: torchlens-explore PATH/config.json")
 
     @property
     def busy(self) -> bool:
@@ -138,7 +176,7 @@ class DischargePanel(pn.viewable.Viewer):
             self.state.select_op(row[0])  # the inspector shows the contradicted op
         rows = report_rows(report)
         if rows:
-            self.rows.value = pd.DataFrame(rows, columns=["claims", "claimed", "observed", "status"])
+            self.rows.object = claims_table_html(rows)
             self.rows.visible = True
 
     def _failed(self, exc: BaseException) -> None:
@@ -149,6 +187,8 @@ class DischargePanel(pn.viewable.Viewer):
         self.status.object = refusal_html(exc) + text_html(note)
 
     def __panel__(self):
+        if self.state.trace.ladder_state == "OBSERVED":  # nothing to discharge: a short note, no form
+            return pn.Column(self.status, sizing_mode="stretch_width", css_classes=["tlx-discharge-observed"])
         return pn.Column(
             pn.pane.Markdown("**Discharge against a real twin**", margin=(0, 5)),
             self.config, self.config_path, self.dtype, self.seed, self.checkpoint, self.shape,

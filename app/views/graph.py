@@ -20,6 +20,7 @@ from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
 from ..state import ExplorerState
+from .actions import PageActions, act_attr
 from .docsync import call_on_document
 
 TIMING = logging.getLogger("tlx.timing")  # server-side spans of a click (the app benchmark reads them)
@@ -144,41 +145,46 @@ def overlay_legend_html(legend: dict) -> str:
             f'<b>{title}</b>: {items}{swatch_html(overlays.NO_VALUE, "no value")}</div>')
 
 
-def breadcrumb(state: ExplorerState) -> list[str]:
-    """The open path shown above the graph: root class, module path segments, then the selected op."""
+def breadcrumb_steps(state: ExplorerState) -> list[tuple[str, str]]:
+    """The open path as (text, action) steps: root class ("module:" shows the whole graph), module
+    path segments ("module:ADDRESS"), then the selected op ("op:LABEL")."""
     trace = state.trace
     root = trace.modules[""].class_name if "" in trace.modules else trace.model_class
-    tail: list[str] = []
+    tail: list[tuple[str, str]] = []
     address = state.focused
     if state.selected and state.selected in trace:
-        address, tail = trace[state.selected].module, [state.selected]
+        address, tail = trace[state.selected].module, [(state.selected, f"op:{state.selected}")]
     elif not address and state.centre_on.startswith("module:"):
         address = state.centre_on.partition(":")[2]
-    crumbs, parts = [root], address.split(".") if address else []
+    steps, parts = [(root, "module:")], address.split(".") if address else []
     i = 0
     while i < len(parts):  # "layers.3" reads as one step: a numbered child joins its container
         step = parts[i]
         if i + 1 < len(parts) and parts[i + 1].isdigit():
             step, i = f"{step}.{parts[i + 1]}", i + 1
-        crumbs.append(step)
+        steps.append((step, "module:" + ".".join(parts[:i + 1])))
         i += 1
-    return crumbs + tail
+    return steps + tail
+
+
+def breadcrumb(state: ExplorerState) -> list[str]:
+    """The open path shown above the graph: root class, module path segments, then the selected op."""
+    return [text for text, _ in breadcrumb_steps(state)]
+
+
+TOOL_LINK = 'class="tlx-tool-link" style="color:#1f4f8a;cursor:pointer;margin-left:10px;white-space:nowrap"'
 
 
 def breadcrumb_html(state: ExplorerState) -> str:
-    crumbs = breadcrumb(state)
-    body = ' <span style="color:#999">\u203a</span> '.join(f'<span class="tlx-crumb">{html.escape(c)}</span>' for c in crumbs)
-    return f'<div class="tlx-breadcrumb" style="font:13px sans-serif;white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{body}</div>'
-
-
-ESC_JS = """
-if (window.__tlx_keys_installed) return;
-window.__tlx_keys_installed = true;
-document.addEventListener('keydown', (e) => {
-  if (e.key !== 'Escape') return;
-  keys.data = {esc: [(keys.data.esc[0] || 0) + 1]};
-});
-"""
+    """The breadcrumb (each step clickable), then Expand all / Collapse all at the right."""
+    sep = ' <span style="color:#999">\u203a</span> '
+    body = sep.join(f'<span class="tlx-crumb" {act_attr(*act.split(":", 1))} style="cursor:pointer">{html.escape(text)}</span>'
+                    for text, act in breadcrumb_steps(state))
+    scope = "under " + state.focused.rsplit(".", 1)[-1] if state.focused else "modules"
+    tools = (f'<span {TOOL_LINK} {act_attr("view", "expand-all")} title="open every module {html.escape(scope)}">'
+             f'Expand all</span><span {TOOL_LINK} {act_attr("view", "collapse-all")}>Collapse all</span>')
+    return (f'<div style="display:flex;font:13px sans-serif"><div class="tlx-breadcrumb" style="flex:1 1 auto;'
+            f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{body}</div><div style="flex:none">{tools}</div></div>')
 
 
 class GraphView(pn.viewable.Viewer):
@@ -325,14 +331,17 @@ class GraphView(pn.viewable.Viewer):
         on_document(move)
 
     def _highlight(self) -> None:
+        """The selected op's box and its input and output neighbours' boxes stay bright; the rest dims."""
         src = self._node_source()
-        lay = self.state.layout
-        target = None
-        if self.state.selected:
+        lay, trace = self.state.layout, self.state.trace
+        indices: list[int] = []
+        if self.state.selected and self.state.selected in trace:
             visible = getattr(lay, "visible", {}) or {}
-            target = visible.get(self.state.selected, self.state.selected)
-        ids = list(src.data.get("id", []))
-        src.selected.indices = [ids.index(target)] if target in ids else []
+            label = self.state.selected
+            near = [label, *(e.source for e in trace[label].parents), *trace.children_of(label)]
+            rows = {ident: i for i, ident in enumerate(src.data.get("id", []))}
+            indices = sorted({rows[t] for t in (visible.get(x, x) for x in near) if t in rows})
+        src.selected.indices = indices
 
     def _summary_html(self) -> str:
         """One line, never wrapping (the graph below keeps its height): the last action first, then what
@@ -369,13 +378,28 @@ class GraphView(pn.viewable.Viewer):
         fig.js_on_event(Tap, CustomJS(code="window.__tlx_tap = performance.now();"))
 
     def _attach_keys(self, fig: Any) -> None:
-        """Esc clears the selection: a document key listener bumps a one-cell source the server watches."""
-        from bokeh.models import ColumnDataSource, CustomJS
+        """Esc clears the selection; clicks on data-tlx-act markup (tree, breadcrumb, inspector) reach
+        `self.actions` (a page listener installed with the figure)."""
+        self.actions = PageActions(on_escape=lambda: self.clear_selection("Esc"))
+        self.actions.install(fig)
+        self.actions.on("op", self._go_op)
+        self.actions.on("view", self._view_action)
+        self.actions.on("module", self._go_module)
 
-        self._keys = ColumnDataSource({"esc": [0]}, name="tlx-keys")
-        install = CustomJS(args=dict(keys=self._keys), code=ESC_JS)
-        fig.js_on_change("inner_width", install)
-        self._keys.on_change("data", lambda _attr, _old, _new: self.clear_selection("Esc"))
+    def _go_op(self, label: str) -> None:
+        if label in self.state.trace:
+            self.state.select_op(label)
+            self.state.message = f"Op {label} selected."
+
+    def _go_module(self, address: str) -> None:
+        if not address or address in self.state.trace.modules:
+            self.state.show_module(address)
+
+    def _view_action(self, what: str) -> None:
+        if what == "expand-all":
+            self.state.expand_all()
+        elif what == "collapse-all":
+            self.state.collapse_all()
 
     def clear_selection(self, how: str = "blank click") -> None:
         """Drop the selected op and focused module (Esc, or a click on empty canvas)."""

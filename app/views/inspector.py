@@ -13,6 +13,7 @@ from tracer.claims import activation_stats
 from tracer.claims.ladder import ladder_headline
 
 from ..state import ExplorerState
+from .actions import act_attr
 from .backward import backward_rows
 
 
@@ -37,18 +38,67 @@ def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
     return rows
 
 
+MAX_LINKS = 12
+
+
+def op_links(labels: list[str], notes: dict[str, str] | None = None) -> str:
+    """Op labels as links that select the op ("op:LABEL"), the first MAX_LINKS, then how many more."""
+    notes = notes or {}
+    links = [f'<span class="tlx-op-link" {act_attr("op", lab)} style="color:#1f4f8a;cursor:pointer;text-decoration:underline">'
+             f'{html.escape(lab)}</span>{html.escape(notes.get(lab, ""))}' for lab in labels[:MAX_LINKS]]
+    more = f" ... (+{len(labels) - MAX_LINKS})" if len(labels) > MAX_LINKS else ""
+    return ", ".join(links) + more if links else "-"
+
+
+def neighbour_links(trace: Any, label: str) -> dict[str, str]:
+    """The parents (with argument positions) and children of op `label` as links."""
+    op = trace[label]
+    parents = [e.source for e in op.parents]
+    notes = {e.source: f" (arg {e.position})" for e in op.parents}
+    return {"parents": op_links(list(dict.fromkeys(parents)), notes), "children": op_links(trace.children_of(label))}
+
+
 def _claim_text(state: str) -> str:
     return ladder_headline(state)
 
 
-def rows_html(title: str, rows: list[tuple[str, str]]) -> str:
+def rows_html(title: str, rows: list[tuple[str, str]], markup: dict[str, str] | None = None) -> str:
+    """The inspector table; a field named in `markup` shows that (already escaped) markup instead of its text."""
+    markup = markup or {}
     body = "".join(
         f'<tr><th style="text-align:left;padding:2px 8px 2px 0;vertical-align:top;white-space:nowrap">{html.escape(k)}</th>'
-        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;word-break:break-all">{html.escape(v)}</td></tr>'
+        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;word-break:break-all">'
+        f'{markup.get(k, html.escape(v))}</td></tr>'
         for k, v in rows)
     return (f'<div class="tlx-inspector" style="font-family:sans-serif;font-size:13px">'
             f'<div style="font-weight:700;font-size:15px;margin-bottom:4px">{html.escape(title)}</div>'
             f"<table>{body}</table></div>")
+
+
+MAX_HITS = 200  # hits listed under the inspector (the count says how many there are)
+
+
+def hits_html(state: ExplorerState, hits: list[tuple[str, str]]) -> str:
+    """Every search hit (up to MAX_HITS) as a link with its module path, op kind and shape."""
+    if not state.query:
+        return ""
+    trace, rows = state.trace, []
+    for kind, ident in hits[:MAX_HITS]:
+        if kind == "op":
+            op = trace[ident]
+            shape = "\u00d7".join(map(str, op.out.shape)) if op.out is not None else ""
+            detail = f"{op.module or '(root)'} \u00b7 {op.kind}" + (f" \u00b7 {shape}" if shape else "")
+        else:
+            detail = f"module \u00b7 {trace.modules[ident].class_name}"
+        rows.append(f'<div class="tlx-hit"><span class="tlx-op-link" {act_attr(kind, ident)} style="color:#1f4f8a;'
+                    f'cursor:pointer;text-decoration:underline">{html.escape(ident)}</span> '
+                    f'<span style="color:#555">{html.escape(detail)}</span></div>')
+    more = f'<div style="color:#555">... and {len(hits) - MAX_HITS} more: add words or kind:, class:, shape: to narrow</div>' \
+        if len(hits) > MAX_HITS else ""
+    return (f'<div class="tlx-hits" style="font:12px sans-serif;margin-bottom:8px;border-bottom:1px solid #ddd;'
+            f'padding-bottom:4px"><b>{len(hits)} hit{"s" if len(hits) != 1 else ""} for {html.escape(repr(state.query))}</b> '
+            f'<span style="color:#555">(narrow with kind:linear, class:LlamaMLP, shape:4096)</span>'
+            f'<div style="max-height:132px;overflow-y:auto">{"".join(rows)}{more}</div></div>')
 
 
 class Inspector(pn.viewable.Viewer):
@@ -58,10 +108,21 @@ class Inspector(pn.viewable.Viewer):
 
     def __init__(self, **params):
         super().__init__(**params)
+        self._hits: tuple[str, list] = ("", [])
         self._pane = pn.pane.HTML(self._markup(), sizing_mode="stretch_width")
-        self.state.param.watch(lambda *_e: setattr(self._pane, "object", self._markup()), ["selected", "focused", "ladder"])
+        self.state.param.watch(lambda *_e: setattr(self._pane, "object", self._markup()),
+                               ["selected", "focused", "ladder", "query"])
+
+    def _hit_list(self) -> str:
+        """The current search's hits (searched once per query)."""
+        if self._hits[0] != self.state.query:
+            self._hits = (self.state.query, self.state.search(self.state.query, limit=None) if self.state.query else [])
+        return hits_html(self.state, self._hits[1])
 
     def _markup(self) -> str:
+        return self._hit_list() + self._details()  # the hits first, in a box of their own that scrolls
+
+    def _details(self) -> str:
         s = self.state
         trace = s.trace
         if s.selected and s.selected in trace:
@@ -74,7 +135,7 @@ class Inspector(pn.viewable.Viewer):
             elif s.ladder.state == "OBSERVED":
                 rows.append(("value", "not saved for this op"))
             rows += backward_rows(trace, s.selected)  # gradient statistics and saved-for-backward (issue 14)
-            return rows_html(f"Op {s.selected}", rows)
+            return rows_html(f"Op {s.selected}", rows, neighbour_links(trace, s.selected))
         if s.focused and s.focused in trace.modules:
             mod = trace.modules[s.focused]
             rows = [("address", mod.address), ("class", mod.class_name), ("parameters", f"{s.params_under(mod.address):,}"),

@@ -6,6 +6,7 @@ Screenshots go to the artifacts folder and docs/images/ (docs/explorer.md shows 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -13,6 +14,8 @@ from playwright.sync_api import expect
 from tests.app import pagekit
 
 pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def open_page(page, url):
@@ -53,7 +56,7 @@ def test_clicking_a_layer_on_the_canvas_expands_it_and_clicking_its_frame_collap
 
 def test_module_tree_click_expands_a_layer(default_url, page):
     open_page(page, default_url)
-    page.locator(".tlx-tree .tabulator-row", has_text="0-31: LlamaDecoderLayer x32").first.click()
+    page.locator(".tlx-tree .tlx-tree-name", has_text="0-31: LlamaDecoderLayer x32").first.click()
     pagekit.wait_node(page, "mod:model.layers.0", present=False)
     expect(page.locator(".tlx-inspector")).to_contain_text("Module model.layers.0")
 
@@ -150,7 +153,10 @@ def test_a_mismatched_twin_turns_the_banner_refuted(gpt2_url, page, artifacts_di
 @pytest.mark.slow
 def test_another_config_is_refused_with_a_readable_message(gpt2_url, page):
     open_page(page, gpt2_url)
-    page.locator(".tlx-twin-config select").select_option("bert-base")
+    # only comparable configs are offered; another one typed as a path is refused by the preflight
+    expect(page.locator(".tlx-twin-config select option")).to_have_text(["gpt2"])
+    page.locator(".tlx-twin-config-path input").fill(str(ROOT / "static" / "configs" / "bert-base.json"))
+    page.locator(".tlx-twin-config-path input").press("Enter")
     page.locator(".tlx-discharge button").click()
     status = page.locator(".tlx-discharge-status")
     expect(status).to_contain_text("twins_not_comparable", timeout=120_000)

@@ -73,7 +73,7 @@ def test_markup_in_names_and_refusals_shows_as_text_and_never_runs(hostile_url, 
     expect(page.locator(".tlx-banner-title")).to_contain_text(IMG)
     tree = page.locator(".tlx-tree")
     expect(tree).to_contain_text("<b onmouseover=alert(3)>x</b>")
-    tree.locator(".tabulator-row", has_text="onmouseover").first.click()
+    tree.locator(".tlx-tree-name", has_text="onmouseover").first.click()
     expect(page.locator(".tlx-inspector")).to_contain_text("<img src=x onerror=alert(2)>")
     assert page.locator(".tlx-title img, .tlx-banner img, .tlx-tree img, .tlx-inspector img, .tlx-tree b").count() == 0
     # a refusal that echoes the config path the user typed

@@ -71,3 +71,29 @@ def test_a_deep_model_starts_folded_and_unfolds_on_request():
     assert len(folded) == 1 and folded[0].repeat == 90
     s.fold_repeats = False
     assert len([n for n in s.layout.nodes if n.kind == "module" and n.module.startswith("model.layers.")]) == 90
+
+
+def test_search_filters_by_op_kind_module_class_and_shape(default_loaded):
+    from app.state import parse_query
+
+    assert parse_query("mlp kind:Linear shape:4096") == (["mlp"], {"kind": "linear", "shape": "4096"})
+    s = ExplorerState(default_loaded)
+    hits = s.search("kind:linear class:LlamaMLP", limit=None)
+    assert len(hits) == 3 * 32 and all(kind == "op" and s.trace[i].kind == "linear" for kind, i in hits)
+    assert all(s.trace[i].module.endswith(("gate_proj", "up_proj", "down_proj")) for _, i in hits)
+    wide = s.search("shape:14336", limit=None)
+    assert wide and all("14336" in map(str, s.trace[i].out.shape) for _, i in wide)
+    assert s.search("q_proj kind:linear", limit=None) == [("op", o.label) for o in s.trace.ops
+                                                         if o.module.endswith("q_proj") and o.kind == "linear"]
+    assert s.search("kind:no_such_kind", limit=None) == []
+
+
+def test_the_inspector_lists_every_hit_with_its_module_path(default_loaded):
+    from app.views.inspector import Inspector
+
+    s = ExplorerState(default_loaded)
+    inspector = Inspector(state=s)
+    s.go("kind:linear class:LlamaMLP")
+    markup = inspector._pane.object
+    assert "96 hits for" in markup and markup.count('class="tlx-hit"') == 96
+    assert "model.layers.31.mlp.down_proj" in markup and 'data-tlx-act="op:' in markup

@@ -75,3 +75,34 @@ def test_the_banner_shows_the_traces_warnings_escaped_and_counted():
     markup = banner_html("OBSERVED", "h", "d", "t", notes)
     assert "&lt;b&gt;layers.0&lt;/b&gt;" in markup and "<b>" not in markup
     assert markup.count('class="tlx-banner-warning"') == 4 and "and 1 more warnings" in markup
+
+
+def test_the_discharge_tab_of_an_observed_trace_is_a_short_note(tiny_loaded):
+    from app.views.discharge import DischargePanel
+
+    panel = DischargePanel(state=ExplorerState(tiny_loaded))
+    shown = panel.__panel__()
+    assert len(shown.objects) == 1 and "already OBSERVED" in shown.objects[0].object
+
+
+def test_the_discharge_tab_offers_only_comparable_shipped_configs(gpt2_loaded, default_loaded):
+    from app.sources import shipped_configs
+    from app.views.discharge import DischargePanel, comparable_configs
+
+    names = list(shipped_configs())
+    assert len(names) > 2 and comparable_configs(gpt2_loaded.trace, names) == ["gpt2"]
+    assert comparable_configs(default_loaded.trace, names) == ["llama-3.1-8b"]  # not the 405B: another config
+    panel = DischargePanel(state=ExplorerState(gpt2_loaded))
+    assert panel.config.options == ["gpt2"] and panel.config.value == "gpt2"
+
+
+def test_open_frames_carry_a_chevron_at_their_header_and_a_click_there_closes_them(default_loaded):
+    from exporters.bokeh_graph import CHEVRON, figure_data
+
+    s = ExplorerState(default_loaded)
+    s.toggle("model.layers.1")
+    frames = figure_data(s.layout, s.trace)["frames"]
+    row = frames["address"].index("model.layers.1")
+    assert frames["chevron"][row] == CHEVRON and frames["chevron"][frames["address"].index("")] == ""
+    graph = GraphView(state=s)
+    assert graph.click(frames["cx"][row], frames["ty"][row] - 3) == "collapsed model.layers.1"

@@ -10,7 +10,10 @@ For each case, `--pages` fresh pages (a new browser page each, same server):
   the redraw has reached the screen);
 - search to inspector: from the Enter keydown to the inspector showing the op (then two frames).
 Server-side spans (the click handler with its layout, figure_data, the document update) are read
-from the app's `tlx.timing` log. Prints medians with min-max over all samples and the conditions.
+from the app's `tlx.timing` log. Less sensitive to a busy machine, the page's own costs are read too:
+its main-thread task and script time (Chromium's Performance.getMetrics) over the load and over each
+expand click, the script bytes it loaded, and the websocket bytes of the first document and of each
+expand. Prints medians with min-max over all samples and the conditions.
 """
 from __future__ import annotations
 
@@ -79,13 +82,41 @@ def elapsed_ms(page) -> float:
     return total
 
 
+# Counts the websocket bytes the page receives (installed before the page's own scripts run).
+WS_BYTES_JS = """window.__tlx_ws = 0; const Native = window.WebSocket;
+window.WebSocket = function (...args) { const s = new Native(...args);
+  s.addEventListener('message', (e) => { window.__tlx_ws += typeof e.data === 'string' ? e.data.length : (e.data.byteLength || e.data.size || 0); });
+  return s; };
+window.WebSocket.prototype = Native.prototype;"""
+METRICS = ("TaskDuration", "ScriptDuration")
+COSTS: dict[str, list[float]] = {}  # page costs: load/expand task and script ms, script KB, websocket KB
+
+
+def page_metrics(cdp) -> dict[str, float]:
+    """Chromium's cumulative main-thread durations for the page, in ms."""
+    return {m["name"]: m["value"] * 1000 for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] in METRICS}
+
+
+def cost(name: str, value: float) -> None:
+    COSTS.setdefault(name, []).append(value)
+
+
 def page_load_s(page, url: str) -> float:
     """Seconds from navigation start to the graph painted and answering clicks."""
+    page.add_init_script(WS_BYTES_JS)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    page.tlx_cdp = cdp
     page.goto(url, wait_until="commit")
     pagekit.wait_graph(page, timeout_ms=60_000)
     pagekit.to_page(page, 0.0, 0.0)
     painted = page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))")
     RESPONSE.append(page.evaluate("() => performance.getEntriesByType('navigation')[0].responseStart") / 1000)
+    for k, v in page_metrics(cdp).items():
+        cost(f"load {k} ms", v)
+    cost("load script KB", page.evaluate("() => performance.getEntriesByType('resource').filter(e => /[.]js([?]|$)/.test(e.name))"
+                                         ".reduce((a, e) => a + e.decodedBodySize, 0)") / 1024)
+    cost("load websocket KB", page.evaluate("() => window.__tlx_ws") / 1024)
     return painted / 1000
 
 
@@ -135,7 +166,12 @@ def measure(browser, url: str, box: str, frame: str, op_label: str, pages: int, 
         TAPS.clear()
         for _ in range(clicks):
             node = next(n for n in pagekit.nodes(page) if n["id"] == box)
+            before, ws = page_metrics(page.tlx_cdp), page.evaluate("() => window.__tlx_ws")
             got["expand_ms"].append(click_ms(page, pagekit.to_page(page, node["x"], node["y"]), box, present=False))
+            page.wait_for_timeout(800)  # the rest of the answer (status line, inspector) has arrived
+            for k, v in page_metrics(page.tlx_cdp).items():
+                cost(f"expand {k} ms", v - before[k])
+            cost("expand websocket KB", (page.evaluate("() => window.__tlx_ws") - ws) / 1024)
             header = page.evaluate(FRAME_HEADER_JS, frame)
             got["collapse_ms"].append(click_ms(page, pagekit.to_page(page, *header), box, present=True))
         got.setdefault("click_seen_ms", []).extend(SEEN)
@@ -143,7 +179,9 @@ def measure(browser, url: str, box: str, frame: str, op_label: str, pages: int, 
         got["search_ms"].append(search_ms(page, op_label))
         page.close()
     got["response_s"] = list(RESPONSE)
+    got["costs"] = dict(COSTS)
     RESPONSE.clear()
+    COSTS.clear()
     return got
 
 
@@ -193,6 +231,9 @@ def main() -> None:
     for name, _, r, _ in rows:
         print(f"  {name}: {spread(r['click_seen_ms'], '.0f')} ms; of which pointerdown to Bokeh's tap event "
               f"{spread(r['tap_ms'], '.0f') if r['tap_ms'] else '-'} ms")
+    print("\nthe page's own costs (main-thread task and script time from Chromium's metrics; bytes):")
+    for name, _, r, _ in rows:
+        print(f"  {name}: " + "; ".join(f"{k} {spread(v, '.0f')}" for k, v in r["costs"].items()))
     print("\nserver-side medians (ms) per case:")
     for name, _, _, med in rows:
         print(f"  {name}: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(med.items())))
