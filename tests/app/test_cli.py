@@ -106,20 +106,26 @@ def _served_url(proc: subprocess.Popen, deadline: float) -> str:
 
 
 @pytest.mark.slow
-def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path):
-    """A page request makes the session's export folder; SIGTERM to the server removes it."""
+@pytest.mark.browser
+def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path, page):
+    """A page opened in the browser makes the session's export folder (its side tabs are built once the page
+    has painted); SIGTERM to the server removes it."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
     try:
-        deadline = time.monotonic() + 120
-        url = _served_url(proc, deadline)
-        for _ in range(100):
+        url = _served_url(proc, time.monotonic() + 120)
+        for _ in range(100):  # the URL is printed just before the server answers
             try:
                 urllib.request.urlopen(url, timeout=30).read()
                 break
             except OSError:
                 time.sleep(0.2)
+        page.goto(url)
+        page.wait_for_selector(".tlx-tabs", state="attached", timeout=60_000)
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("tlx-export-*")) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert [p.name for p in tmp_path.glob("tlx-export-*")], "the session made no export folder"
     finally:
         proc.terminate()
