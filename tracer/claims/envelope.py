@@ -16,7 +16,7 @@ from .ladder import Ladder
 from .twin import twin_mismatches
 from ..digest import canonical_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
-                     StructureOnlyMeasurementsError, ValuesMissingError)
+                     SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
 from ..tensor_stats import tensor_stats
 
@@ -75,6 +75,7 @@ class EvidenceEnvelope:
 def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
     twin = dict(trace.provenance.twin or {})
+    twin["simulated_device"] = (trace.provenance.options or {}).get("simulate_device")  # what the model saw
     table = claim_table(trace)
     body = {
         "mode": "structure_only",
@@ -143,6 +144,8 @@ class DischargeResult:
         reason = c.get("reason")
         if c.get("claimed_site") is not None and c.get("claimed_site") == c.get("observed_site"):
             reason = "one line took a different path on each side: a branch on the device type or dtype?"
+            if c.get("simulated_device") is None:
+                reason += " (the weights-free trace simulated no device: recapture it with simulate_device=<the twin's device>)"
             what += f" at {c['claimed_site']}"
         return f"{self.state}{where} ({reason}){what}"
 
@@ -162,6 +165,7 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     if not observed_twin:
         raise DischargePreflightError("the real trace records no twin descriptor (config, versions, modes, inputs)",
                                       site="discharge_against(real)", mismatches=[{"field": "twin", "real": None}])
+    _check_device(_thaw(env.twin), observed_twin)
     mismatches = twin_mismatches(_thaw(env.twin), observed_twin)
     if mismatches:
         names = ", ".join(m["field"] + (f" ({m['module']})" if "module" in m else "") for m in mismatches)
@@ -177,6 +181,7 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
             contradiction = None
         else:
             _add_sites(contradiction, structure, real)
+            contradiction["simulated_device"] = _thaw(env.twin).get("simulated_device")
             folded = None
     state = CORROBORATED if contradiction is None else REFUTED
     record = {"state": state, "against": {"model_class": real.model_class,
@@ -187,6 +192,18 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
                            contradiction=contradiction, envelope_digest=new.digest, envelope=new, folded=folded)
+
+
+def _check_device(claimed: Mapping[str, Any], observed: Mapping[str, Any]) -> None:
+    """Refuse a twin on another device type than the one the weights-free capture simulated."""
+    simulated, real = claimed.get("simulated_device"), observed.get("device")
+    if simulated and real and str(simulated).split(":")[0] != real:
+        raise SimulatedDeviceMismatchError(
+            f"the weights-free trace simulated the device {simulated!r} (device branches took its path); the "
+            f"real twin ran on {real!r}", site="discharge_against(real)",
+            remedy=f"Recapture the weights-free trace with CaptureOptions(structure_only=True, "
+                   f"simulate_device={real!r}), or capture the twin on {simulated!r}.",
+            mismatches=[{"field": "device", "structure": simulated, "real": real}])
 
 
 def _add_sites(contradiction: dict[str, Any], structure: Trace, real: Trace) -> None:

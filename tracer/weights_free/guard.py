@@ -8,6 +8,7 @@ weights or inputs refuses. Refusals carry the first source line outside torch an
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 from torch import Tensor, nn
@@ -19,6 +20,7 @@ from . import known_values as kv
 from . import meta_fallbacks
 from .constants import ConstantLedger, is_python_call
 from .neutral_reads import neutral_read
+from .simulated_device import SimulatedDevice
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
@@ -34,8 +36,9 @@ _VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answ
 class StructureOnlyGuard(CallGuard):
     """Refuses value reads it cannot answer from constants, and real-device tensors, during a meta capture."""
 
-    def __init__(self, model: nn.Module, admission: dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, admission: dict[str, Any], *, simulate_device: str | None = None) -> None:
         self.admission = admission
+        self.simulated = SimulatedDevice(simulate_device) if simulate_device else None
         self.transformers = type(model).__module__.startswith("transformers")
         config = getattr(model, "config", None)
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
@@ -46,11 +49,26 @@ class StructureOnlyGuard(CallGuard):
         admission["constants"] = self.constants.records
         admission["resolved_reads"] = self.constants.reads  # every value read answered without weights
 
+    def _real_tensor_remedy(self, real: Tensor) -> str:
+        remedy = ("Register the tensor as a buffer (module.register_buffer) so it is built on meta with the model, "
+                  "or create it from an input's device inside forward.")
+        if self.simulated is not None and real.device.type == self.simulated.type:
+            remedy += (f" The model sees the simulated device {self.simulated.type!r}: a cache keyed by the device "
+                       f"and filled by a real run in this process hands its tensors over; clear that cache, or "
+                       f"capture with simulate_device=None (the model then sees meta).")
+        return remedy
+
+    def device_reads(self, model: nn.Module) -> Any:
+        """A context for the forward: the model sees the simulated device (a no-op without one)."""
+        return self.simulated.reads(model) if self.simulated is not None else contextlib.nullcontext()
+
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
         ledger = self.constants
         reals = _real_tensors(args, kwargs)
         kind = info.kind
+        # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
+        on_meta = self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
         factory = not reals and is_python_call(args, kwargs)  # torch.arange(n), torch.div(7, 2), torch.randn(3)
         self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
         real = next((t for t in reals if not ledger.holds(t)), None)
@@ -61,8 +79,7 @@ class StructureOnlyGuard(CallGuard):
                 f"parameter or buffer (a plain module attribute or a global?)",
                 site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
                 module=_module_of(session),
-                remedy="Register the tensor as a buffer (module.register_buffer) so it is built on meta "
-                       "with the model, or create it from an input's device inside forward.",
+                remedy=self._real_tensor_remedy(real),
             )
         if self._constant_call:
             self._values = _values_kind(kind, args, kwargs, ledger)
@@ -72,7 +89,7 @@ class StructureOnlyGuard(CallGuard):
             return self._answer_read(info, func, args, kwargs, session)
         if kv.is_random(kind, args, kwargs):
             self._forget_written(info, args, kwargs)
-            return None
+            return on_meta
         known = None
         if kv.any_known(args, kwargs, ledger) or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
             known = kv.values_for(kind, args, kwargs, ledger)
@@ -80,16 +97,17 @@ class StructureOnlyGuard(CallGuard):
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
             self._forget_written(info, args, kwargs)
-            return None
-        return self._propagating(info, func, args, kwargs, known)
+            return on_meta
+        return self._propagating(info, func, args, kwargs, known, on_meta or func)
 
     # -- known values ---------------------------------------------------------------------------
-    def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple) -> Callable:
-        """`func` on meta, and the same call on known values beside it when the output fits the bound."""
+    def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple,
+                     on_meta: Callable) -> Callable:
+        """`on_meta` (the call on meta), and `func` on known values beside it when the output fits the bound."""
         ledger = self.constants
 
         def run(*a: Any, **k: Any) -> Any:
-            out = func(*a, **k)
+            out = on_meta(*a, **k)
             metas = [m for m in ((out,) if isinstance(out, Tensor) else out if isinstance(out, (tuple, list)) else ())
                      if isinstance(m, Tensor)]
             written = _written(info, args, kwargs)
