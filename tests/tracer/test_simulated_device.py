@@ -117,3 +117,19 @@ def test_a_simulated_cuda_whose_runtime_is_queried_refuses_typed_and_leaves_no_t
     assert "transformers/integrations/moe.py" in err.site  # the model's line that asked the runtime
     assert (dict(meta._forward_pre_hooks), dict(meta._forward_hooks)) == hooks
     assert torch._C._len_torch_function_stack() == 0
+
+
+class _MaskInVmap(nn.Module):
+    """transformers' and_mask: `.to(result.device)` inside torch.vmap, where the capture records nothing."""
+
+    def forward(self, x):
+        def mask(q):
+            result = q.new_ones((), dtype=torch.bool)
+            return result & (q > 0).to(result.device)
+
+        return x * torch.vmap(mask)(x)
+
+
+def test_device_arguments_inside_vmap_go_to_meta_too():
+    st = tracer.trace(_MaskInVmap(), (torch.empty(3, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
+    assert st.output.device.type == "meta"

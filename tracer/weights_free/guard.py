@@ -260,8 +260,11 @@ def _written(info: FuncInfo, args: tuple, kwargs: dict) -> Tensor | None:
     out = kwargs.get("out") if kwargs else None
     if isinstance(out, Tensor):
         return out
-    if (info.inplace or (kwargs and kwargs.get("inplace") is True)) and args and isinstance(args[0], Tensor):
-        return args[0]
+    if info.inplace or (kwargs and kwargs.get("inplace") is True):
+        if args and isinstance(args[0], Tensor):
+            return args[0]
+        target = kwargs.get("tensor") if kwargs else None  # nn.init.uniform_(tensor=w), as torch passes it
+        return target if isinstance(target, Tensor) else None
     return None
 
 

@@ -182,4 +182,12 @@ class _DeviceReads(TorchFunctionMode):
         answer = self.simulated.answer(func, args)
         if answer is not _NOT_A_READ:
             return answer
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if _in_transform() is not None:  # inside torch.vmap the capture runs calls unguarded: map here
+            on_meta = self.simulated.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
+            if on_meta is not None:
+                return on_meta(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+_in_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
