@@ -26,7 +26,8 @@ from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 # Namespaces a stored call may name (everything a capture records as a torch-level call).
 _ALLOWED_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch._C._nn.", "torch._C._VariableFunctions.",
                      "torch.linalg.", "torch.fft.", "torch.special.", "torch._C._linalg.", "torch._C._fft.",
-                     "torch._C._special.", "torch.functional.", "torch.ops.aten.", "torch._C.TensorBase.")
+                     "torch._C._special.", "torch.functional.", "torch.ops.aten.", "torch._C.TensorBase.",
+                     "torch.nn.init.")
 _SYNTHETIC = (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND)
 _FUNCTION_KIND = "autograd_function"  # tracer.capture.boundaries.FUNCTION_KIND (not imported: capture is heavy)
 _PYTYPES = {"int": int, "float": float, "bool": bool, "complex": complex}
