@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .join import claim_table, folded_join, join, table_digests
+from .join import claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
 from ..digest import canonical_digest
@@ -57,10 +57,7 @@ class EvidenceEnvelope:
 
     def evolve(self, event: str, **changes: Any) -> "EvidenceEnvelope":
         """A new sealed envelope with `changes` applied and `event` appended to its history."""
-        entry = {"event": event, "at": _now(), "ladder_state": changes.get("ladder_state", self.ladder_state)}
-        history = _thaw(self.history) + [entry]
-        body = {**self.to_dict(), **{k: _thaw(v) for k, v in changes.items()}, "history": history}
-        return _seal(body)
+        return _evolved(self.to_dict(), event, changes)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -74,7 +71,7 @@ class EvidenceEnvelope:
 
 def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
-    twin = dict(trace.provenance.twin or {})
+    twin = _thaw(trace.provenance.twin or {})
     twin["simulated_device"] = (trace.provenance.options or {}).get("simulate_device")  # what the model saw
     table = claim_table(trace)
     body = {
@@ -107,7 +104,7 @@ def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
         got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
         raise EnvelopeTamperedError(f"the evidence envelope has the wrong fields ({got})", site="envelope",
                                     expected=sorted(names))
-    body = {k: v for k, v in data.items() if k != "digest"}
+    body = _thaw({k: v for k, v in data.items() if k != "digest"})
     if data.get("schema") != ENVELOPE_SCHEMA or _digest(body) != data.get("digest"):
         raise EnvelopeTamperedError("the evidence envelope does not match its digest", site="envelope",
                                     recorded=data.get("digest"), computed=_digest(body))
@@ -165,15 +162,16 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     if not observed_twin:
         raise DischargePreflightError("the real trace records no twin descriptor (config, versions, modes, inputs)",
                                       site="discharge_against(real)", mismatches=[{"field": "twin", "real": None}])
-    _check_device(_thaw(env.twin), observed_twin)
-    mismatches = twin_mismatches(_thaw(env.twin), observed_twin)
+    plain = env.to_dict()  # one pass over the frozen envelope: the join and the new envelope read it
+    _check_device(plain["twin"], observed_twin)
+    mismatches = twin_mismatches(plain["twin"], observed_twin)
     if mismatches:
         names = ", ".join(m["field"] + (f" ({m['module']})" if "module" in m else "") for m in mismatches)
         raise DischargePreflightError(f"the twins are not comparable: {names} differ", site="discharge_against(real)",
                                       mismatches=mismatches)
     observed = claim_table(real)
-    claimed = _thaw(env.claims)
-    contradiction = join(claimed, observed)
+    claimed = plain["claims"]
+    contradiction = join(claimed, observed, plain=True)  # both sides are plain JSON shapes already
     folded = None
     if contradiction is not None:
         refolded, folded = folded_join(claimed, observed)
@@ -181,14 +179,14 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
             contradiction = None
         else:
             _add_sites(contradiction, structure, real)
-            contradiction["simulated_device"] = _thaw(env.twin).get("simulated_device")
+            contradiction["simulated_device"] = plain["twin"].get("simulated_device")
             folded = None
     state = CORROBORATED if contradiction is None else REFUTED
     record = {"state": state, "against": {"model_class": real.model_class,
                                          "captured_at": real.provenance.captured_at,
                                          "claim_digests": table_digests(observed)},
               "contradiction": contradiction, "constants_folded": folded}
-    new = env.evolve("discharged", ladder_state=state, discharge=record)
+    new = _evolved(plain, "discharged", {"ladder_state": state, "discharge": record})
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
                            contradiction=contradiction, envelope_digest=new.digest, envelope=new, folded=folded)
@@ -285,24 +283,31 @@ def _seal(body: dict[str, Any]) -> EvidenceEnvelope:
     return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
 
 
+def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any]) -> EvidenceEnvelope:
+    """A new sealed envelope from a plain (thawed) body, `changes` applied and `event` appended to its history."""
+    entry = {"event": event, "at": _now(), "ladder_state": changes.get("ladder_state", plain["ladder_state"])}
+    body = {**plain, **{k: _thaw(v) for k, v in changes.items()}}
+    body["history"] = [*plain["history"], entry]
+    return _seal(body)
+
+
 def _digest(body: Mapping[str, Any]) -> str:
-    return canonical_digest(_thaw(body))
+    """The digest of a plain body (JSON values only: a frozen one is thawed first)."""
+    return canonical_digest(body)
 
 
 def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
+    """Read-only nested copy (mappings -> MappingProxyType, sequences -> tuples); leaves pass as they are."""
+    t = type(value)
+    if t is list or t is tuple:
+        return tuple(v if type(v) in _LEAVES else _freeze(v) for v in value)
+    if t is dict or t is MappingProxyType or (t not in _LEAVES and isinstance(value, Mapping)):
+        return MappingProxyType({k: v if type(v) in _LEAVES else _freeze(v) for k, v in value.items()})
     return value
 
 
-def _thaw(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_thaw(v) for v in value]
-    return value
+_thaw = plain_json  # frozen or tuple-bearing values back to plain JSON shapes (one linear pass)
+_LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def _now() -> str:
