@@ -133,3 +133,24 @@ class _MaskInVmap(nn.Module):
 def test_device_arguments_inside_vmap_go_to_meta_too():
     st = tracer.trace(_MaskInVmap(), (torch.empty(3, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
     assert st.output.device.type == "meta"
+
+
+class _MaskedSoftmax(torch.autograd.Function):
+    """transformers' XSoftmax (SEW-D, DeBERTa-v2): fills with a 0-dim cpu tensor inside its forward."""
+
+    @staticmethod
+    def forward(ctx, scores, mask):
+        return torch.softmax(scores.masked_fill(~mask, torch.tensor(torch.finfo(scores.dtype).min)), -1)
+
+
+class _UsesMaskedSoftmax(nn.Module):
+    def forward(self, x):
+        mask = torch.ones(x.shape, dtype=torch.bool, device=x.device)
+        return _MaskedSoftmax.apply(x * 2, mask)
+
+
+def test_a_cpu_scalar_beside_meta_tensors_inside_a_function_runs_on_meta_and_corroborates():
+    x = torch.randn(2, 3)
+    st = tracer.trace(_UsesMaskedSoftmax(), (x.to("meta"),), capture=tracer.CaptureOptions(structure_only=True))
+    assert st.output.device.type == "meta"
+    assert st.discharge_against(tracer.trace(_UsesMaskedSoftmax(), (x,))).state == "CORROBORATED"

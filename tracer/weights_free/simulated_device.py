@@ -14,6 +14,7 @@ real twin on that device runs. Two parts:
 from __future__ import annotations
 
 import contextlib
+import sys
 import traceback
 from typing import Any, Callable, Iterator
 
@@ -180,14 +181,42 @@ class _DeviceReads(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         answer = self.simulated.answer(func, args)
-        if answer is not _NOT_A_READ:
+        if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
             return answer
         kwargs = kwargs or {}
         if _in_transform() is not None:  # inside torch.vmap the capture runs calls unguarded: map here
             on_meta = self.simulated.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
             if on_meta is not None:
                 return on_meta(*args, **kwargs)
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError:
+            # A 0-dim cpu tensor beside meta ones: a real device takes it as a scalar, some meta kernels
+            # refuse it (inside an autograd Function's forward, which the capture runs unguarded).
+            moved = _scalars_on_meta(args, kwargs)
+            if moved is None:
+                raise
+            return func(*moved[0], **moved[1])
 
 
 _in_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
+
+
+def _scalars_on_meta(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """`args`/`kwargs` with their 0-dim real tensors on meta, when meta tensors are among them; else None."""
+    top = [*args, *kwargs.values()]
+    if not any(isinstance(a, Tensor) and a.is_meta for a in top):
+        return None
+    if not any(isinstance(a, Tensor) and not a.is_meta and a.dim() == 0 for a in top):
+        return None
+
+    def moved(a: Any) -> Any:
+        return a.to(META) if isinstance(a, Tensor) and not a.is_meta and a.dim() == 0 else a
+
+    return tuple(moved(a) for a in args), {k: moved(v) for k, v in kwargs.items()}
+
+
+def _read_by_tracer(frame: Any) -> bool:
+    """True when the capture itself reads the device (a boundary op recorded while this mode is on the
+    stack, as `Function.apply`'s pass-through does): it must see meta, as the model must not."""
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("tracer.")
