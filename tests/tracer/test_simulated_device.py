@@ -154,3 +154,31 @@ def test_a_cpu_scalar_beside_meta_tensors_inside_a_function_runs_on_meta_and_cor
     st = tracer.trace(_UsesMaskedSoftmax(), (x.to("meta"),), capture=tracer.CaptureOptions(structure_only=True))
     assert st.output.device.type == "meta"
     assert st.discharge_against(tracer.trace(_UsesMaskedSoftmax(), (x,))).state == "CORROBORATED"
+
+
+class _Stray(nn.Module):
+    """A plain (unregistered) cpu tensor attribute: a real cpu run reads it as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * self.table  # STAND_IN_LINE
+
+
+def test_a_real_tensor_on_the_simulated_device_enters_as_a_disclosed_meta_stand_in():
+    torch.manual_seed(0)
+    real = _Stray().eval()
+    real.table = torch.arange(4.0)
+    with torch.device("meta"):
+        twin = _Stray().eval()
+    twin.table = real.table  # the same real tensor (a global cache behaves alike)
+    x = torch.randn(2, 4)
+    st = tracer.trace(twin, (x.to("meta"),), capture=tracer.CaptureOptions(structure_only=True))
+    (entry,) = st.provenance["admission"]["external_tensors"]
+    assert entry["shape"] == [4] and entry["device"] == "cpu" and entry["call"] == "torch.Tensor.mul"
+    assert "STAND_IN_LINE" in open(__file__).read().splitlines()[int(entry["site"].split(":")[1].split()[0]) - 1]
+    # only the external tensor itself (a constant of the trace) is real: every op ran on meta
+    assert {op.kind for op in st.ops if op.out is not None and op.out.device != "meta"} == {"constant"}
+    assert st.discharge_against(tracer.trace(real, (x,))).state == "CORROBORATED"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
+import torch
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
@@ -44,6 +45,7 @@ class StructureOnlyGuard(CallGuard):
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
         self.constants = ConstantLedger()  # real constants and known values made in the forward
         self._constant_call = False
+        self._stand_ins: dict[int, tuple[Tensor, Tensor]] = {}  # id -> (real tensor, its meta stand-in)
         self._values = "constant"
         self._mixed: Tensor | None = None
         admission["constants"] = self.constants.records
@@ -52,11 +54,34 @@ class StructureOnlyGuard(CallGuard):
     def _real_tensor_remedy(self, real: Tensor) -> str:
         remedy = ("Register the tensor as a buffer (module.register_buffer) so it is built on meta with the model, "
                   "or create it from an input's device inside forward.")
-        if self.simulated is not None and real.device.type == self.simulated.type:
-            remedy += (f" The model sees the simulated device {self.simulated.type!r}: a cache keyed by the device "
-                       f"and filled by a real run in this process hands its tensors over; clear that cache, or "
-                       f"capture with simulate_device=None (the model then sees meta).")
+        if self.simulated is not None:
+            remedy += (f" (A tensor on the simulated device {self.simulated.type!r} would enter as a meta stand-in; "
+                       f"this one is on {real.device.type!r}.)")
         return remedy
+
+    def _with_stand_ins(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> Callable:
+        """The call with each real tensor from outside the forward that sits on the simulated device (a cache
+        filled by a real run, a plain attribute) replaced by a meta stand-in of its shape, disclosed; its
+        values are never read (a value read of it refuses)."""
+        ledger, stand_ins = self.constants, self._stand_ins
+        record = self.admission.setdefault("external_tensors", [])
+
+        def swap(a: Any) -> Any:
+            if not isinstance(a, Tensor) or a.device.type == "meta" or ledger.holds(a):
+                return a
+            hit = stand_ins.get(id(a))
+            if hit is None or hit[0] is not a:
+                hit = stand_ins[id(a)] = (a, torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta"))
+                record.append({"call": info.qualname, "site": session.site_text(), "module": _module_of(session),
+                               "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
+                               "device": str(a.device)})
+            return hit[1]
+
+        swapped_args = tuple(swap(a) if type(a) not in (list, tuple) else type(a)(swap(b) for b in a) for a in args)
+        swapped_kwargs = {k: swap(v) if type(v) not in (list, tuple) else type(v)(swap(b) for b in v)
+                          for k, v in kwargs.items()}
+        inner = self.before_call(info, func, swapped_args, swapped_kwargs, session) or func
+        return lambda *_a, **_k: inner(*swapped_args, **swapped_kwargs)
 
     def device_reads(self, model: nn.Module) -> Any:
         """A context for the forward: the model sees the simulated device (a no-op without one)."""
@@ -72,6 +97,8 @@ class StructureOnlyGuard(CallGuard):
         factory = not reals and is_python_call(args, kwargs)  # torch.arange(n), torch.div(7, 2), torch.randn(3)
         self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
         real = next((t for t in reals if not ledger.holds(t)), None)
+        if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
+            return self._with_stand_ins(info, func, args, kwargs, session)
         if real is not None:
             raise RealTensorInStructureCaptureError(
                 f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
