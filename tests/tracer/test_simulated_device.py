@@ -182,3 +182,18 @@ def test_a_real_tensor_on_the_simulated_device_enters_as_a_disclosed_meta_stand_
     # only the external tensor itself (a constant of the trace) is real: every op ran on meta
     assert {op.kind for op in st.ops if op.out is not None and op.out.device != "meta"} == {"constant"}
     assert st.discharge_against(tracer.trace(real, (x,))).state == "CORROBORATED"
+
+
+class _MaskIndex(nn.Module):
+    def forward(self, x, lengths):
+        keep = torch.arange(x.shape[1], device=x.device)[None] < lengths[:, None]  # from an input's values
+        return x[keep]  # USER_MASK_LINE
+
+
+def test_a_boolean_mask_index_of_unknown_values_is_a_typed_value_read_at_the_users_line():
+    x, lengths = torch.zeros(2, 5, device="meta"), torch.zeros(2, dtype=torch.long, device="meta")
+    with pytest.raises(errors.ValueDependentBranchError) as info:
+        tracer.trace(_MaskIndex(), (x, lengths), capture=tracer.CaptureOptions(structure_only=True))
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# USER_MASK_LINE" in text)
+    assert info.value.site.startswith(f"{__file__}:{line} in forward") and "boolean mask" in info.value.message
+    assert info.value.remedy

@@ -74,7 +74,7 @@ def _shrink_one(config: Any) -> None:
         kv = _int(config, key)
         if kv is not None:
             _set(config, key, 2 if heads % 2 == 0 and kv > 1 else 1)
-    for key in (*WIDTH_KEYS, *(k for k in vars(config) if k.endswith("_hidden_size") and k not in FFN_KEYS)):
+    for key in WIDTH_KEYS:
         if _int(config, key) is not None and _int(config, key) > WIDTH:
             _set(config, key, WIDTH)
     if _int(config, "head_dim") is not None:

@@ -232,7 +232,8 @@ class StructureOnlyGuard(CallGuard):
             return StandIn(found[0])
         if meta_fallbacks.reads_values(exc):
             return ValueDependentBranchError(
-                f"{info.qualname} reads a tensor's value inside its kernel (a size or index given as tensors?) "
+                f"{info.qualname} reads a tensor's value inside its kernel (a size or index given as tensors, or a "
+                f"boolean mask index, whose count of True values sets the output's size?) "
                 f"during a structure-only capture: {str(exc).splitlines()[0][:200]}",
                 site=session.site_text(), call=info.qualname, module=_module_of(session))
         return MetaKernelUnavailableError(
