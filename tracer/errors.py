@@ -223,6 +223,19 @@ class DischargePreflightError(ClaimError):
     default_remedy = "Capture the real twin from the same config, versions, mode and input plan."
 
 
+class SimulatedDeviceMismatchError(DischargePreflightError):
+    code = "simulated_device_mismatch"
+    default_remedy = ("Recapture the weights-free trace with CaptureOptions(structure_only=True, "
+                      "simulate_device=<the twin's device>), or capture the twin on the simulated device.")
+
+
+class SimulatedDeviceRuntimeError(AdmissionError):
+    code = "simulated_device_runtime_missing"
+    default_remedy = ("The model queries the simulated device's runtime (e.g. torch.cuda.get_device_capability), "
+                      "which this process lacks: simulate a device this machine has (simulate_device='cpu'), or "
+                      "capture where that runtime exists.")
+
+
 class NotCorroboratedError(ClaimError):
     code = "claims_not_corroborated"
     default_remedy = "Discharge the structure-only trace against a real capture first: trace.discharge_against(real)."

@@ -17,6 +17,12 @@ class CaptureOptions:
         held until the capture ends, then the unchosen ones are dropped).
     inference_only: run under `torch.inference_mode`; no autograd graph is kept.
     structure_only: capture a weights-free model on the meta device (no values exist).
+    simulate_device: during a structure-only capture, the device the model sees (default "cpu"):
+        meta tensors report it (`x.device`, `x.is_cpu`, `x.get_device()`) and device arguments naming
+        it (`device="cpu"`, `.to("cpu")`, `.cpu()`) run on meta, so code that branches on the device
+        takes the branch a real twin on that device takes. Recorded in the trace; a discharge against
+        a twin on another device type refuses (`simulated_device_mismatch`). None: the model sees
+        meta. Ignored by eager captures.
     record_source: record the model-code line of each call.
     witness: run a dispatch-level census beside the capture (completeness check).
     backward: after the forward, run the backward of a loss (`trace(..., loss=fn)`, default: the
@@ -29,6 +35,7 @@ class CaptureOptions:
     save: SavePolicy = "all"
     inference_only: bool = False
     structure_only: bool = False
+    simulate_device: Any = "cpu"
     record_source: bool = True
     witness: bool = False
     backward: bool = False
@@ -44,6 +51,11 @@ class CaptureOptions:
                 remedy="CaptureOptions(save='all'), save='none' or save=lambda op: op.kind == 'linear'",
             )
 
+        if self.simulate_device != "cpu":  # normalized ("cuda" -> "cuda:0"); refused typed when not a device
+            from .weights_free.simulated_device import parse_simulated_device
+
+            object.__setattr__(self, "simulate_device", parse_simulated_device(self.simulate_device))
+
     def describe(self) -> dict[str, Any]:
         """A JSON-able record of these options (a callable is named, not stored)."""
         save = self.save if isinstance(self.save, str) else f"callable:{getattr(self.save, '__name__', 'fn')}"
@@ -51,6 +63,7 @@ class CaptureOptions:
             "save": save,
             "inference_only": self.inference_only,
             "structure_only": self.structure_only,
+            **({"simulate_device": self.simulate_device} if self.structure_only else {}),
             "record_source": self.record_source,
             "witness": self.witness,
             **({"backward": True, "backward_replay": self.backward_replay, "save_grads": self.save_grads if isinstance(self.save_grads, str) else

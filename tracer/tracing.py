@@ -70,7 +70,9 @@ def trace(
         saving = backward.saving()
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, saving:
+    device_reads = guard.device_reads(model) if guard is not None else contextlib.nullcontext()  # simulate_device
+    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, saving, \
+            device_reads:
         output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
     elapsed = time.perf_counter() - started
     ops = build_ops(session)

@@ -137,8 +137,14 @@ def test_accelerate_offloaded_model_is_admitted_eagerly():
 
 
 # -- refusals during the forward --------------------------------------------------------------
+SO_SEES_META = tracer.CaptureOptions(structure_only=True, simulate_device=None)  # no simulated device
+
+
 def test_real_tensor_created_mid_forward_points_at_the_users_line():
-    err = refuse(meta_branchy("cpu_literal"), (torch.empty(2, 4, device="meta"),))
+    # simulate_device=None: the model sees meta, so `device="cpu"` makes a real tensor (under the
+    # default simulated cpu it goes to meta: tests/tracer/test_simulated_device.py)
+    err = refuse(meta_branchy("cpu_literal"), (torch.empty(2, 4, device="meta"),),
+                 capture=SO_SEES_META)
     assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.code == "real_tensor_mid_forward"
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# REAL_TENSOR_LINE" in text)
     assert err.site.startswith(f"{__file__}:{line} in forward")
@@ -162,7 +168,9 @@ def test_real_tensor_entering_as_a_plain_attribute_refuses_at_its_line():
     with torch.device("meta"):
         model = StrayAttribute()
     model.table = torch.ones(4)
-    err = refuse(model, (torch.empty(2, 4, device="meta"),))
+    # the model sees meta: a cpu tensor is foreign to it (under the default simulated cpu it enters as a
+    # disclosed meta stand-in: tests/tracer/test_simulated_device.py)
+    err = refuse(model, (torch.empty(2, 4, device="meta"),), capture=SO_SEES_META)
     assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.code == "real_tensor_mid_forward"
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# STRAY_LINE" in text)
     assert err.site.startswith(f"{__file__}:{line} in forward")
@@ -206,7 +214,7 @@ def test_constant_does_not_launder_a_stray_real_tensor():
     with torch.device("meta"):
         model = Windowed(stray=True).eval()
     model.table = torch.ones(3)
-    err = refuse(model, (torch.empty(2, 4, device="meta"),))
+    err = refuse(model, (torch.empty(2, 4, device="meta"),), capture=SO_SEES_META)
     assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.findings["shape"] == (3,)
     assert "register_buffer" in err.remedy
 

@@ -165,7 +165,7 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
 
         meta = build(class_name, tiny_config(model_type), device="meta")  # a fresh config: some models edit theirs
         meta_inputs = {k: v.to("meta") for k, v in state["inputs"].items()}
-        state["structure"] = tracer.trace(meta, (), meta_inputs, capture=tracer.CaptureOptions(structure_only=True))
+        state["structure"] = tracer.trace(meta, (), meta_inputs, capture=tracer.CaptureOptions(structure_only=True, simulate_device="cpu"))  # the twin runs on the cpu
 
     def discharge():
         result = state["structure"].discharge_against(state["trace"])

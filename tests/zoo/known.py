@@ -18,11 +18,4 @@ HF_SAMPLE = ("albert", "bart", "bert", "bloom", "clip", "convnext", "deberta-v2"
 # Columns failing for every architecture (none since offline validation landed).
 HF_ALL_KNOWN: dict[str, str] = {}
 # (model type or class name, column) -> failure class (a model type covers its base model and head).
-HF_KNOWN = {
-    ("mixtral", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
-                               "input float on cpu, int on meta)",
-    ("olmoe", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
-                               "input float on cpu, int on meta)",
-    ("qwen2_moe", "weights_free"): "discharge_refuted (transformers' grouped_mm experts branch on the device: histc "
-                               "input float on cpu, int on meta)",
-}
+HF_KNOWN: dict[tuple[str, str], str] = {}  # the MoE device branch is simulated since CaptureOptions.simulate_device

@@ -33,10 +33,16 @@ EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_
 
 
 def shrink_config(config: Any) -> Any:
-    """Shrink `config` in place (and its sub-configs); returns it."""
-    _shrink_one(config)
-    for name in _sub_config_names(config):
-        _shrink_one(getattr(config, name))
+    """Shrink `config` in place (and its sub-configs at every depth: a vision config's own encoder
+    config too); returns it."""
+    pending, seen = [config], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        _shrink_one(current)
+        pending.extend(getattr(current, name) for name in _sub_config_names(current))
     return config
 
 

@@ -7,7 +7,8 @@ a parameter or buffer, `{"before": "<address>", "value": <small tensor> | None}`
 before the in-place write this op made, `{"tensor": "<position>"}` a tensor the trace does not know
 (with `"value": <small tensor>` when it holds at most `INLINE_NUMEL` elements: a size or an index
 tensor inside a tuple, read when the trace is built), `{"pytype": "int"}` a Python number type,
-`{"tuple": [...]}`, `{"size": [...]}`, `{"slice": [start, stop, step]}`, `{"ellipsis": None}`,
+`{"tuple": [...]}`, `{"size": [...]}`, `{"slice": [start, stop, step]}` (each None, an int, or a small
+integer tensor by value: `{"tensor": null, "value": ...}`), `{"ellipsis": None}`,
 `{"dtype": "float32"}`, `{"device": "cpu"}`, `{"layout": "strided"}`, `{"memory_format": "..."}`,
 `{"complex": [re, im]}`, `{"dict": {...}}`, and `{"opaque": "<type>"}` for an object no file can hold.
 A small tensor value is `{"dtype": ..., "shape": [...], "data": [...]}`. Encoding is deferred until
@@ -230,8 +231,8 @@ def _atom(a: Any) -> Any:
     if isinstance(a, torch.memory_format):
         return {"memory_format": str(a).replace("torch.", "")}
     if isinstance(a, slice):
-        parts = [a.start, a.stop, a.step]
-        if all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
+        parts = [_slice_part(p) for p in (a.start, a.stop, a.step)]
+        if all(p is not _UNSTORABLE for p in parts):
             return {"slice": parts}
     if a is int or a is float or a is bool or a is complex:  # a Python type standing for a dtype
         return {"pytype": a.__name__}
@@ -241,7 +242,33 @@ def _atom(a: Any) -> Any:
         return {"complex": [a.real, a.imag]}
     if isinstance(a, dict) and all(isinstance(k, str) for k in a):
         return {"dict": {k: _Encoder([], ()).value(v, None) for k, v in a.items()}}
+    if type(a).__module__ == "numpy" and hasattr(a, "item") and getattr(a, "ndim", None) == 0:
+        item = a.item()  # a numpy scalar (np.int64(3)): torch reads it as the Python number
+        if type(item) in (int, float, bool):
+            return _Encoder([], ()).value(item, None)
     return {"opaque": f"{type(a).__module__}.{type(a).__qualname__}"}
+
+
+_UNSTORABLE = object()
+
+
+def _slice_part(p: Any) -> Any:
+    """A slice bound as JSON: None, an int (anything with `__index__`), or a small integer tensor by
+    value (`x[:, :n]` with `n = torch.IntTensor([32])`, as VITS slices); else `_UNSTORABLE`."""
+    if p is None or (isinstance(p, int) and not isinstance(p, bool)):
+        return p
+    if isinstance(p, _Tensor):
+        if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
+            return _UNSTORABLE
+        value = tensor_value(p)
+        return {"tensor": None, "value": value} if value is not None else _UNSTORABLE
+    index = getattr(type(p), "__index__", None)
+    if index is not None and not isinstance(p, bool):
+        try:
+            return int(index(p))
+        except Exception:
+            return _UNSTORABLE
+    return _UNSTORABLE
 
 
 def tensor_value(t: torch.Tensor) -> dict[str, Any] | None:

@@ -160,11 +160,12 @@ class CaptureSession:
     def run(self, args: tuple, kwargs: dict, grad_context: Any) -> Any:
         """Run the forward under capture; hooks and mode are always removed."""
         self._record_inputs(args, kwargs)
-        handles = []
+        handles = self.handles = []
         try:
             for _name, module in self.named:
                 handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+            handles.append(nn.modules.module.register_module_forward_pre_hook(self._adopt_module))
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
@@ -179,6 +180,23 @@ class CaptureSession:
         return output
 
     # -- module scope -----------------------------------------------------------------
+    def _adopt_module(self, module: nn.Module, args: tuple) -> None:
+        """A module that joined the model during the forward (BigBird swaps in a new attention module):
+        from its first call it is hooked and joins the tree at its address under the running module."""
+        if id(module) in self.module_addr or not self.frames:
+            return
+        parent_addr = self.frames[-1][0]
+        parent = self.model.get_submodule(parent_addr) if parent_addr else self.model
+        name = next((n for n, child in parent._modules.items() if child is module), None)
+        if name is None:  # not attached to the running module: a module used without being a child
+            return
+        addr = f"{parent_addr}.{name}" if parent_addr else name
+        self.module_addr[id(module)] = addr
+        self.named.append((addr, module))  # replaces a module that held the address before the forward
+        self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+        self._pre_hook(module, args, {})  # this call's hooks were gathered before it was hooked
+
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         addr = self.module_addr[id(module)]
         if type(module) in _fast_paths.FUSED_MODULES:
@@ -353,7 +371,8 @@ class CaptureSession:
         target = None
         before = None
         if inplace:
-            target = kwargs.get("out") if isinstance(kwargs.get("out"), _Tensor) else (args[0] if args and isinstance(args[0], _Tensor) else None)
+            target = kwargs.get("out") if isinstance(kwargs.get("out"), _Tensor) else (
+                args[0] if args and isinstance(args[0], _Tensor) else _written_kwarg(kwargs))
             if target is not None and self.save_values:
                 self._protect(target)
                 if id(target) in param_ids:  # a write into a parameter or buffer: keep its value before
@@ -585,6 +604,16 @@ def _version(t: torch.Tensor) -> int:
         return t._version
     except RuntimeError:  # inference tensors carry no version counter
         return -1
+
+
+def _written_kwarg(kwargs: dict) -> torch.Tensor | None:
+    """The target of an in-place call given by keyword (`nn.init.uniform_(tensor=w)`, as torch's
+    function handling passes it), else None."""
+    for name in ("tensor", "input", "self"):
+        t = kwargs.get(name)
+        if isinstance(t, _Tensor):
+            return t
+    return None
 
 
 def _storage_key(t: torch.Tensor) -> int:

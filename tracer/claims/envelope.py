@@ -11,12 +11,12 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .join import claim_table, folded_join, join, table_digests
+from .join import claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
 from ..digest import canonical_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
-                     StructureOnlyMeasurementsError, ValuesMissingError)
+                     SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
 from ..store.codec import gc_paused
 from ..tensor_stats import tensor_stats
@@ -58,10 +58,7 @@ class EvidenceEnvelope:
 
     def evolve(self, event: str, **changes: Any) -> "EvidenceEnvelope":
         """A new sealed envelope with `changes` applied and `event` appended to its history."""
-        entry = {"event": event, "at": _now(), "ladder_state": changes.get("ladder_state", self.ladder_state)}
-        history = _thaw(self.history) + [entry]
-        body = {**self.to_dict(), **{k: _thaw(v) for k, v in changes.items()}, "history": history}
-        return _seal(body)
+        return _evolved(self.to_dict(), event, changes)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -75,7 +72,8 @@ class EvidenceEnvelope:
 
 def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
-    twin = dict(trace.provenance.twin or {})
+    twin = _thaw(trace.provenance.twin or {})
+    twin["simulated_device"] = (trace.provenance.options or {}).get("simulate_device")  # what the model saw
     table = claim_table(trace)
     body = {
         "mode": "structure_only",
@@ -107,7 +105,7 @@ def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
         got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
         raise EnvelopeTamperedError(f"the evidence envelope has the wrong fields ({got})", site="envelope",
                                     expected=sorted(names))
-    body = {k: v for k, v in data.items() if k != "digest"}
+    body = _thaw({k: v for k, v in data.items() if k != "digest"})
     if data.get("schema") != ENVELOPE_SCHEMA or _digest(body) != data.get("digest"):
         raise EnvelopeTamperedError("the evidence envelope does not match its digest", site="envelope",
                                     recorded=data.get("digest"), computed=_digest(body))
@@ -144,6 +142,8 @@ class DischargeResult:
         reason = c.get("reason")
         if c.get("claimed_site") is not None and c.get("claimed_site") == c.get("observed_site"):
             reason = "one line took a different path on each side: a branch on the device type or dtype?"
+            if c.get("simulated_device") is None:
+                reason += " (the weights-free trace simulated no device: recapture it with simulate_device=<the twin's device>)"
             what += f" at {c['claimed_site']}"
         return f"{self.state}{where} ({reason}){what}"
 
@@ -163,14 +163,16 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     if not observed_twin:
         raise DischargePreflightError("the real trace records no twin descriptor (config, versions, modes, inputs)",
                                       site="discharge_against(real)", mismatches=[{"field": "twin", "real": None}])
-    mismatches = twin_mismatches(_thaw(env.twin), observed_twin)
+    plain = env.to_dict()  # one pass over the frozen envelope: the join and the new envelope read it
+    _check_device(plain["twin"], observed_twin)
+    mismatches = twin_mismatches(plain["twin"], observed_twin)
     if mismatches:
         names = ", ".join(m["field"] + (f" ({m['module']})" if "module" in m else "") for m in mismatches)
         raise DischargePreflightError(f"the twins are not comparable: {names} differ", site="discharge_against(real)",
                                       mismatches=mismatches)
     observed = claim_table(real)
-    claimed = _thaw(env.claims)
-    contradiction = join(claimed, observed)
+    claimed = plain["claims"]
+    contradiction = join(claimed, observed, plain=True)  # both sides are plain JSON shapes already
     folded = None
     if contradiction is not None:
         refolded, folded = folded_join(claimed, observed)
@@ -178,16 +180,29 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
             contradiction = None
         else:
             _add_sites(contradiction, structure, real)
+            contradiction["simulated_device"] = plain["twin"].get("simulated_device")
             folded = None
     state = CORROBORATED if contradiction is None else REFUTED
     record = {"state": state, "against": {"model_class": real.model_class,
                                          "captured_at": real.provenance.captured_at,
                                          "claim_digests": table_digests(observed)},
               "contradiction": contradiction, "constants_folded": folded}
-    new = env.evolve("discharged", ladder_state=state, discharge=record)
+    new = _evolved(plain, "discharged", {"ladder_state": state, "discharge": record})
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
                            contradiction=contradiction, envelope_digest=new.digest, envelope=new, folded=folded)
+
+
+def _check_device(claimed: Mapping[str, Any], observed: Mapping[str, Any]) -> None:
+    """Refuse a twin on another device type than the one the weights-free capture simulated."""
+    simulated, real = claimed.get("simulated_device"), observed.get("device")
+    if simulated and real and str(simulated).split(":")[0] != real:
+        raise SimulatedDeviceMismatchError(
+            f"the weights-free trace simulated the device {simulated!r} (device branches took its path); the "
+            f"real twin ran on {real!r}", site="discharge_against(real)",
+            remedy=f"Recapture the weights-free trace with CaptureOptions(structure_only=True, "
+                   f"simulate_device={real!r}), or capture the twin on {simulated!r}.",
+            mismatches=[{"field": "device", "structure": simulated, "real": real}])
 
 
 def _add_sites(contradiction: dict[str, Any], structure: Trace, real: Trace) -> None:
@@ -270,40 +285,35 @@ def _seal(body: dict[str, Any]) -> EvidenceEnvelope:
         return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
 
 
+def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any]) -> EvidenceEnvelope:
+    """A new sealed envelope from a plain (thawed) body, `changes` applied and `event` appended to its history."""
+    entry = {"event": event, "at": _now(), "ladder_state": changes.get("ladder_state", plain["ladder_state"])}
+    body = {**plain, **{k: _thaw(v) for k, v in changes.items()}}
+    body["history"] = [*plain["history"], entry]
+    return _seal(body)
+
+
 def _digest(body: Mapping[str, Any]) -> str:
-    return canonical_digest(_thaw(body))
+    """The digest of a plain body (JSON values only: a frozen one is thawed first)."""
+    return canonical_digest(body)
 
 
 # Leaves and plain lists, tuples and dicts are told by exact type first: the claim table of an 8B
 # model has 10,000s of them, and the `Mapping` check (an ABC) costs ten times a type lookup.
 _LEAVES = frozenset({str, int, float, bool, type(None)})
-_SEQUENCES = (list, tuple)
 
 
 def _freeze(value: Any) -> Any:
-    kind = type(value)
-    if kind in _LEAVES:
-        return value
-    if kind is list or kind is tuple:
-        return tuple([_freeze(v) for v in value])
-    if kind is dict or isinstance(value, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, _SEQUENCES):
-        return tuple([_freeze(v) for v in value])
+    """Read-only nested copy (mappings -> MappingProxyType, sequences -> tuples); leaves pass as they are."""
+    t = type(value)
+    if t is list or t is tuple:
+        return tuple(v if type(v) in _LEAVES else _freeze(v) for v in value)
+    if t is dict or t is MappingProxyType or (t not in _LEAVES and isinstance(value, Mapping)):
+        return MappingProxyType({k: v if type(v) in _LEAVES else _freeze(v) for k, v in value.items()})
     return value
 
 
-def _thaw(value: Any) -> Any:
-    kind = type(value)
-    if kind in _LEAVES:
-        return value
-    if kind is tuple or kind is list:
-        return [_thaw(v) for v in value]
-    if kind is MappingProxyType or kind is dict or isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, _SEQUENCES):
-        return [_thaw(v) for v in value]
-    return value
+_thaw = plain_json  # frozen or tuple-bearing values back to plain JSON shapes (one linear pass)
 
 
 def _now() -> str:

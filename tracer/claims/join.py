@@ -11,8 +11,8 @@ forward (an `lru_cache`, a module's attribute) is not a contradiction; what it f
 """
 from __future__ import annotations
 
-import json
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from ..digest import canonical_digest
 from ..ir import INPUT_KIND, OUTPUT_KIND, Trace
@@ -46,10 +46,11 @@ def table_digests(table: dict[str, Sequence]) -> dict[str, str]:
     return {name: _sha(table[name]) for name, _ in TABLES}
 
 
-def join(claimed: dict[str, Sequence], observed: dict[str, Sequence]) -> dict[str, Any] | None:
-    """None when every claim holds; else the first structural contradiction, named."""
+def join(claimed: dict[str, Sequence], observed: dict[str, Sequence], *, plain: bool = False) -> dict[str, Any] | None:
+    """None when every claim holds; else the first structural contradiction, named (`plain`: both tables
+    are JSON shapes already, lists not tuples, as `claim_table` and a thawed envelope give them)."""
     for name, fields in TABLES:
-        a, b = _norm(claimed[name]), _norm(observed[name])
+        a, b = (claimed[name], observed[name]) if plain else (_norm(claimed[name]), _norm(observed[name]))
         if len(a) != len(b):
             position = _first_difference(a, b)
             return _contradiction(name, fields, a, b, position, reason="record counts differ")
@@ -114,9 +115,19 @@ def _contradiction(name: str, fields: tuple, a: Sequence, b: Sequence, position:
     return record
 
 
-def _norm(row: Any) -> Any:
-    """Tables compare as JSON would see them (tuples and lists alike)."""
-    return json.loads(json.dumps(row))
+def plain_json(value: Any) -> Any:
+    """`value` as JSON would see it (tuples -> lists, read-only mappings -> dicts), in one linear pass;
+    leaves (str, int, float, bool, None) are not copied."""
+    t = type(value)
+    if t is list or t is tuple:
+        return [v if type(v) in _LEAVES else plain_json(v) for v in value]
+    if t is dict or t is MappingProxyType or (t not in _LEAVES and isinstance(value, Mapping)):
+        return {k: v if type(v) in _LEAVES else plain_json(v) for k, v in value.items()}
+    return value
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_norm = plain_json  # tables compare as JSON would see them (tuples and lists alike)
 
 
 def _sha(rows: Any) -> str:

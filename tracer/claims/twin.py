@@ -38,7 +38,16 @@ def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, m
         "use_cache": _use_cache(config, kwargs),
         "attention_mask": _mask_policy(kwargs),
         "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
+        "device": _device_type(model, args, kwargs),
     }
+
+
+def _device_type(model: nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+    """The device type the capture runs on: its first parameter's, else its first input's (None: neither)."""
+    first = next(model.parameters(), None)
+    if first is None:
+        first = next((t for _p, t in [*iter_tensors(list(args), "args"), *iter_tensors(dict(kwargs), "kwargs")]), None)
+    return first.device.type if first is not None else None
 
 
 def config_fingerprint(config: Any) -> str | None:

@@ -188,11 +188,16 @@ def substitute(args: tuple, kwargs: dict, values: Mapping[str, torch.Tensor]) ->
     return tuple(new_args), new_kwargs
 
 
-def inplace_target_position(op: Op, kwargs: Mapping[str, Any]) -> str | None:
-    """Where the tensor an in-place op writes sits in its call."""
+def inplace_target_position(op: Op, kwargs: Mapping[str, Any], args: tuple = ()) -> str | None:
+    """Where the tensor an in-place op writes sits in its call (by keyword when no positional
+    argument is given: `nn.init.uniform_(tensor=w)`, as torch's function handling passes it)."""
     if isinstance(kwargs.get("out"), torch.Tensor):
         return "out"
-    return "0" if op.inplace else None
+    if not op.inplace:
+        return None
+    if not args:
+        return next((k for k in ("tensor", "input", "self") if isinstance(kwargs.get(k), torch.Tensor)), "0")
+    return "0"
 
 
 def select_output(out: Any, op: Op, target: torch.Tensor | None) -> torch.Tensor | None:
@@ -286,12 +291,12 @@ class Replayer:
             args, kwargs = self.resolve(args, kwargs)
         subs = {e.position: self.values[e.source] for e in op.parents}
         subs.update(override)
-        target_pos = inplace_target_position(op, kwargs)
+        target_pos = inplace_target_position(op, kwargs, args)
         if target_pos is not None:
             if target_pos in subs:
                 subs[target_pos] = subs[target_pos].clone()
             else:  # writing into a parameter/buffer: never touch the model's own tensor
-                live = kwargs["out"] if target_pos == "out" else args[0]
+                live = kwargs[target_pos] if target_pos in kwargs else args[0]
                 if isinstance(live, torch.Tensor):
                     subs[target_pos] = live.detach().clone()
         if op.buffer_writes:  # a kernel that updates buffers must update copies, not the model's

@@ -26,7 +26,8 @@ from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 # Namespaces a stored call may name (everything a capture records as a torch-level call).
 _ALLOWED_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch._C._nn.", "torch._C._VariableFunctions.",
                      "torch.linalg.", "torch.fft.", "torch.special.", "torch._C._linalg.", "torch._C._fft.",
-                     "torch._C._special.", "torch.functional.", "torch.ops.aten.", "torch._C.TensorBase.")
+                     "torch._C._special.", "torch.functional.", "torch.ops.aten.", "torch._C.TensorBase.",
+                     "torch.nn.init.")
 _SYNTHETIC = (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND)
 _FUNCTION_KIND = "autograd_function"  # tracer.capture.boundaries.FUNCTION_KIND (not imported: capture is heavy)
 _PYTYPES = {"int": int, "float": float, "bool": bool, "complex": complex}
@@ -238,7 +239,7 @@ def _decode_atom(tag: str, v: Any, value: Any) -> Any:
     if tag == "size":
         return torch.Size(int(x) for x in v)
     if tag == "slice":
-        return slice(*v)
+        return _slice(v, value)
     if tag == "ellipsis":
         return Ellipsis
     if tag == "float":
@@ -260,6 +261,21 @@ def _decode_atom(tag: str, v: Any, value: Any) -> Any:
     if tag == "dict":
         return {str(k): value(b) for k, b in v.items()}
     raise NotReplayable(f"not replayable offline: unknown template tag {tag!r}")
+
+
+def _slice(v: Any, value: Any) -> slice:
+    """A stored slice, checked: three bounds, each None, an int or a stored integer tensor (fail-closed)."""
+    if not isinstance(v, list) or len(v) != 3:
+        raise NotReplayable(f"not replayable offline: malformed slice {v!r}")
+    parts = [b if b is None or type(b) is int else value(b) if isinstance(b, dict) and "value" in b else _BAD
+             for b in v]
+    if any(p is _BAD or not (p is None or type(p) is int or (isinstance(p, torch.Tensor) and not p.is_floating_point()
+                                                             and p.numel() == 1)) for p in parts):
+        raise NotReplayable(f"not replayable offline: malformed slice {v!r}")
+    return slice(*parts)
+
+
+_BAD = object()
 
 
 def _torch_attr(name: Any, kind: type) -> Any:

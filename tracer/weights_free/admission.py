@@ -66,7 +66,9 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
         "buffers": sum(1 for n, _ in state if n.startswith("buffer:")),
         "inputs": len(inputs),
     }
-    return StructureOnlyGuard(model, admission), admission
+    if capture.simulate_device is not None:
+        admission["simulated_device"] = capture.simulate_device
+    return StructureOnlyGuard(model, admission, simulate_device=capture.simulate_device), admission
 
 
 def _without_flag(model: nn.Module, state: list, meta_state: list, real_state: list, meta_in: list,

@@ -8,8 +8,10 @@ weights or inputs refuses. Refusals carry the first source line outside torch an
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
+import torch
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
@@ -19,6 +21,7 @@ from . import known_values as kv
 from . import meta_fallbacks
 from .constants import ConstantLedger, is_python_call
 from .neutral_reads import neutral_read
+from .simulated_device import SimulatedDevice
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
@@ -34,26 +37,68 @@ _VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answ
 class StructureOnlyGuard(CallGuard):
     """Refuses value reads it cannot answer from constants, and real-device tensors, during a meta capture."""
 
-    def __init__(self, model: nn.Module, admission: dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, admission: dict[str, Any], *, simulate_device: str | None = None) -> None:
         self.admission = admission
+        self.simulated = SimulatedDevice(simulate_device) if simulate_device else None
         self.transformers = type(model).__module__.startswith("transformers")
         config = getattr(model, "config", None)
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
         self.constants = ConstantLedger()  # real constants and known values made in the forward
         self._constant_call = False
+        self._stand_ins: dict[int, tuple[Tensor, Tensor]] = {}  # id -> (real tensor, its meta stand-in)
         self._values = "constant"
         self._mixed: Tensor | None = None
         admission["constants"] = self.constants.records
         admission["resolved_reads"] = self.constants.reads  # every value read answered without weights
+
+    def _real_tensor_remedy(self, real: Tensor) -> str:
+        remedy = ("Register the tensor as a buffer (module.register_buffer) so it is built on meta with the model, "
+                  "or create it from an input's device inside forward.")
+        if self.simulated is not None:
+            remedy += (f" (A tensor on the simulated device {self.simulated.type!r} would enter as a meta stand-in; "
+                       f"this one is on {real.device.type!r}.)")
+        return remedy
+
+    def _with_stand_ins(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession) -> Callable:
+        """The call with each real tensor from outside the forward that sits on the simulated device (a cache
+        filled by a real run, a plain attribute) replaced by a meta stand-in of its shape, disclosed; its
+        values are never read (a value read of it refuses)."""
+        ledger, stand_ins = self.constants, self._stand_ins
+        record = self.admission.setdefault("external_tensors", [])
+
+        def swap(a: Any) -> Any:
+            if not isinstance(a, Tensor) or a.device.type == "meta" or ledger.holds(a):
+                return a
+            hit = stand_ins.get(id(a))
+            if hit is None or hit[0] is not a:
+                hit = stand_ins[id(a)] = (a, torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta"))
+                record.append({"call": info.qualname, "site": session.site_text(), "module": _module_of(session),
+                               "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
+                               "device": str(a.device)})
+            return hit[1]
+
+        swapped_args = tuple(swap(a) if type(a) not in (list, tuple) else type(a)(swap(b) for b in a) for a in args)
+        swapped_kwargs = {k: swap(v) if type(v) not in (list, tuple) else type(v)(swap(b) for b in v)
+                          for k, v in kwargs.items()}
+        inner = self.before_call(info, func, swapped_args, swapped_kwargs, session) or func
+        return lambda *_a, **_k: inner(*swapped_args, **swapped_kwargs)
+
+    def device_reads(self, model: nn.Module) -> Any:
+        """A context for the forward: the model sees the simulated device (a no-op without one)."""
+        return self.simulated.reads(model) if self.simulated is not None else contextlib.nullcontext()
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
         ledger = self.constants
         reals = _real_tensors(args, kwargs)
         kind = info.kind
+        # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
+        on_meta = self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
         factory = not reals and is_python_call(args, kwargs)  # torch.arange(n), torch.div(7, 2), torch.randn(3)
         self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
         real = next((t for t in reals if not ledger.holds(t)), None)
+        if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
+            return self._with_stand_ins(info, func, args, kwargs, session)
         if real is not None:
             raise RealTensorInStructureCaptureError(
                 f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
@@ -61,8 +106,7 @@ class StructureOnlyGuard(CallGuard):
                 f"parameter or buffer (a plain module attribute or a global?)",
                 site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
                 module=_module_of(session),
-                remedy="Register the tensor as a buffer (module.register_buffer) so it is built on meta "
-                       "with the model, or create it from an input's device inside forward.",
+                remedy=self._real_tensor_remedy(real),
             )
         if self._constant_call:
             self._values = _values_kind(kind, args, kwargs, ledger)
@@ -72,7 +116,7 @@ class StructureOnlyGuard(CallGuard):
             return self._answer_read(info, func, args, kwargs, session)
         if kv.is_random(kind, args, kwargs):
             self._forget_written(info, args, kwargs)
-            return None
+            return on_meta
         known = None
         if kv.any_known(args, kwargs, ledger) or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
             known = kv.values_for(kind, args, kwargs, ledger)
@@ -80,16 +124,17 @@ class StructureOnlyGuard(CallGuard):
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
             self._forget_written(info, args, kwargs)
-            return None
-        return self._propagating(info, func, args, kwargs, known)
+            return on_meta
+        return self._propagating(info, func, args, kwargs, known, on_meta or func)
 
     # -- known values ---------------------------------------------------------------------------
-    def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple) -> Callable:
-        """`func` on meta, and the same call on known values beside it when the output fits the bound."""
+    def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple,
+                     on_meta: Callable) -> Callable:
+        """`on_meta` (the call on meta), and `func` on known values beside it when the output fits the bound."""
         ledger = self.constants
 
         def run(*a: Any, **k: Any) -> Any:
-            out = func(*a, **k)
+            out = on_meta(*a, **k)
             metas = [m for m in ((out,) if isinstance(out, Tensor) else out if isinstance(out, (tuple, list)) else ())
                      if isinstance(m, Tensor)]
             written = _written(info, args, kwargs)
@@ -187,7 +232,8 @@ class StructureOnlyGuard(CallGuard):
             return StandIn(found[0])
         if meta_fallbacks.reads_values(exc):
             return ValueDependentBranchError(
-                f"{info.qualname} reads a tensor's value inside its kernel (a size or index given as tensors?) "
+                f"{info.qualname} reads a tensor's value inside its kernel (a size or index given as tensors, or a "
+                f"boolean mask index, whose count of True values sets the output's size?) "
                 f"during a structure-only capture: {str(exc).splitlines()[0][:200]}",
                 site=session.site_text(), call=info.qualname, module=_module_of(session))
         return MetaKernelUnavailableError(
@@ -242,8 +288,11 @@ def _written(info: FuncInfo, args: tuple, kwargs: dict) -> Tensor | None:
     out = kwargs.get("out") if kwargs else None
     if isinstance(out, Tensor):
         return out
-    if (info.inplace or (kwargs and kwargs.get("inplace") is True)) and args and isinstance(args[0], Tensor):
-        return args[0]
+    if info.inplace or (kwargs and kwargs.get("inplace") is True):
+        if args and isinstance(args[0], Tensor):
+            return args[0]
+        target = kwargs.get("tensor") if kwargs else None  # nn.init.uniform_(tensor=w), as torch passes it
+        return target if isinstance(target, Tensor) else None
     return None
 
 

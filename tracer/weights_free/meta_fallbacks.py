@@ -21,7 +21,8 @@ GROUPED_MM_RULE = ("the documented shape rule of torch.nn.functional.grouped_mm 
                    "dtype); torch's meta kernel accepts bfloat16 only")
 # Messages of a meta kernel that needed a tensor's value: a value read inside the kernel, not a missing kernel.
 VALUE_READ_MESSAGES = ("cannot be called on meta tensors", "Cannot copy out of meta tensor",
-                       "data-dependent", "data dependent")
+                       "data-dependent", "data dependent",
+                       "register_meta function for torch.nonzero()")  # a boolean-mask index: its size is its values
 
 
 def _grouped_mm(mat_a: Tensor, mat_b: Tensor, offs: Tensor | None = None, bias: Tensor | None = None,

@@ -1,0 +1,222 @@
+"""The simulated device of a weights-free capture: the model sees a real device, every tensor stays on meta.
+
+Model code that branches on a tensor's device (`x.device.type in ("cpu", "mps")`, `x.is_cuda`) takes
+the branch it would take on the simulated device, so the hypothesis describes the computation a
+real twin on that device runs. Two parts:
+
+- `reads`: a function mode pushed inside the capture's own for the forward; it answers
+  `Tensor.device`, `is_cpu`/`is_cuda`/`is_meta`/`is_mps`/`is_xpu` and `get_device()` of meta tensors
+  with the simulated device (reads are metadata: they are never recorded).
+- `on_meta`: used by the structure-only guard; a call whose device arguments name the simulated
+  device (`device="cpu"`, `.to(torch.device("cpu"))`, `.cpu()`) runs with meta in their place, so
+  nothing real is made; the op is recorded as the model made it.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from ..errors import InvalidInputError, SimulatedDeviceRuntimeError, TracerError
+
+META = torch.device("meta")
+_BASE = torch._C.TensorBase
+_FLAGS = {_BASE.is_cpu: "cpu", _BASE.is_cuda: "cuda", _BASE.is_meta: "meta", _BASE.is_mps: "mps",
+          _BASE.is_xpu: "xpu"}  # getset descriptors -> the device type each flag tests
+_MOVES = frozenset({"cpu", "cuda", "mps", "xpu"})  # Tensor methods that move to a device type by name
+_DEVICE_ARGS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+
+
+def parse_simulated_device(value: Any) -> str | None:
+    """The canonical text of a `simulate_device` option (`"cpu"`, `"cuda:0"`), or None; refuses typed."""
+    if value is None:
+        return None
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise InvalidInputError(f"simulate_device={value!r} is not a device: {exc}", site="CaptureOptions(simulate_device=...)",
+                                remedy="simulate_device='cpu' (or 'cuda', 'cuda:1', 'mps'), or None to let the model see meta.") from None
+    if device.type == "meta":
+        raise InvalidInputError("simulate_device='meta' simulates nothing", site="CaptureOptions(simulate_device=...)",
+                                remedy="simulate_device=None lets the model see meta; name a real device otherwise.")
+    return str(_indexed(device))
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """A device as a tensor on it reports itself (`cuda` -> `cuda:0`; cpu has no index)."""
+    if device.type == "cpu" or device.index is not None:
+        return device
+    return torch.device(device.type, 0)
+
+
+class SimulatedDevice:
+    """One simulated device: what meta tensors report, and which device arguments go to meta."""
+
+    def __init__(self, device: str) -> None:
+        self.device = _indexed(torch.device(device))
+        self.type = self.device.type
+        self.index = -1 if self.type == "cpu" else self.device.index
+
+    # -- reads ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reads(self, model: nn.Module) -> Iterator[None]:
+        """For the duration: `model`'s forward sees the simulated device on meta tensors.
+
+        The mode is entered by a root pre-hook, so it sits inside the capture's function mode (reads
+        answered here never reach the recorder), and left by an always-called root hook.
+        """
+        mode = _DeviceReads(self)
+        depth = [0]
+
+        def enter(_m: nn.Module, _args: tuple) -> None:
+            depth[0] += 1
+            if depth[0] == 1:
+                mode.__enter__()
+
+        def leave(_m: nn.Module, _args: tuple, _out: Any) -> None:
+            depth[0] -= 1
+            if depth[0] == 0:
+                mode.__exit__(None, None, None)
+
+        handles = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave, always_call=True)]
+        try:
+            yield
+        except Exception as exc:
+            runtime = None if isinstance(exc, TracerError) or self.type == "cpu" else _runtime_call(exc)
+            if runtime is None:
+                raise
+            raise SimulatedDeviceRuntimeError(
+                f"the model asked the {self.type} runtime itself ({runtime[0]}) about the simulated device "
+                f"{str(self.device)!r}, and this process has no {self.type} runtime: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                site=runtime[1], call=runtime[0], simulated_device=str(self.device)) from exc
+        finally:
+            for h in handles:
+                h.remove()
+            if depth[0] > 0:  # the forward never reached its post-hook
+                mode.__exit__(None, None, None)
+
+    def answer(self, func: Any, args: tuple) -> Any:
+        """The simulated answer to a device read of a meta tensor, or `_NOT_A_READ`."""
+        owner = getattr(func, "__self__", None)
+        if owner is _BASE.device:
+            return self.device if _is_meta(args) else _NOT_A_READ
+        flag = _FLAGS.get(owner) if owner is not None else None
+        if flag is not None:
+            return self.type == flag if _is_meta(args) else _NOT_A_READ
+        if func is _BASE.get_device and _is_meta(args):
+            return self.index
+        return _NOT_A_READ
+
+    # -- arguments ------------------------------------------------------------------------------
+    def names_it(self, value: Any) -> bool:
+        """True when `value` (a device, a device string, or a cuda index) names the simulated device."""
+        if isinstance(value, torch.device):
+            return value.type == self.type and (value.index is None or value.index == self.device.index
+                                                or self.type == "cpu")
+        if isinstance(value, str):
+            try:
+                return self.names_it(torch.device(value))
+            except (RuntimeError, ValueError):
+                return False
+        if isinstance(value, int) and not isinstance(value, bool):
+            return self.type == "cuda" and value == self.device.index
+        return False
+
+    def on_meta(self, kind: str, func: Callable, args: tuple, kwargs: dict) -> Callable | None:
+        """`func` with its device arguments that name the simulated device put on meta, or None
+        when the call names no device."""
+        if kind in _MOVES and args and isinstance(args[0], Tensor) and args[0].is_meta:
+            if kind == self.type:  # x.cpu() while simulating the cpu: the tensor stays where it is
+                return lambda *a, **k: a[0].to(META)
+            return None
+        device = kwargs.get("device") if kwargs else None
+        mapped_kwargs = kwargs
+        if device is not None and self.names_it(device):
+            mapped_kwargs = {**kwargs, "device": META}
+        mapped_args = args
+        if kind in _DEVICE_ARGS:
+            mapped_args = tuple(META if i > 0 and self.names_it(a) and not isinstance(a, int) else a
+                                for i, a in enumerate(args))
+        if mapped_args is args and mapped_kwargs is kwargs:
+            return None
+        return lambda *_a, **_k: func(*mapped_args, **mapped_kwargs)
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": str(self.device), "type": self.type}
+
+
+_NOT_A_READ = object()
+
+
+def _runtime_call(exc: BaseException) -> tuple[str, str | None] | None:
+    """(the device-runtime function, the model's line that called it) when `exc` came out of
+    `torch.cuda`/`torch.mps`/`torch.xpu`; else None."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    for i, (frame, _line) in enumerate(frames):
+        module = frame.f_globals.get("__name__", "")
+        if module.split(".")[:2] in (["torch", "cuda"], ["torch", "mps"], ["torch", "xpu"]):
+            caller = next(((f, n) for f, n in reversed(frames[:i]) if not
+                           f.f_globals.get("__name__", "").startswith(("torch.", "tracer."))), None)
+            site = f"{caller[0].f_code.co_filename}:{caller[1]} in {caller[0].f_code.co_name}" if caller else None
+            return f"{module}.{frame.f_code.co_name}", site
+    return None
+
+
+def _is_meta(args: tuple) -> bool:
+    return bool(args) and isinstance(args[0], Tensor) and args[0].is_meta
+
+
+class _DeviceReads(TorchFunctionMode):
+    """Answers device reads of meta tensors with the simulated device; every other call passes through."""
+
+    def __init__(self, simulated: SimulatedDevice) -> None:
+        super().__init__()
+        self.simulated = simulated
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        answer = self.simulated.answer(func, args)
+        if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
+            return answer
+        kwargs = kwargs or {}
+        if _in_transform() is not None:  # inside torch.vmap the capture runs calls unguarded: map here
+            on_meta = self.simulated.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
+            if on_meta is not None:
+                return on_meta(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError:
+            # A 0-dim cpu tensor beside meta ones: a real device takes it as a scalar, some meta kernels
+            # refuse it (inside an autograd Function's forward, which the capture runs unguarded).
+            moved = _scalars_on_meta(args, kwargs)
+            if moved is None:
+                raise
+            return func(*moved[0], **moved[1])
+
+
+_in_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
+
+
+def _scalars_on_meta(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """`args`/`kwargs` with their 0-dim real tensors on meta, when meta tensors are among them; else None."""
+    top = [*args, *kwargs.values()]
+    if not any(isinstance(a, Tensor) and a.is_meta for a in top):
+        return None
+    if not any(isinstance(a, Tensor) and not a.is_meta and a.dim() == 0 for a in top):
+        return None
+
+    def moved(a: Any) -> Any:
+        return a.to(META) if isinstance(a, Tensor) and not a.is_meta and a.dim() == 0 else a
+
+    return tuple(moved(a) for a in args), {k: moved(v) for k, v in kwargs.items()}
+
+
+def _read_by_tracer(frame: Any) -> bool:
+    """True when the capture itself reads the device (a boundary op recorded while this mode is on the
+    stack, as `Function.apply`'s pass-through does): it must see meta, as the model must not."""
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("tracer.")
