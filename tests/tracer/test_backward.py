@@ -213,7 +213,7 @@ def test_backward_validation_replays_every_node_and_catches_a_planted_wrong_grad
         validate_backward(tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum()))
 
 
-def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path):
+def test_the_backward_is_saved_and_loaded_with_its_structure_bytes_and_gradients(tmp_path):
     import json
 
     from tracer.errors import TraceFileTamperedError, TraceStructureInvalidError
@@ -224,7 +224,10 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path)
     assert (a.nodes, a.saved, a.loss, a.no_node, a.recomputed, a.notes) == \
         (b.nodes, b.saved, b.loss, b.no_node, b.recomputed, b.notes)
     assert training_memory(back) == training_memory(t)
-    assert not b.grads and not b.param_grads  # the numbers stay in the capturing process
+    # The gradients come back bit for bit, op outputs and parameters, from grads.safetensors.
+    assert a.grads and a.param_grads and b.grads.keys() == a.grads.keys() and b.param_grads.keys() == a.param_grads.keys()
+    assert all(torch.equal(b.grads[k], a.grads[k]) and b.grads[k].dtype == a.grads[k].dtype for k in a.grads)
+    assert all(torch.equal(b.param_grads[k], a.param_grads[k]) for k in a.param_grads)
     # A reference to a node that does not exist is refused (after the digest is made to match).
     from tracer.digest import canonical_digest
 
@@ -236,3 +239,61 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path)
     with pytest.raises((TraceStructureInvalidError, TraceFileTamperedError)) as err:
         tracer.load(str(tmp_path / "step"))
     assert "backward" in str(err.value)
+
+
+def _saved_mlp(tmp_path, save_grads="all"):
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    t = tracer.trace(mlp, (torch.randn(3, 4),), capture=CaptureOptions(backward=True, save_grads=save_grads))
+    return t, t.save(str(tmp_path / "mlp"))
+
+
+def test_saved_gradients_follow_the_policy_and_a_bad_grads_file_is_refused_typed(tmp_path):
+    import json
+    import shutil
+
+    from tracer.digest import canonical_digest
+    from tracer.errors import TraceFileCorruptError, TraceFileTamperedError, TraceSchemaError, TraceStructureInvalidError
+
+    t, folder = _saved_mlp(tmp_path, save_grads=lambda op: op.label == "relu_1")
+    back = tracer.load(folder).backward
+    assert set(back.grads) == {"relu_1"} and torch.equal(back.grads["relu_1"], t.backward.grads["relu_1"])
+    assert set(back.param_grads) == set(t.backward.param_grads) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    grads = folder / "grads.safetensors"
+    raw = grads.read_bytes()
+    for broken in (raw[:-4], raw[:-8] + bytes(8)):  # truncated; the last parameter gradient's bytes changed
+        grads.write_bytes(broken)
+        with pytest.raises(TraceFileTamperedError) as err:
+            tracer.load(folder)
+        assert err.value.code and "grads.safetensors" in err.value.site
+    grads.unlink()  # missing
+    with pytest.raises(TraceFileCorruptError):
+        tracer.load(folder)
+    # A grads file that is not the one the trace records.
+    _, plain = _saved_mlp(tmp_path / "none", save_grads="none")
+    shutil.copy(plain / "grads.safetensors", folder / "grads.safetensors")  # a grads file of another trace
+    with pytest.raises(TraceFileTamperedError):
+        tracer.load(folder)
+    # The record in trace.json is checked too (its digest made to match): a version this build cannot
+    # read, and a gradient of an op the trace lacks.
+    _, folder = _saved_mlp(tmp_path / "rec")
+    path = folder / "trace.json"
+    pristine = path.read_text()
+    for key, value, error in (("version", 99, TraceSchemaError), ("tensors", {"op:nope": [[1], "float32"]},
+                                                                    TraceStructureInvalidError)):
+        doc = json.loads(pristine)
+        doc["trace"]["backward"]["gradients"][key] = value
+        doc["digest"]["structure"] = canonical_digest(doc["trace"])
+        path.write_text(json.dumps(doc))
+        with pytest.raises(error) as err:
+            tracer.load(folder)
+        assert "gradient" in str(err.value)
+    # A trace saved before gradients were kept (no `gradients` record, no grads file) still loads, without them.
+    _, folder = _saved_mlp(tmp_path / "old")
+    doc = json.loads((folder / "trace.json").read_text())
+    del doc["trace"]["backward"]["gradients"]
+    doc["digest"]["structure"] = canonical_digest(doc["trace"])
+    (folder / "trace.json").write_text(json.dumps(doc))
+    (folder / "grads.safetensors").unlink()
+    old = tracer.load(folder)
+    assert old.backward.nodes and not old.backward.grads and not old.backward.param_grads
