@@ -297,3 +297,31 @@ def test_saved_gradients_follow_the_policy_and_a_bad_grads_file_is_refused_typed
     (folder / "grads.safetensors").unlink()
     old = tracer.load(folder)
     assert old.backward.nodes and not old.backward.grads and not old.backward.param_grads
+
+
+def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keeps():
+    from tracer.backward.memory import layer_table
+
+    model, args, kwargs = _llama(False, True)
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    twin = copy.deepcopy(model)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # the hand count, same mode and config
+        twin(*args, **kwargs)
+    t = tracer.trace(model, args, kwargs, capture=BACKWARD, loss=lambda o: o.logits.sum())
+    bw = t.backward
+    assert sum(s.bytes for rows in bw.saved.values() for s in rows) == total
+    # Per checkpointed layer: one tensor, the layer's input hidden states (batch x sequence x hidden, float32),
+    # saved by torch.utils.checkpoint for the recomputation, at the layer's first op.
+    stack = {op.label: op.module_stack for op in t.ops}
+    for i in range(2):
+        rows = [s for label, saved in bw.saved.items() for s in saved
+                if any(a == f"model.layers.{i}" for a, _ in stack[label])]
+        assert [(s.shape, s.dtype, s.bytes) for s in rows] == [((1, 16, 64), "float32", 16 * 64 * 4)]
+    assert [r.saved_bytes for r in layer_table(t).rows[:2]] == [16 * 64 * 4] * 2
+    assert any("torch.utils.checkpoint saves for that are counted" in n for n in bw.notes)

@@ -11,6 +11,7 @@ Every hook is removed afterwards, also when the backward raises.
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any, Callable, Iterator
 
 import torch
@@ -24,6 +25,9 @@ from ..ir import Op
 from .records import BackwardNode, BackwardPass, SavedTensor
 
 LossFn = Callable[[Any], torch.Tensor]
+# Reentrant checkpointing saves its inputs from `CheckpointFunction.apply`, after the region ran.
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__.__code__
+_REENTRANT = torch.utils.checkpoint.CheckpointFunction
 
 
 class _LinkGuard(CallGuard):
@@ -57,8 +61,21 @@ class BackwardRecorder:
             yield
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        self.raw.append([len(self.session.records), t, t.numel() * t.element_size()])
+        idx = len(self.session.records)
+        caller = sys._getframe(1)
+        if caller.f_code is _FUNCTION_APPLY and caller.f_locals.get("cls") is _REENTRANT:
+            idx = self._region_start(caller.f_locals.get("args"), idx)
+        self.raw.append([idx, t, t.numel() * t.element_size()])
         return t  # held exactly as autograd would hold it (and by `raw` until the records are built)
+
+    def _region_start(self, args: Any, default: int) -> int:
+        """The first op of the module a reentrant checkpoint just ran (its inputs are saved after it ran)."""
+        fn = args[0] if args else None
+        fn = getattr(fn, "func", fn)  # functools.partial (transformers' checkpointed layers)
+        module = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
+        addr = self.session.module_addr.get(id(module)) if isinstance(module, nn.Module) else None
+        calls = self.session.module_calls.get(addr) if addr is not None else None
+        return calls[-1][3] if calls else default
 
     def _alias(self, t: torch.Tensor, ops: tuple[Op, ...]) -> str:
         """What else holds `t`: a parameter (or a view of one), an op's output (its own included), or nothing."""
@@ -120,8 +137,16 @@ class BackwardRecorder:
                          "depends on the fused kernel it picks (flash, memory-efficient), so those bytes differ")
         if recomputed:
             notes.append("activation checkpointing: the modules in `recomputed` ran again during the backward; the "
-                         "inputs torch.utils.checkpoint keeps for that are not saved through saved_tensors_hooks and "
-                         "are not counted")
+                         "inputs torch.utils.checkpoint saves for that are counted (at the first op of the checkpointed "
+                         "module); what the recomputed ops save during the backward is held only while that module's "
+                         "backward runs and is not counted")
+        if any(type(fn).__name__ == "CheckpointFunctionBackward" for fn in nodes):
+            notes.append("reentrant checkpointing: the checkpointed ops ran under no_grad in the forward (listed in "
+                         "`no_node`); one CheckpointFunctionBackward node re-runs them and their backward")
+        hooked = [a for a, m in self.session.named if m._backward_hooks or m._backward_pre_hooks]
+        if hooked:
+            notes.append(f"module backward hooks ran (their BackwardHookFunctionBackward nodes are in the graph): "
+                         f"{', '.join(hooked[:10])}{', ...' if len(hooked) > 10 else ''}")
         linked = {ops[i].label for i in links.values()}
         no_node = tuple(op.label for op in ops if op.kind not in ("input", "output") and op.label not in linked)
         return BackwardPass(nodes=tuple(records), saved=saved, loss=described, estimate=meta,
