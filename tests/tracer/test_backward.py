@@ -228,6 +228,11 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_bytes_and_gradients
     assert a.grads and a.param_grads and b.grads.keys() == a.grads.keys() and b.param_grads.keys() == a.param_grads.keys()
     assert all(torch.equal(b.grads[k], a.grads[k]) and b.grads[k].dtype == a.grads[k].dtype for k in a.grads)
     assert all(torch.equal(b.param_grads[k], a.param_grads[k]) for k in a.param_grads)
+    from tracer.backward.replay import validate_backward
+    from tracer.errors import ReplayUnavailableError
+
+    with pytest.raises(ReplayUnavailableError, match="offline validation of a backward is not available"):
+        validate_backward(back)  # the gradients reload; the autograd nodes a replay calls do not
     # A reference to a node that does not exist is refused (after the digest is made to match).
     from tracer.digest import canonical_digest
 
