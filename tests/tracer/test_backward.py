@@ -31,7 +31,8 @@ def _hooks(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
-def _hand_counted_bytes(model: nn.Module, args: tuple) -> int:
+def _hand_counted_bytes(model: nn.Module, args: tuple, kwargs: dict | None = None) -> int:
+    """Bytes of every tensor the forward saves for backward, counted by a plain `saved_tensors_hooks`."""
     total = 0
 
     def pack(t):
@@ -40,7 +41,7 @@ def _hand_counted_bytes(model: nn.Module, args: tuple) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(*args)
+        model(*args, **(kwargs or {}))
     return total
 
 
@@ -225,7 +226,8 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_bytes_and_gradients
         (b.nodes, b.saved, b.loss, b.no_node, b.recomputed, b.notes)
     assert training_memory(back) == training_memory(t)
     # The gradients come back bit for bit, op outputs and parameters, from grads.safetensors.
-    assert a.grads and a.param_grads and b.grads.keys() == a.grads.keys() and b.param_grads.keys() == a.param_grads.keys()
+    assert a.grads and a.param_grads
+    assert b.grads.keys() == a.grads.keys() and b.param_grads.keys() == a.param_grads.keys()
     assert all(torch.equal(b.grads[k], a.grads[k]) and b.grads[k].dtype == a.grads[k].dtype for k in a.grads)
     assert all(torch.equal(b.param_grads[k], a.param_grads[k]) for k in a.param_grads)
     from tracer.backward.replay import validate_backward
@@ -308,16 +310,7 @@ def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keep
     from tracer.backward.memory import layer_table
 
     model, args, kwargs = _llama(False, True)
-    total = 0
-
-    def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
-        return t
-
-    twin = copy.deepcopy(model)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):  # the hand count, same mode and config
-        twin(*args, **kwargs)
+    total = _hand_counted_bytes(copy.deepcopy(model), args, kwargs)  # the same mode and config, by hand
     t = tracer.trace(model, args, kwargs, capture=BACKWARD, loss=lambda o: o.logits.sum())
     bw = t.backward
     assert sum(s.bytes for rows in bw.saved.values() for s in rows) == total
