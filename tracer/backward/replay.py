@@ -5,8 +5,8 @@ Needs a trace captured in this process with `CaptureOptions(backward=True, backw
 whose autograd nodes do not, is refused typed (no offline validation of a backward). Each node except
 `AccumulateGrad` (whose only effect is `param.grad`) is called again on the gradients it received;
 its outputs must equal the gradients it passed on, bit for bit where the node replays bit for bit
-(it is replayed twice to tell), else within the spread of its own replays (disclosed per node). As the engine does, a
-gradient computed at a broadcast shape is summed down to the shape its input had.
+(it is replayed twice to tell), else within the spread of its own replays (disclosed per node). As
+the engine does, a gradient computed at a broadcast shape is summed down to the shape its input had.
 """
 from __future__ import annotations
 
