@@ -21,9 +21,9 @@ from tracer.options import CaptureOptions
 BACKWARD = CaptureOptions(backward=True)
 
 
-def _plain_grads(model: nn.Module, args: tuple, loss) -> dict[str, torch.Tensor]:
+def _plain_grads(model: nn.Module, args: tuple, loss, kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     twin = copy.deepcopy(model)
-    loss(twin(*args)).backward()
+    loss(twin(*args, **(kwargs or {}))).backward()
     return {n: p.grad for n, p in twin.named_parameters() if p.grad is not None}
 
 
@@ -306,13 +306,19 @@ def test_saved_gradients_follow_the_policy_and_a_bad_grads_file_is_refused_typed
     assert old.backward.nodes and not old.backward.grads and not old.backward.param_grads
 
 
-def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keeps():
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keeps(reentrant):
     from tracer.backward.memory import layer_table
 
     model, args, kwargs = _llama(False, True)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    loss = lambda o: o.logits.sum()  # noqa: E731
+    plain = _plain_grads(model, args, loss, kwargs)
     total = _hand_counted_bytes(copy.deepcopy(model), args, kwargs)  # the same mode and config, by hand
-    t = tracer.trace(model, args, kwargs, capture=BACKWARD, loss=lambda o: o.logits.sum())
+    t = tracer.trace(model, args, kwargs, capture=BACKWARD, loss=loss)
     bw = t.backward
+    assert plain.keys() == {n for n, p in model.named_parameters()}
+    assert all(torch.equal(p.grad, plain[n]) for n, p in model.named_parameters())
     assert sum(s.bytes for rows in bw.saved.values() for s in rows) == total
     # Per checkpointed layer: one tensor, the layer's input hidden states (batch x sequence x hidden, float32),
     # saved by torch.utils.checkpoint for the recomputation, at the layer's first op.
@@ -323,3 +329,6 @@ def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keep
         assert [(s.shape, s.dtype, s.bytes) for s in rows] == [((1, 16, 64), "float32", 16 * 64 * 4)]
     assert [r.saved_bytes for r in layer_table(t).rows[:2]] == [16 * 64 * 4] * 2
     assert any("torch.utils.checkpoint saves for that are counted" in n for n in bw.notes)
+    checkpoint_nodes = sum(n.name == "CheckpointFunctionBackward" for n in bw.nodes)
+    assert checkpoint_nodes == (2 if reentrant else 0)
+    assert "model.layers.0.mlp.down_proj" in bw.recomputed  # the layer's forward is checkpointed inside its call

@@ -11,6 +11,7 @@ Every hook is removed afterwards, also when the backward raises.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from typing import Any, Callable, Iterator
 
@@ -70,11 +71,14 @@ class BackwardRecorder:
 
     def _region_start(self, args: Any, default: int) -> int:
         """The first op of the module a reentrant checkpoint just ran (its inputs are saved after it ran)."""
-        fn = args[0] if args else None
-        fn = getattr(fn, "func", fn)  # functools.partial (transformers' checkpointed layers)
-        module = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
-        addr = self.session.module_addr.get(id(module)) if isinstance(module, nn.Module) else None
-        calls = self.session.module_calls.get(addr) if addr is not None else None
+        module = _module_of(args[0] if args else None)
+        addr = self.session.module_addr.get(id(module)) if module is not None else None
+        if addr is None:
+            return default
+        open_call = next((f[3] for f in reversed(self.session.frames) if f[0] == addr), None)
+        if open_call is not None:  # its forward checkpointed inside its own call (transformers' layers)
+            return open_call
+        calls = self.session.module_calls.get(addr)
         return calls[-1][3] if calls else default
 
     def _alias(self, t: torch.Tensor, ops: tuple[Op, ...]) -> str:
@@ -226,6 +230,14 @@ def _walk(root: Any) -> tuple[list[Any], dict[Any, int]]:
         nodes.append(fn)
         stack.extend(f for f, _ in reversed(fn.next_functions) if f is not None)
     return nodes, index
+
+
+def _module_of(fn: Any) -> nn.Module | None:
+    """The module a checkpointed callable runs: the module, its bound method, or a partial of either."""
+    if isinstance(fn, functools.partial):
+        fn = fn.args[0] if fn.args and isinstance(fn.args[0], nn.Module) else fn.func
+    module = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
+    return module if isinstance(module, nn.Module) else None
 
 
 def _counter(addr: str, counts: dict[str, int]):
