@@ -233,7 +233,7 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_bytes_and_gradients
     from tracer.backward.replay import validate_backward
     from tracer.errors import ReplayUnavailableError
 
-    with pytest.raises(ReplayUnavailableError, match="offline validation of a backward is not available"):
+    with pytest.raises(ReplayUnavailableError, match="validate_backward_offline"):
         validate_backward(back)  # the gradients reload; the autograd nodes a replay calls do not
     # A reference to a node that does not exist is refused (after the digest is made to match).
     from tracer.digest import canonical_digest
@@ -332,3 +332,50 @@ def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keep
     checkpoint_nodes = sum(n.name == "CheckpointFunctionBackward" for n in bw.nodes)
     assert checkpoint_nodes == (2 if reentrant else 0)
     assert "model.layers.0.mlp.down_proj" in bw.recomputed  # the layer's forward is checkpointed inside its call
+
+
+_OFFLINE_CHECK = """
+import json, sys
+import tracer
+from tests.tracer.test_backward import _gpt2
+from tracer.backward.offline import validate_backward_offline
+trace = tracer.load(sys.argv[1])
+model = _gpt2()  # the same seed: the same weights, supplied as the parameters (a trace holds none)
+report = validate_backward_offline(trace, params=model)
+if len(sys.argv) > 2:  # plant a wrong gradient in what was loaded
+    trace.backward.grads[sys.argv[2]].mul_(1.01)
+    report = validate_backward_offline(trace, params=model)
+print(json.dumps({"ok": bool(report), "checked": report.checked, "findings": sorted(report.findings),
+                  "params": sorted(n for n, _ in model.named_parameters())}))
+"""
+
+
+def test_a_saved_backward_is_checked_offline_in_a_fresh_process(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tracer.backward.offline import validate_backward_offline
+    from tracer.errors import ReplayUnavailableError
+
+    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
+    t = tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum())
+    folder = str(t.save(str(tmp_path / "gpt2")))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+
+    def check(*extra):
+        run = subprocess.run([sys.executable, "-c", _OFFLINE_CHECK, folder, *extra], capture_output=True, text=True,
+                             env=env, timeout=300, check=True)
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    clean = check()
+    assert clean["ok"] and not clean["findings"]
+    # every parameter's gradient is recomputed and matches, and most op-output gradients too
+    assert {f"param:{n}" for n in clean["params"]} - {"param:lm_head.weight"} <= set(clean["checked"])
+    assert len([k for k in clean["checked"] if not k.startswith("param:")]) > 50
+    planted = next(op.label for op in t.ops if op.func.endswith("tanh") and op.label in clean["checked"])
+    bad = check(planted)
+    assert not bad["ok"] and planted in bad["findings"]
+    with pytest.raises(ReplayUnavailableError):  # a trace without saved gradients has nothing to check
+        validate_backward_offline(tracer.load(tracer.trace(model, (ids,)).save(str(tmp_path / "fwd"))))

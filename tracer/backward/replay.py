@@ -2,11 +2,12 @@
 
 Needs a trace captured in this process with `CaptureOptions(backward=True, backward_replay=True)`
 (the autograd graph and every node's gradients kept); a reloaded trace, whose gradients load but
-whose autograd nodes do not, is refused typed (no offline validation of a backward). Each node except
-`AccumulateGrad` (whose only effect is `param.grad`) is called again on the gradients it received;
-its outputs must equal the gradients it passed on, bit for bit where the node replays bit for bit
-(it is replayed twice to tell), else within the spread of its own replays (disclosed per node). As
-the engine does, a gradient computed at a broadcast shape is summed down to the shape its input had.
+whose autograd nodes do not, is refused typed (`tracer.backward.offline` checks it instead). Each
+node except `AccumulateGrad` (whose only effect is `param.grad`) is called again on the gradients it
+received; its outputs must equal the gradients it passed on, bit for bit where the node replays bit
+for bit (it is replayed twice to tell), else within the spread of its own replays (disclosed per
+node). As the engine does, a gradient computed at a broadcast shape is summed down to the shape its
+input had.
 """
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ def validate_backward(trace: Any) -> BackwardReport:
     """Replay every recorded backward node and compare with the gradients it passed on."""
     bw = getattr(trace, "backward", None)
     if bw is None or not bw.live_nodes:
+        reloaded = bw is not None and (bw.grads or bw.param_grads) and not bw.node_grads
         why = ("it was loaded from a folder: its gradients were saved, but a node is replayed by the live autograd "
-               "node of the capturing process, which is not saved (offline validation of a backward is not "
-               "available)" if bw is not None and (bw.grads or bw.param_grads) and not bw.node_grads else
-               "no live autograd graph")
+               "node of the capturing process, which is not saved; check it with tracer.backward.offline."
+               "validate_backward_offline(trace, params=model))" if reloaded else "no live autograd graph")
         raise ReplayUnavailableError(
             f"this trace holds no replayable backward ({why})", site="validate_backward(trace)",
             remedy="Capture in this process with CaptureOptions(backward=True, backward_replay=True); a weights-free "
