@@ -66,8 +66,9 @@ def backward_rows(trace: Any, label: str) -> list[tuple[str, str]]:
         rows += [(f"gradient {k}", f"{stats[k]:.6g}") for k in ("norm", "mean", "std", "min", "max")]
         rows.append(("gradient non-finite", str(stats["non_finite"])))
     elif node is not None:
-        rows.append(("gradient", "not saved (a weights-free or reloaded trace keeps no gradient values)"
-                     if not bw.grads else "not saved for this op (save_grads policy)"))
+        rows.append(("gradient", "not saved for this op (save_grads policy)" if bw.grads else
+                     "not saved (a weights-free trace, or one saved before gradients were kept, holds no "
+                     "gradient values)"))
     saved = bw.saved.get(label, ())
     if saved:
         total = sum(s.bytes for s in saved)

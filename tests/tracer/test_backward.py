@@ -21,9 +21,9 @@ from tracer.options import CaptureOptions
 BACKWARD = CaptureOptions(backward=True)
 
 
-def _plain_grads(model: nn.Module, args: tuple, loss) -> dict[str, torch.Tensor]:
+def _plain_grads(model: nn.Module, args: tuple, loss, kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     twin = copy.deepcopy(model)
-    loss(twin(*args)).backward()
+    loss(twin(*args, **(kwargs or {}))).backward()
     return {n: p.grad for n, p in twin.named_parameters() if p.grad is not None}
 
 
@@ -31,7 +31,8 @@ def _hooks(model: nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
 
-def _hand_counted_bytes(model: nn.Module, args: tuple) -> int:
+def _hand_counted_bytes(model: nn.Module, args: tuple, kwargs: dict | None = None) -> int:
+    """Bytes of every tensor the forward saves for backward, counted by a plain `saved_tensors_hooks`."""
     total = 0
 
     def pack(t):
@@ -40,7 +41,7 @@ def _hand_counted_bytes(model: nn.Module, args: tuple) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(*args)
+        model(*args, **(kwargs or {}))
     return total
 
 
@@ -213,7 +214,7 @@ def test_backward_validation_replays_every_node_and_catches_a_planted_wrong_grad
         validate_backward(tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum()))
 
 
-def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path):
+def test_the_backward_is_saved_and_loaded_with_its_structure_bytes_and_gradients(tmp_path):
     import json
 
     from tracer.errors import TraceFileTamperedError, TraceStructureInvalidError
@@ -224,7 +225,16 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path)
     assert (a.nodes, a.saved, a.loss, a.no_node, a.recomputed, a.notes) == \
         (b.nodes, b.saved, b.loss, b.no_node, b.recomputed, b.notes)
     assert training_memory(back) == training_memory(t)
-    assert not b.grads and not b.param_grads  # the numbers stay in the capturing process
+    # The gradients come back bit for bit, op outputs and parameters, from grads.safetensors.
+    assert a.grads and a.param_grads
+    assert b.grads.keys() == a.grads.keys() and b.param_grads.keys() == a.param_grads.keys()
+    assert all(torch.equal(b.grads[k], a.grads[k]) and b.grads[k].dtype == a.grads[k].dtype for k in a.grads)
+    assert all(torch.equal(b.param_grads[k], a.param_grads[k]) for k in a.param_grads)
+    from tracer.backward.replay import validate_backward
+    from tracer.errors import ReplayUnavailableError
+
+    with pytest.raises(ReplayUnavailableError, match="validate_backward_offline"):
+        validate_backward(back)  # the gradients reload; the autograd nodes a replay calls do not
     # A reference to a node that does not exist is refused (after the digest is made to match).
     from tracer.digest import canonical_digest
 
@@ -236,3 +246,136 @@ def test_the_backward_is_saved_and_loaded_with_its_structure_and_bytes(tmp_path)
     with pytest.raises((TraceStructureInvalidError, TraceFileTamperedError)) as err:
         tracer.load(str(tmp_path / "step"))
     assert "backward" in str(err.value)
+
+
+def _saved_mlp(tmp_path, save_grads="all"):
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    t = tracer.trace(mlp, (torch.randn(3, 4),), capture=CaptureOptions(backward=True, save_grads=save_grads))
+    return t, t.save(str(tmp_path / "mlp"))
+
+
+def test_saved_gradients_follow_the_policy_and_a_bad_grads_file_is_refused_typed(tmp_path):
+    import json
+    import shutil
+
+    from tracer.digest import canonical_digest
+    from tracer.errors import TraceFileCorruptError, TraceFileTamperedError, TraceSchemaError, TraceStructureInvalidError
+
+    t, folder = _saved_mlp(tmp_path, save_grads=lambda op: op.label == "relu_1")
+    back = tracer.load(folder).backward
+    assert set(back.grads) == {"relu_1"} and torch.equal(back.grads["relu_1"], t.backward.grads["relu_1"])
+    assert set(back.param_grads) == set(t.backward.param_grads) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    grads = folder / "grads.safetensors"
+    raw = grads.read_bytes()
+    for broken in (raw[:-4], raw[:-8] + bytes(8)):  # truncated; the last parameter gradient's bytes changed
+        grads.write_bytes(broken)
+        with pytest.raises(TraceFileTamperedError) as err:
+            tracer.load(folder)
+        assert err.value.code and "grads.safetensors" in err.value.site
+    grads.unlink()  # missing
+    with pytest.raises(TraceFileCorruptError):
+        tracer.load(folder)
+    # A grads file that is not the one the trace records.
+    _, plain = _saved_mlp(tmp_path / "none", save_grads="none")
+    shutil.copy(plain / "grads.safetensors", folder / "grads.safetensors")  # a grads file of another trace
+    with pytest.raises(TraceFileTamperedError):
+        tracer.load(folder)
+    # The record in trace.json is checked too (its digest made to match): a version this build cannot
+    # read, and a gradient of an op the trace lacks.
+    _, folder = _saved_mlp(tmp_path / "rec")
+    path = folder / "trace.json"
+    pristine = path.read_text()
+    for key, value, error in (("version", 99, TraceSchemaError), ("tensors", {"op:nope": [[1], "float32"]},
+                                                                    TraceStructureInvalidError)):
+        doc = json.loads(pristine)
+        doc["trace"]["backward"]["gradients"][key] = value
+        doc["digest"]["structure"] = canonical_digest(doc["trace"])
+        path.write_text(json.dumps(doc))
+        with pytest.raises(error) as err:
+            tracer.load(folder)
+        assert "gradient" in str(err.value)
+    # A trace saved before gradients were kept (no `gradients` record, no grads file) still loads, without them.
+    _, folder = _saved_mlp(tmp_path / "old")
+    doc = json.loads((folder / "trace.json").read_text())
+    del doc["trace"]["backward"]["gradients"]
+    doc["digest"]["structure"] = canonical_digest(doc["trace"])
+    (folder / "trace.json").write_text(json.dumps(doc))
+    (folder / "grads.safetensors").unlink()
+    old = tracer.load(folder)
+    assert old.backward.nodes and not old.backward.grads and not old.backward.param_grads
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointed_llama_counts_exactly_each_layer_input_that_checkpoint_keeps(reentrant):
+    from tracer.backward.memory import layer_table
+
+    model, args, kwargs = _llama(False, True)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    loss = lambda o: o.logits.sum()  # noqa: E731
+    plain = _plain_grads(model, args, loss, kwargs)
+    total = _hand_counted_bytes(copy.deepcopy(model), args, kwargs)  # the same mode and config, by hand
+    t = tracer.trace(model, args, kwargs, capture=BACKWARD, loss=loss)
+    bw = t.backward
+    assert plain.keys() == {n for n, p in model.named_parameters()}
+    assert all(torch.equal(p.grad, plain[n]) for n, p in model.named_parameters())
+    assert sum(s.bytes for rows in bw.saved.values() for s in rows) == total
+    # Per checkpointed layer: one tensor, the layer's input hidden states (batch x sequence x hidden, float32),
+    # saved by torch.utils.checkpoint for the recomputation, at the layer's first op.
+    stack = {op.label: op.module_stack for op in t.ops}
+    for i in range(2):
+        rows = [s for label, saved in bw.saved.items() for s in saved
+                if any(a == f"model.layers.{i}" for a, _ in stack[label])]
+        assert [(s.shape, s.dtype, s.bytes) for s in rows] == [((1, 16, 64), "float32", 16 * 64 * 4)]
+    assert [r.saved_bytes for r in layer_table(t).rows[:2]] == [16 * 64 * 4] * 2
+    assert any("torch.utils.checkpoint saves for that are counted" in n for n in bw.notes)
+    checkpoint_nodes = sum(n.name == "CheckpointFunctionBackward" for n in bw.nodes)
+    assert checkpoint_nodes == (2 if reentrant else 0)
+    assert "model.layers.0.mlp.down_proj" in bw.recomputed  # the layer's forward is checkpointed inside its call
+
+
+_OFFLINE_CHECK = """
+import json, sys
+import tracer
+from tests.tracer.test_backward import _gpt2
+from tracer.backward.offline import validate_backward_offline
+trace = tracer.load(sys.argv[1])
+model = _gpt2()  # the same seed: the same weights, supplied as the parameters (a trace holds none)
+report = validate_backward_offline(trace, params=model)
+if len(sys.argv) > 2:  # plant a wrong gradient in what was loaded
+    trace.backward.grads[sys.argv[2]].mul_(1.01)
+    report = validate_backward_offline(trace, params=model)
+print(json.dumps({"ok": bool(report), "checked": report.checked, "findings": sorted(report.findings),
+                  "params": sorted(n for n, _ in model.named_parameters())}))
+"""
+
+
+def test_a_saved_backward_is_checked_offline_in_a_fresh_process(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tracer.backward.offline import validate_backward_offline
+    from tracer.errors import ReplayUnavailableError
+
+    model, ids = _gpt2(), torch.randint(0, 128, (1, 16))
+    t = tracer.trace(model, (ids,), capture=BACKWARD, loss=lambda o: o.logits.sum())
+    folder = str(t.save(str(tmp_path / "gpt2")))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+
+    def check(*extra):
+        run = subprocess.run([sys.executable, "-c", _OFFLINE_CHECK, folder, *extra], capture_output=True, text=True,
+                             env=env, timeout=300, check=True)
+        return json.loads(run.stdout.strip().splitlines()[-1])
+
+    clean = check()
+    assert clean["ok"] and not clean["findings"]
+    # every parameter's gradient is recomputed and matches, and most op-output gradients too
+    assert {f"param:{n}" for n in clean["params"]} - {"param:lm_head.weight"} <= set(clean["checked"])
+    assert len([k for k in clean["checked"] if not k.startswith("param:")]) > 50
+    planted = next(op.label for op in t.ops if op.func.endswith("tanh") and op.label in clean["checked"])
+    bad = check(planted)
+    assert not bad["ok"] and planted in bad["findings"]
+    with pytest.raises(ReplayUnavailableError):  # a trace without saved gradients has nothing to check
+        validate_backward_offline(tracer.load(tracer.trace(model, (ids,)).save(str(tmp_path / "fwd"))))

@@ -91,14 +91,17 @@ def test_batchnorm_cnn_in_train_mode_graph_overlays_and_gradient_statistics():
     assert s["non_finite"] == 0 and s["numel"] == t.backward.grads[bn].numel()
 
 
-def test_a_reloaded_backward_draws_and_offers_saved_bytes_but_no_gradient_norms(tmp_path):
+def test_a_reloaded_backward_draws_and_offers_saved_bytes_and_gradient_norms(tmp_path):
     t = gpt2_step()
     back = tracer.load(t.save(str(tmp_path / "gpt2")))
     b = backward_trace(back)
     _check_graph(back, b)
     assert [op.label for op in b.ops] == [op.label for op in backward_trace(t).ops]
-    assert "saved_bytes" in overlays.available(back) and "grad_norm" not in overlays.available(back)
-    assert grad_stats(back.backward, "addmm_8") is None
+    assert {"saved_bytes", "grad_norm"} <= set(overlays.available(back))
+    for mine, theirs in ((back, t), (b, backward_trace(t))):  # grad_norm after reload equals the capture's
+        norms = overlays.build_overlay(mine, "grad_norm").ops
+        assert norms and norms == overlays.build_overlay(theirs, "grad_norm").ops
+    assert grad_stats(back.backward, "addmm_8") == grad_stats(t.backward, "addmm_8") is not None
 
 
 def test_layer_table_per_block_with_and_without_checkpointing():

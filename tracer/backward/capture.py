@@ -11,6 +11,8 @@ Every hook is removed afterwards, also when the backward raises.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 from typing import Any, Callable, Iterator
 
 import torch
@@ -24,6 +26,9 @@ from ..ir import Op
 from .records import BackwardNode, BackwardPass, SavedTensor
 
 LossFn = Callable[[Any], torch.Tensor]
+# Reentrant checkpointing saves its inputs from `CheckpointFunction.apply`, after the region ran.
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__.__code__
+_REENTRANT = torch.utils.checkpoint.CheckpointFunction
 
 
 class _LinkGuard(CallGuard):
@@ -57,8 +62,24 @@ class BackwardRecorder:
             yield
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        self.raw.append([len(self.session.records), t, t.numel() * t.element_size()])
+        idx = len(self.session.records)
+        caller = sys._getframe(1)
+        if caller.f_code is _FUNCTION_APPLY and caller.f_locals.get("cls") is _REENTRANT:
+            idx = self._region_start(caller.f_locals.get("args"), idx)
+        self.raw.append([idx, t, t.numel() * t.element_size()])
         return t  # held exactly as autograd would hold it (and by `raw` until the records are built)
+
+    def _region_start(self, args: Any, default: int) -> int:
+        """The first op of the module a reentrant checkpoint just ran (its inputs are saved after it ran)."""
+        module = _module_of(args[0] if args else None)
+        addr = self.session.module_addr.get(id(module)) if module is not None else None
+        if addr is None:
+            return default
+        open_call = next((f[3] for f in reversed(self.session.frames) if f[0] == addr), None)
+        if open_call is not None:  # its forward checkpointed inside its own call (transformers' layers)
+            return open_call
+        calls = self.session.module_calls.get(addr)
+        return calls[-1][3] if calls else default
 
     def _alias(self, t: torch.Tensor, ops: tuple[Op, ...]) -> str:
         """What else holds `t`: a parameter (or a view of one), an op's output (its own included), or nothing."""
@@ -120,8 +141,16 @@ class BackwardRecorder:
                          "depends on the fused kernel it picks (flash, memory-efficient), so those bytes differ")
         if recomputed:
             notes.append("activation checkpointing: the modules in `recomputed` ran again during the backward; the "
-                         "inputs torch.utils.checkpoint keeps for that are not saved through saved_tensors_hooks and "
-                         "are not counted")
+                         "inputs torch.utils.checkpoint saves for that are counted (at the first op of the checkpointed "
+                         "module); what the recomputed ops save during the backward is held only while that module's "
+                         "backward runs and is not counted")
+        if any(type(fn).__name__ == "CheckpointFunctionBackward" for fn in nodes):
+            notes.append("reentrant checkpointing: the checkpointed ops ran under no_grad in the forward (listed in "
+                         "`no_node`); one CheckpointFunctionBackward node re-runs them and their backward")
+        hooked = [a for a, m in self.session.named if m._backward_hooks or m._backward_pre_hooks]
+        if hooked:
+            notes.append(f"module backward hooks ran (their BackwardHookFunctionBackward nodes are in the graph): "
+                         f"{', '.join(hooked[:10])}{', ...' if len(hooked) > 10 else ''}")
         linked = {ops[i].label for i in links.values()}
         no_node = tuple(op.label for op in ops if op.kind not in ("input", "output") and op.label not in linked)
         return BackwardPass(nodes=tuple(records), saved=saved, loss=described, estimate=meta,
@@ -201,6 +230,14 @@ def _walk(root: Any) -> tuple[list[Any], dict[Any, int]]:
         nodes.append(fn)
         stack.extend(f for f, _ in reversed(fn.next_functions) if f is not None)
     return nodes, index
+
+
+def _module_of(fn: Any) -> nn.Module | None:
+    """The module a checkpointed callable runs: the module, its bound method, or a partial of either."""
+    if isinstance(fn, functools.partial):
+        fn = fn.args[0] if fn.args and isinstance(fn.args[0], nn.Module) else fn.func
+    module = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
+    return module if isinstance(module, nn.Module) else None
 
 
 def _counter(addr: str, counts: dict[str, int]):

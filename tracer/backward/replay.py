@@ -1,11 +1,13 @@
 """Validation of a recorded backward: each autograd node replayed from its recorded incoming gradients.
 
 Needs a trace captured in this process with `CaptureOptions(backward=True, backward_replay=True)`
-(the autograd graph and every node's gradients kept). Each node except `AccumulateGrad` (whose only
-effect is `param.grad`) is called again on the gradients it received; its outputs must equal the
-gradients it passed on, bit for bit where the node replays bit for bit (it is replayed twice to
-tell), else within the spread of its own replays (disclosed per node). As the engine does, a
-gradient computed at a broadcast shape is summed down to the shape its input had.
+(the autograd graph and every node's gradients kept); a reloaded trace, whose gradients load but
+whose autograd nodes do not, is refused typed (`tracer.backward.offline` checks it instead). Each
+node except `AccumulateGrad` (whose only effect is `param.grad`) is called again on the gradients it
+received; its outputs must equal the gradients it passed on, bit for bit where the node replays bit
+for bit (it is replayed twice to tell), else within the spread of its own replays (disclosed per
+node). As the engine does, a gradient computed at a broadcast shape is summed down to the shape its
+input had.
 """
 from __future__ import annotations
 
@@ -46,10 +48,14 @@ def validate_backward(trace: Any) -> BackwardReport:
     """Replay every recorded backward node and compare with the gradients it passed on."""
     bw = getattr(trace, "backward", None)
     if bw is None or not bw.live_nodes:
+        reloaded = bw is not None and (bw.grads or bw.param_grads) and not bw.node_grads
+        why = ("it was loaded from a folder: its gradients were saved, but a node is replayed by the live autograd "
+               "node of the capturing process, which is not saved; check it with tracer.backward.offline."
+               "validate_backward_offline(trace, params=model))" if reloaded else "no live autograd graph")
         raise ReplayUnavailableError(
-            "this trace holds no replayable backward (no live autograd graph)", site="validate_backward(trace)",
+            f"this trace holds no replayable backward ({why})", site="validate_backward(trace)",
             remedy="Capture in this process with CaptureOptions(backward=True, backward_replay=True); a weights-free "
-                   "(meta) or reloaded trace has no gradients to replay.")
+                   "(meta) or reloaded trace has no autograd nodes to replay.")
     findings, exact, spread_ok, replayed, tolerances = [], 0, 0, 0, {}
     for rec, fn in zip(bw.nodes, bw.live_nodes):
         io = bw.node_grads.get(rec.index)

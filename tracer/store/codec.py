@@ -89,8 +89,10 @@ def plain_json(value: Any, depth: int = 0) -> Any:
     return str(value)
 
 
-def encode_body(trace: Trace) -> bytes:
+def encode_body(trace: Trace, gradients: Any = None) -> bytes:
     """The JSON bytes of a trace's structure (values, output and live calls are not part of it).
+
+    `gradients`: the record of the backward's grads file (`tracer.store.grads`), when one was written.
 
     Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
     """
@@ -104,7 +106,7 @@ def encode_body(trace: Trace) -> bytes:
                 params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
                 warnings=tuple(trace.warnings),
                 envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
-                backward=None if trace.backward is None else to_doc(trace.backward))
+                backward=None if trace.backward is None else to_doc(trace.backward, gradients))
     try:
         raw = _without_gc(_ENCODER.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:

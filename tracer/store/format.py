@@ -6,7 +6,8 @@ SCHEMA_VERSION = 2
 STRUCTURE_FILE = "trace.json"
 STRUCTURE_FILE_GZ = "trace.json.gz"
 VALUES_FILE = "values.safetensors"
-TRACE_FILES = frozenset({STRUCTURE_FILE, STRUCTURE_FILE_GZ, VALUES_FILE})
+GRADS_FILE = "grads.safetensors"  # a backward's gradients (tracer.store.grads)
+TRACE_FILES = frozenset({STRUCTURE_FILE, STRUCTURE_FILE_GZ, VALUES_FILE, GRADS_FILE})
 
 # Limits: far above any real model, low enough that summary, layout and export stay bounded.
 MAX_STRUCTURE_BYTES = 4 << 30  # trace.json (decompressed)

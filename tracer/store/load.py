@@ -1,6 +1,7 @@
 """Loading a trace folder: safe files, header and digests, typed decoding, structural checks, values."""
 from __future__ import annotations
 
+import dataclasses
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,8 @@ from ..ir import Trace
 from .codec import Body, decode_body, gc_paused, provenance_from_json
 from .document import unframe
 from .files import as_path, checked_file, read_structure, structure_file, trace_folder
-from .format import VALUES_FILE
+from .format import GRADS_FILE, VALUES_FILE
+from .grads import read_grads
 from .integrity import check_body
 from .values import layout_note, read_values
 
@@ -35,18 +37,21 @@ def _load(path: str | Path) -> Trace:
         warnings = warnings if note in warnings else (*warnings, note)
     trace = Trace(ops=body.ops, modules=modules, params=params, model_class=body.model_class,
                   provenance=provenance_from_json(body.provenance, site), warnings=warnings,
-                  envelope=_envelope(body, site), backward=_backward(body, site))
+                  envelope=_envelope(body, site), backward=_backward(body, folder, site))
     trace.values = values
     return trace
 
 
-def _backward(body: Body, site: str) -> Any:
+def _backward(body: Body, folder: Path, site: str) -> Any:
     if body.backward is None:
+        read_grads(folder, None, folder / GRADS_FILE)  # refuses a grads file no backward records
         return None
     from ..backward.document import from_doc
 
-    return from_doc(body.backward, frozenset(op.label for op in body.ops), frozenset(m.address for m in body.modules),
-                    site)
+    bw = from_doc(body.backward, frozenset(op.label for op in body.ops), frozenset(m.address for m in body.modules),
+                  site, frozenset(p.address for p in body.params))
+    grads, param_grads = read_grads(folder, body.backward.gradients, folder / GRADS_FILE)
+    return dataclasses.replace(bw, grads=grads, param_grads=param_grads) if grads or param_grads else bw
 
 
 def _envelope(body: Body, site: str) -> Any:

@@ -19,7 +19,8 @@ from ..ir import Trace
 from .codec import encode_body, gc_paused
 from .document import frame
 from .files import as_path
-from .format import STRUCTURE_FILE, STRUCTURE_FILE_GZ, TRACE_FILES, VALUES_FILE
+from .format import GRADS_FILE, STRUCTURE_FILE, STRUCTURE_FILE_GZ, TRACE_FILES, VALUES_FILE
+from .grads import write_grads
 from .values import write_values
 
 _TEMP_MARK = ".saving-"
@@ -82,7 +83,8 @@ def _check_replaceable(folder: Path) -> None:
 
 def _write(trace: Trace, tmp: Path, compress: bool) -> None:
     values_digest = write_values(trace.values, tmp / VALUES_FILE) if trace.values else None
-    doc = frame(encode_body(trace), values_digest)
+    grads = write_grads(trace.backward, tmp / GRADS_FILE) if trace.backward is not None else None
+    doc = frame(encode_body(trace, grads), values_digest)
     if compress:
         with gzip.open(tmp / STRUCTURE_FILE_GZ, "wb", compresslevel=1) as fh:
             fh.write(doc)
