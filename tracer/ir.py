@@ -427,7 +427,7 @@ class Trace:
         return html_repr(self)
 
     def save(self, path: Any) -> Any:
-        """Write this trace to folder `path` (trace.json + values.safetensors); returns the folder."""
+        """Write this trace to folder `path` (trace.json + values.safetensors, + grads.safetensors with a backward); returns the folder."""
         from .store import save_trace
 
         return save_trace(self, path)
