@@ -379,3 +379,30 @@ def test_a_saved_backward_is_checked_offline_in_a_fresh_process(tmp_path):
     assert not bad["ok"] and planted in bad["findings"]
     with pytest.raises(ReplayUnavailableError):  # a trace without saved gradients has nothing to check
         validate_backward_offline(tracer.load(tracer.trace(model, (ids,)).save(str(tmp_path / "fwd"))))
+
+
+_AFTER_AN_EARLIER_CAPTURE = """
+import torch, tracer
+from torch import nn
+from tests.tracer.test_backward import _llama, BACKWARD
+tracer.trace(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),))  # installs the Function.apply pass-through
+model, args, kwargs = _llama(False, True)
+model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+t = tracer.trace(model, args, kwargs, capture=BACKWARD, loss=lambda o: o.logits.sum())
+stack = {op.label: [a for a, _ in op.module_stack] for op in t.ops}
+print(sorted({a for label, saved in t.backward.saved.items() for s in saved if s.shape == (1, 16, 64)
+              for a in stack[label] if a.startswith("model.layers.") and a.count(".") == 2}))
+"""
+
+
+def test_reentrant_checkpoint_inputs_stay_with_their_layer_after_an_earlier_capture():
+    """Regression: in a fresh process whose first capture ran before the backward module was imported, a
+    reentrant checkpoint's saved input is still counted at its own layer (not the op after the region)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", _AFTER_AN_EARLIER_CAPTURE], cwd=root, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.strip().splitlines()[-1]
+    assert out == "['model.layers.0', 'model.layers.1']"

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from ..capture.boundaries import TORCH_APPLY_CODE
 from ..capture.functions import FuncInfo
 from ..capture.session import CallGuard, CaptureSession, _held
 from ..capture.walk import named_state
@@ -27,7 +28,7 @@ from .records import BackwardNode, BackwardPass, SavedTensor
 
 LossFn = Callable[[Any], torch.Tensor]
 # Reentrant checkpointing saves its inputs from `CheckpointFunction.apply`, after the region ran.
-_FUNCTION_APPLY = torch.autograd.Function.apply.__func__.__code__
+_FUNCTION_APPLY = TORCH_APPLY_CODE  # torch's own, whether or not a capture has installed its pass-through yet
 _REENTRANT = torch.utils.checkpoint.CheckpointFunction
 
 

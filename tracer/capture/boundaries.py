@@ -74,6 +74,8 @@ def kernel_name(kernel: Any) -> str:
 
 # -- autograd Functions ----------------------------------------------------------------------
 _ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
+# torch's own `Function.apply` code, also once the pass-through below replaces it (frames are matched by it)
+TORCH_APPLY_CODE = _ORIGINAL_APPLY.__func__.__code__
 _active = threading.local()
 
 
