@@ -28,7 +28,6 @@ from .records import BackwardNode, BackwardPass, SavedTensor
 
 LossFn = Callable[[Any], torch.Tensor]
 # Reentrant checkpointing saves its inputs from `CheckpointFunction.apply`, after the region ran.
-_FUNCTION_APPLY = TORCH_APPLY_CODE  # torch's own, whether or not a capture has installed its pass-through yet
 _REENTRANT = torch.utils.checkpoint.CheckpointFunction
 
 
@@ -65,7 +64,7 @@ class BackwardRecorder:
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         idx = len(self.session.records)
         caller = sys._getframe(1)
-        if caller.f_code is _FUNCTION_APPLY and caller.f_locals.get("cls") is _REENTRANT:
+        if caller.f_code is TORCH_APPLY_CODE and caller.f_locals.get("cls") is _REENTRANT:
             idx = self._region_start(caller.f_locals.get("args"), idx)
         self.raw.append([idx, t, t.numel() * t.element_size()])
         return t  # held exactly as autograd would hold it (and by `raw` until the records are built)
