@@ -47,10 +47,20 @@ READY = """() => !!(window.Bokeh && Bokeh.documents.length &&
   Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-nodes'))"""
 
 
-def start_server(config: str, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
-    """`torchlens-explore CONFIG --no-browser` of the code in `root`, in its own process; returns it and its URL."""
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())", config,
+LOOP_LOG = ROOT / "test-artifacts" / "sessions-loop.jsonl"
+# the server's loop timed (app.looptiming) when the served code has it
+SERVE = ("import sys, importlib.util\n"
+         "if importlib.util.find_spec('app.looptiming'):\n"
+         "    import app.looptiming; app.looptiming.install()\n"
+         "from app.cli import main; sys.exit(main())")
+
+
+def start_server(config: str, root: Path = ROOT, loop_log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`torchlens-explore CONFIG --no-browser` of the code in `root`, in its own process; returns it and its URL.
+
+    With `loop_log`, every loop callback over 50 ms is written there (app.looptiming), for attributing slow trips."""
+    env = {**os.environ, "PYTHONPATH": str(root), "TLX_LOOP_LOG": str(loop_log or "")}
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, config,
                              "--no-browser"], cwd=str(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     deadline = time.monotonic() + 300
@@ -70,14 +80,16 @@ def open_page(page, url: str) -> None:
     pagekit.wait_graph(page)
 
 
-def round_trip_ms(page, label: str) -> float:
-    """Milliseconds (in the page) from Enter with `label` in the search box to the inspector showing it."""
+def round_trip_ms(page, label: str) -> tuple[float, float, float]:
+    """Milliseconds (in the page) from Enter with `label` in the search box to the inspector showing it,
+    with the wall-clock times (seconds) around it as seen from here."""
     box = page.locator(".tlx-search input")
     box.fill(label)
+    wall0 = time.time()
     t0 = page.evaluate("() => performance.now()")
     box.press("Enter")
     t1 = page.wait_for_function(SHOWS_OP, arg=[f"Op {label}"], timeout=120_000, polling="raf").json_value()
-    return t1 - t0
+    return t1 - t0, wall0, time.time()
 
 
 def click(page, css: str) -> None:
@@ -107,22 +119,45 @@ def start_action(page, action: str) -> callable:
     raise SystemExit(f"unknown action {action!r}")
 
 
-def run_once(a, b, url: str, labels: list[str], action: str | None, limit: int) -> tuple[list[float], float]:
-    """One run: fresh pages, A starts `action` (None: idle), B's round trips until A is done (or `limit`)."""
+def run_once(a, b, url: str, labels: list[str], action: str | None, limit: int) -> tuple[list[tuple], float, float]:
+    """One run: fresh pages, A starts `action` (None: idle), B's round trips until A is done (or `limit`).
+
+    Returns B's trips as (ms, wall start, wall end), how long A's action took and its wall-clock start."""
     open_page(b, url)
     open_page(a, url)
     b.bring_to_front()
-    times: list[float] = []
-    started = time.perf_counter()
-    done = start_action(a, action) if action else (lambda: len(times) >= limit)
-    while not done() and len(times) < 200:
-        times.append(round_trip_ms(b, labels[len(times) % len(labels)]))
+    trips: list[tuple[float, float, float]] = []
+    started, wall = time.perf_counter(), time.time()
+    done = start_action(a, action) if action else (lambda: len(trips) >= limit)
+    while not done() and len(trips) < 200:
+        trips.append(round_trip_ms(b, labels[len(trips) % len(labels)]))
     took = time.perf_counter() - started
     if action:
         while not done() and time.perf_counter() - started < 600:
             b.wait_for_timeout(200)
         took = time.perf_counter() - started
-    return times, took
+    return trips, took, wall
+
+
+def loop_spans(path: Path) -> list[dict]:
+    """The server's slow loop callbacks and late wake-ups (app.looptiming), each with its start."""
+    if not path.exists():
+        return []
+    spans = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for s in spans:
+        s["start"] = s["end"] - s["took_s"]
+    return spans
+
+
+def attribute(slow: list[dict], spans: list[dict]) -> list[dict]:
+    """Each slow trip with the server spans that overlapped it (longest first)."""
+    out = []
+    for trip in slow:
+        over = [s for s in spans if s["start"] < trip["wall_end"] and s["end"] > trip["wall_start"]]
+        over.sort(key=lambda s: -s["took_s"])
+        out.append({**trip, "spans": [{k: s[k] for k in ("kind", "took_s", "callback", "stacks", "threads") if k in s}
+                                      for s in over[:4]]})
+    return out
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -146,9 +181,13 @@ def main() -> int:
 
     labels = [op.label for op in open_config(args.config).trace.ops][3::7][:24]
     load_at_start = os.getloadavg()[0]
-    servers = {"": start_server(args.config)}
+    LOOP_LOG.parent.mkdir(exist_ok=True)
+    logs = {"": LOOP_LOG, "other: ": LOOP_LOG.with_name("sessions-loop-other.jsonl")}
+    for log in logs.values():
+        log.unlink(missing_ok=True)
+    servers = {"": start_server(args.config, loop_log=logs[""])}
     if args.compare_root:
-        servers["other: "] = start_server(args.config, Path(args.compare_root))
+        servers["other: "] = start_server(args.config, Path(args.compare_root), loop_log=logs["other: "])
     results: dict[str, dict] = {}
     try:
         with sync_playwright() as pw:
@@ -160,14 +199,18 @@ def main() -> int:
             rows = [(tag, n) for n in names for tag in servers]
             trips: dict[str, list[float]] = {f"{tag}{n or 'idle'}": [] for tag, n in rows}
             durations: dict[str, list[float]] = {key: [] for key in trips}
+            slow: dict[str, list[dict]] = {tag: [] for tag in servers}
             for run in range(args.runs):  # interleaved: drift in the machine's load hits every row alike
                 for tag, action in rows:
                     key = f"{tag}{action or 'idle'}"
-                    got, took = run_once(a, b, servers[tag][1], labels, action, args.idle_trips)
-                    trips[key] += got
+                    got, took, wall = run_once(a, b, servers[tag][1], labels, action, args.idle_trips)
+                    trips[key] += [ms for ms, _s, _e in got]
                     durations[key].append(took)
+                    slow[tag] += [{"row": key, "run": run, "trip": i, "of": len(got), "ms": round(ms),
+                                   "after_action_start_s": round(s0 - wall, 2), "action_s": round(took, 1),
+                                   "wall_start": s0, "wall_end": s1} for i, (ms, s0, s1) in enumerate(got) if ms > 500]
                     print(f"{key} run {run}: {len(got)} trips, median "
-                          f"{statistics.median(got) if got else float('nan'):.0f} ms, action {took:.1f} s, "
+                          f"{statistics.median([g[0] for g in got]) if got else float('nan'):.0f} ms, action {took:.1f} s, "
                           f"load {os.getloadavg()[0]:.1f}", flush=True)
             for key in trips:
                 results[key] = {"round_trip": summary(trips[key]), "action_s": [round(d, 1) for d in durations[key]],
@@ -183,7 +226,8 @@ def main() -> int:
                   "browser": "Debian chromium via Playwright, two contexts (two sessions)"}
     out = ROOT / "test-artifacts" / "sessions.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"conditions": conditions, "results": results}, indent=2))
+    slow_trips = {tag or "this": attribute(slow[tag], loop_spans(logs[tag])) for tag in servers}
+    out.write_text(json.dumps({"conditions": conditions, "results": results, "slow_trips": slow_trips}, indent=2))
     print(f"\n{json.dumps(conditions)}\n")
     print("| session A's action | A's action took (s) | B's round trip: median (min-max), p90, n | over 500 ms |")
     print("|---|---|---|---|")
@@ -192,6 +236,13 @@ def main() -> int:
         if s["n"]:
             print(f"| {name} | {', '.join(map(str, r['action_s']))} | {s['median_ms']} ({s['min_ms']}-{s['max_ms']}), "
                   f"{s['p90_ms']}, {s['n']} | {s['over_500']} |")
+    for tag, got in slow_trips.items():
+        for trip in got:
+            print(f"\n{tag}: {trip['row']} run {trip['run']} trip {trip['trip'] + 1} of {trip['of']}: {trip['ms']} ms, "
+                  f"{trip['after_action_start_s']} s after A's start (A took {trip['action_s']} s)")
+            for span in trip["spans"]:
+                print(f"  {span['kind']} {span['took_s']:.3f} s {span.get('callback', '')} "
+                      f"{(span.get('stacks') or [['', 0]])[0][0] or span.get('threads', '')}")
     return 0
 
 
