@@ -66,6 +66,16 @@ def _model_for(origin: str, source: str, shape: tuple[int, ...], cwd: str) -> tu
     return model, (meta_input_ids(shape),)
 
 
+def memory_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """The weights-free per-layer training-memory table of one step of the config at `request["config"]`."""
+    from dataclasses import asdict
+
+    from tracer.backward.memory import training_step_memory
+
+    report(0.1, f"capturing one training step of {Path(request['config']).name} (weights-free)")
+    return asdict(training_step_memory(request["config"], tuple(request["shape"])))
+
+
 def export_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     """Write one export of the saved trace at `request["trace"]` to `request["path"]`."""
     import tracer
@@ -127,5 +137,6 @@ def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
 
 
 TASKS: dict[str, Callable[[dict[str, Any], Report], Any]] = {
-    "twin": twin_task, "estimate": estimate_task, "doctor": doctor_task, "export": export_task, "probe": probe_task,
+    "twin": twin_task, "estimate": estimate_task, "doctor": doctor_task, "export": export_task, "memory": memory_task,
+    "probe": probe_task,
 }

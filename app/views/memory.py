@@ -2,7 +2,7 @@
 checkpointing, beside parameters and their gradients, as a table and a stacked bar plot.
 
 A trace captured with a backward shows its own table at once. A weights-free trace of a config
-estimates one training step on request (two meta captures in the background, at a batch and
+estimates one training step on request (two meta captures in a worker process, at a batch and
 sequence length the user picks): bytes are shapes times dtypes, labelled as estimates.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import panel as pn
 import param
 
 from exporters.backward_figure import memory_bokeh, short_layer
-from tracer.backward.memory import REST, LayerTable, layer_table
+from tracer.backward.memory import REST, LayerRow, LayerTable, layer_table
 
 from ..sources import parse_shape, token_shape
 from ..state import ExplorerState
@@ -24,6 +24,15 @@ from .docsync import BackgroundJob, Report, refusal_html, text_html
 DEFAULT_STEP_SHAPE = "1,4096"
 NOTHING = ("This trace has no backward. Capture with CaptureOptions(backward=True) (tracer.trace(..., loss=fn)), or "
            "open a model config to estimate a training step weights-free.")
+
+
+def memory_isolated(config_path: str, shape: tuple[int, ...], report: Report) -> LayerTable:
+    """`training_step_memory` (two weights-free captures) in a worker process: the server's
+    interpreter stays free for other sessions meanwhile."""
+    from ..worker import run_task
+
+    data = run_task("memory", {"config": str(config_path), "shape": list(shape)}, report, site="memory panel")
+    return LayerTable(**{**data, "rows": tuple(LayerRow(**r) for r in data["rows"]), "notes": tuple(data["notes"])})
 
 
 def table_html(table: LayerTable) -> str:
@@ -119,11 +128,9 @@ class MemoryPanel(pn.viewable.Viewer):
         path = self.state.loaded.config_path
 
         def work(report: Report) -> LayerTable:
-            from tracer.backward.memory import training_step_memory
-
             report(0.0, f"Capturing one training step at {shape[0]}x{shape[1]} tokens, with and without "
-                        "checkpointing (weights-free)...")
-            return training_step_memory(str(path), shape)
+                        "checkpointing (weights-free), in a worker process...")
+            return memory_isolated(str(path), shape, report)
 
         thread = self.job.start(work, lambda t: self._done(t, shape), self._failed)
         if thread is not None:

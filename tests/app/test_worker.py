@@ -80,6 +80,17 @@ def test_the_estimate_in_a_worker_equals_the_estimate_here(gpt2_loaded):
                                                                             here.activation_bytes)
 
 
+def test_the_training_memory_table_from_a_worker_is_the_one_made_here():
+    from app.sources import resolve_config
+    from app.views.memory import memory_isolated
+    from tracer.backward.memory import training_step_memory
+
+    path = str(resolve_config("gpt2"))
+    here = training_step_memory(path, (1, 8))
+    there = memory_isolated(path, (1, 8), _quiet)
+    assert there == here and there.rows and there.total_saved_bytes > 0
+
+
 def test_a_trace_is_saved_once_per_graph_and_envelope(gpt2_loaded):
     import copy
 
