@@ -15,7 +15,8 @@ from .. import twin
 from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
-from .docsync import BackgroundJob, Report, refusal_html, text_html
+from .docsync import BackgroundJob, Report, refusal_html, run_in_background, text_html
+from .steps import fill_in_steps
 
 
 CLAIM_COLUMNS = ("claims", "claimed", "observed", "status")
@@ -53,6 +54,12 @@ def comparable_configs(structure: Any, names: list[str]) -> list[str]:
     return list(_COMPARABLE[wanted])
 
 
+def comparable_known(structure: Any) -> bool:
+    """Whether `comparable_configs` for `structure` is already known (no config is read to answer)."""
+    wanted = (twin.structure_facts(structure).claimed_twin or {}).get("config_fingerprint")
+    return not wanted or wanted in _COMPARABLE
+
+
 class DischargePanel(pn.viewable.Viewer):
     """Inputs for the real twin, an estimate, a Discharge button, progress, Cancel and the per-claim report.
 
@@ -67,12 +74,13 @@ class DischargePanel(pn.viewable.Viewer):
         super().__init__(**params)
         loaded = self.state.loaded
         observed = self.state.trace.ladder_state == "OBSERVED"
-        names = [] if observed else comparable_configs(self.state.trace, list(shipped_configs()))
-        default = loaded.config_path.stem if loaded.config_path and loaded.config_path.stem in names else (names[0] if names else "")
+        served = pn.state.curdoc is not None and getattr(pn.state.curdoc, "session_context", None) is not None
+        # the first served page of a process reads every shipped config once (0.3-0.7 s): on a thread, not the loop
+        later = served and not observed and not comparable_known(self.state.trace)
+        names = [] if observed or later else comparable_configs(self.state.trace, list(shipped_configs()))
         self.config = pn.widgets.Select(label="Config (shipped, comparable with this trace)", options=names,
-                                        value=default or None, css_classes=["tlx-twin-config"])
-        custom = str(loaded.config_path) if loaded.config_path and loaded.config_path.stem not in names else ""
-        self.config_path = pn.widgets.TextInput(label="or a local config path", value=custom, placeholder="/path/to/config.json",
+                                        css_classes=["tlx-twin-config"])
+        self.config_path = pn.widgets.TextInput(label="or a local config path", placeholder="/path/to/config.json",
                                                 css_classes=["tlx-twin-config-path"])
         dtype, attn = twin.structure_defaults(self.state.trace)
         self.dtype = pn.widgets.Select(label="dtype", options=list(twin.DTYPES), value=dtype, css_classes=["tlx-twin-dtype"])
@@ -96,12 +104,35 @@ class DischargePanel(pn.viewable.Viewer):
         self.estimate_button.on_click(lambda _e: self.show_estimate())
         self.go.on_click(lambda _e: self.start())
         self.cancel_button.on_click(lambda _e: self.cancel())
+        # the inputs below the config, added to the page a few per tick (`fill_in_steps`)
+        self.more = pn.Column(sizing_mode="stretch_width", margin=0)
         if observed:
             self.go.disabled = self.estimate_button.disabled = True
             self.say("This trace was captured eagerly on real values: it is already OBSERVED, nothing to discharge.")
-        elif not names and not custom:
+        elif later:
+            self.go.disabled = self.estimate_button.disabled = True
+            self.say("Finding the shipped configs comparable with this trace...")
+            structure = self.state.trace
+            run_in_background(pn.state.curdoc, lambda: comparable_configs(structure, list(shipped_configs())),
+                              self._offer, lambda exc: self.status.param.update(object=refusal_html(exc)),
+                              name="tlx-comparable")
+        else:
+            self._offer(names)
+
+    def _offer(self, names: list[str]) -> None:
+        """Offer the comparable shipped configs; the one this page was opened from is the default."""
+        loaded = self.state.loaded
+        default = loaded.config_path.stem if loaded.config_path and loaded.config_path.stem in names else (names[0] if names else "")
+        custom = str(loaded.config_path) if loaded.config_path and loaded.config_path.stem not in names else ""
+        self.config.param.update(options=names, value=default or None)
+        if custom and not self.config_path.value:
+            self.config_path.value = custom
+        self.go.disabled = self.estimate_button.disabled = False
+        if not names and not custom:
             self.say(f"No shipped config is the one this {self.state.trace.model_class} was captured from. Type that "
                      "config file under 'or a local config path', or open it with: torchlens-explore PATH/config.json")
+        elif "Finding the shipped" in self.status.object:
+            self.say("")
 
     @property
     def busy(self) -> bool:
@@ -189,10 +220,12 @@ class DischargePanel(pn.viewable.Viewer):
     def __panel__(self):
         if self.state.trace.ladder_state == "OBSERVED":  # nothing to discharge: a short note, no form
             return pn.Column(self.status, sizing_mode="stretch_width", css_classes=["tlx-discharge-observed"])
+        if not self.more.objects:
+            fill_in_steps(self.more, [self.dtype, self.seed, self.checkpoint, self.shape, self.ids, self.text,
+                                      self.tokenizer, self.attn])
         return pn.Column(
-            pn.pane.Markdown("**Discharge against a real twin**", margin=(0, 5)),
-            self.config, self.config_path, self.dtype, self.seed, self.checkpoint, self.shape,
-            self.ids, self.text, self.tokenizer, self.attn,
+            pn.pane.HTML("<b>Discharge against a real twin</b>", margin=(0, 5), styles={"font": "14px sans-serif"}),
+            self.config, self.config_path, self.more,
             pn.Row(self.estimate_button, self.go, self.cancel_button), self.progress, self.status, self.rows,
             sizing_mode="stretch_width",
         )
