@@ -5,11 +5,13 @@ line there) with what the loop thread was executing, sampled while it ran.
 Off unless `install()` is called (the two-session benchmark starts its server with it). A sampler
 thread wakes every `SAMPLE_S`; while one callback has run longer than `SAMPLE_AFTER_S` it records
 the loop thread's innermost project frames. The same thread notes when it woke late (another
-thread of this process held the interpreter, or the machine was busy): a "late" record.
+thread of this process held the interpreter, or the machine was busy): a "late" record. Each full
+garbage collection over the threshold is a "gc" record (whichever thread ran it).
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -57,6 +59,7 @@ def install(threshold_s: float = 0.05, path: str | None = None) -> None:
 
     asyncio.events.Handle._run = timed_run
     _state["original"] = original
+    gc.callbacks.append(_on_gc)
     threading.Thread(target=_sample, name="tlx-loop-sampler", daemon=True).start()
 
 
@@ -65,6 +68,21 @@ def uninstall() -> None:
     if _state.get("on"):
         asyncio.events.Handle._run = _state["original"]
         _state.update(on=False, path="")
+        if _on_gc in gc.callbacks:
+            gc.callbacks.remove(_on_gc)
+
+
+def _on_gc(phase: str, info: dict[str, Any]) -> None:
+    """Record each full (generation 2) collection that took longer than the threshold, with its thread."""
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _state["gc_start"] = time.perf_counter()
+        return
+    took = time.perf_counter() - _state.pop("gc_start", time.perf_counter())
+    if took >= _state.get("threshold", 1.0):
+        _record({"kind": "gc", "end": time.time(), "took_s": round(took, 4), "collected": info.get("collected"),
+                 "thread": threading.current_thread().name, "frozen": gc.get_freeze_count()})
 
 
 def _describe(handle: Any) -> str:

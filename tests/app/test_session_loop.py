@@ -45,3 +45,14 @@ def test_loop_timer_names_a_slow_callback_and_its_frames(tmp_path):
     assert len(slow) == 1, entries
     assert slow[0]["callback"] == "_spin_in_a_named_function" and slow[0]["took_s"] >= 0.3
     assert slow[0]["stacks"] and all(isinstance(n, int) for _s, n in slow[0]["stacks"])
+
+
+def test_loop_timer_records_a_slow_full_collection(tmp_path):
+    log = tmp_path / "loop.jsonl"
+    looptiming.install(threshold_s=0.0, path=str(log))
+    try:
+        gc.collect()
+    finally:
+        looptiming.uninstall()
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(e["kind"] == "gc" and e["thread"] == "MainThread" for e in entries), entries

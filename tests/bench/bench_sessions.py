@@ -155,7 +155,7 @@ def attribute(slow: list[dict], spans: list[dict]) -> list[dict]:
     for trip in slow:
         over = [s for s in spans if s["start"] < trip["wall_end"] and s["end"] > trip["wall_start"]]
         over.sort(key=lambda s: -s["took_s"])
-        out.append({**trip, "spans": [{k: s[k] for k in ("kind", "took_s", "callback", "stacks", "threads") if k in s}
+        out.append({**trip, "spans": [{k: s[k] for k in ("kind", "took_s", "callback", "stacks", "threads", "thread") if k in s}
                                       for s in over[:4]]})
     return out
 
