@@ -38,8 +38,7 @@ def comparable_configs(structure: Any, names: list[str]) -> list[str]:
     one it was captured from (all of `names` when the structure recorded none)."""
     from tracer.claims.twin import config_fingerprint
 
-    claimed = twin.structure_facts(structure).claimed_twin or {}
-    wanted = claimed.get("config_fingerprint")
+    wanted = _claimed_fingerprint(structure)
     if not wanted:
         return list(names)
     if wanted not in _COMPARABLE:
@@ -56,8 +55,15 @@ def comparable_configs(structure: Any, names: list[str]) -> list[str]:
 
 def comparable_known(structure: Any) -> bool:
     """Whether `comparable_configs` for `structure` is already known (no config is read to answer)."""
-    wanted = (twin.structure_facts(structure).claimed_twin or {}).get("config_fingerprint")
+    wanted = _claimed_fingerprint(structure)
     return not wanted or wanted in _COMPARABLE
+
+
+def _claimed_fingerprint(structure: Any) -> str | None:
+    """The config fingerprint the structure recorded (read from its twin descriptor alone: no totals are computed)."""
+    if isinstance(structure, twin.StructureFacts):
+        return (structure.claimed_twin or {}).get("config_fingerprint")
+    return twin.claimed_twin(structure).get("config_fingerprint")
 
 
 class DischargePanel(pn.viewable.Viewer):

@@ -8,7 +8,7 @@ import panel as pn
 
 from .docsync import call_on_document
 
-PER_STEP = 3  # widgets per tick: about 25 ms each on an idle 2-core machine
+PER_STEP = 1  # widgets per tick: 25-50 ms each on an idle 2-core machine, 3-4 times that on a busy one
 
 
 def fill_in_steps(column: Any, items: list[Any], per_step: int = PER_STEP) -> None:

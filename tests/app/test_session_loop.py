@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import threading
 import time
 
 from app import heap, looptiming
@@ -36,8 +37,10 @@ def test_loop_timer_names_a_slow_callback_and_its_frames(tmp_path):
         asyncio.get_running_loop().call_soon(_spin_in_a_named_function, 0.001)  # fast: not logged
         await asyncio.sleep(0.4)
 
+    runner = threading.Thread(target=lambda: asyncio.run(main()))  # its own loop (a browser test may hold this thread's)
     try:
-        asyncio.run(main())
+        runner.start()
+        runner.join(30)
     finally:
         looptiming.uninstall()
     entries = [json.loads(line) for line in log.read_text().splitlines()]
@@ -56,3 +59,14 @@ def test_loop_timer_records_a_slow_full_collection(tmp_path):
         looptiming.uninstall()
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert any(e["kind"] == "gc" and e["thread"] == "MainThread" for e in entries), entries
+
+
+def test_fill_in_steps_outside_a_served_session_appends_everything_at_once():
+    import panel as pn
+
+    from app.views.steps import fill_in_steps
+
+    column = pn.Column()
+    items = [pn.widgets.TextInput(name=str(i)) for i in range(5)]
+    fill_in_steps(column, items)
+    assert column.objects == items
