@@ -66,7 +66,12 @@ def test_fill_in_steps_outside_a_served_session_appends_everything_at_once():
 
     from app.views.steps import fill_in_steps
 
+    from app.views.steps import Built
+
     column = pn.Column()
     items = [pn.widgets.TextInput(name=str(i)) for i in range(5)]
-    fill_in_steps(column, items)
+    fill_in_steps(column, [*items[:4], Built(lambda: items[4])])
     assert column.objects == items
+    tabs = pn.Tabs()
+    fill_in_steps(tabs, [Built(lambda: ("A", pn.pane.HTML("a"))), ("B", pn.pane.HTML("b"))])
+    assert tabs._names == ["A", "B"]
