@@ -36,7 +36,8 @@ Progress = Callable[[float, str], None]
 _LIVE: set[subprocess.Popen] = set()  # children still running, killed if the server exits first
 _SPARE: subprocess.Popen | None = None  # a child with its imports done, waiting for a request
 _SPARE_LOCK = threading.Lock()
-PRELOAD = ("torch", "tracer", "tracer.bridges.transformers", "exporters.figures", "exporters.model_explorer", "app.twin")
+PRELOAD = ("torch", "tracer", "tracer.bridges.transformers", "tracer.backward.memory", "exporters.figures",
+           "exporters.model_explorer", "app.twin")
 
 
 def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: str) -> Any:
