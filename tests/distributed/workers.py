@@ -326,7 +326,49 @@ def validation() -> dict:
                          "value_checked": r.value_checked, "not_checked": r.not_checked,
                          "findings": [[f.label, f.check] for f in r.findings]}
     return {"rank": rank, "good": as_dict(good), "bad": as_dict(bad), "bad_shape": as_dict(bad_shape),
-            "refused": refused, "gathered": gathered}
+            "refused": refused, "gathered": gathered, "gathered_readers": t.children_of(gathered),
+            "replayed": [good.ops_replayed, good.ops_exact, good.ops_nondeterministic]}
+
+
+def _rank_report(r) -> dict:
+    return {"passed": r.passed, "collectives": r.collectives, "shape_checked": r.shape_checked,
+            "value_checked": r.value_checked, "not_checked": r.not_checked, "ops_replayed": r.ops_replayed,
+            "ops_exact": r.ops_exact, "ops_nondeterministic": r.ops_nondeterministic, "replay_not_checked": [list(x) for x in r.replay_not_checked],
+            "findings": [[f.label, f.check] for f in r.findings], "text": r.to_text()}
+
+
+def validation_replay() -> dict:
+    """validate_rank replaying the local ops of the tensor-parallel MLP and tiny Llama; then with one saved
+    activation tampered (its op and its reader must fail replay)."""
+    import dataclasses
+
+    import tracer
+    import tracer.distributed as td
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    rank, world = _init()
+    torch.manual_seed(0)
+    mlp = MLP()
+    parallelize_module(mlp, _mesh(world), {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    llama = _tiny_llama()
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(llama, _mesh(world), {k: styles[v]() for k, v in LLAMA_TP_PLAN.items()})
+    out: dict = {"rank": rank}
+    for name, model, args, tamper in (("mlp", mlp, (torch.randn(4, 16),), "relu_1"),
+                                      ("llama", llama, (torch.arange(12).reshape(1, 12) % 128,), None)):
+        with torch.no_grad():
+            t = tracer.trace(model, args)
+        local = [op for op in t.ops if op.collective is None and op.kind not in ("input", "output", "constant")]
+        tamper = tamper or next(op.label for op in local if op.kind == "silu")
+        values = dict(t.values)
+        values[tamper] = values[tamper] + 1.0
+        readers = t.children_of(tamper)
+        dtensor_ops = [op.label for op in local if op.layout is not None]
+        out[name] = {"good": _rank_report(td.validate_rank(t)),
+                     "bad": _rank_report(td.validate_rank(dataclasses.replace(t, values=values))),
+                     "tampered": tamper, "readers": readers, "local_ops": len(local), "dtensor_ops": dtensor_ops,
+                     "unsaved": sorted(op.label for op in local if op.label not in t.values)}
+    return out
 
 
 def bench_tp() -> dict:

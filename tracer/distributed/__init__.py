@@ -3,6 +3,6 @@ from __future__ import annotations
 
 from .gather import fold, gather
 from .simulate import simulate
-from .validate import RankValidationReport, validate_rank
+from .validate import RankFinding, RankValidationReport, validate_rank
 
-__all__ = ["RankValidationReport", "fold", "gather", "simulate", "validate_rank"]
+__all__ = ["RankFinding", "RankValidationReport", "fold", "gather", "simulate", "validate_rank"]
