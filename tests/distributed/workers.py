@@ -120,11 +120,9 @@ def mlp_sequence_parallel() -> dict:
     return _capture(model, (x.chunk(world, dim=1)[dist.get_rank()].contiguous(),))
 
 
-def mlp_user_collectives() -> dict:
-    """Collectives the user's own forward issues: c10d and functional, with a subgroup."""
+def _talker(world: int) -> nn.Module:
+    """A forward issuing c10d all_reduce, broadcast, all_gather, reduce_scatter, all_to_all and two funcol calls."""
     import torch.distributed._functional_collectives as funcol
-
-    rank, world = _init()
 
     class Talker(nn.Module):
         def __init__(self) -> None:
@@ -137,15 +135,21 @@ def mlp_user_collectives() -> dict:
             dist.broadcast(y, src=0)
             gathered = torch.empty(world * 4, 8)
             dist.all_gather_into_tensor(gathered, y)
-            scattered = torch.empty(4 // world * 1, 8) if False else torch.empty(4, 8)
+            scattered = torch.empty(4, 8)
             dist.reduce_scatter_tensor(scattered, gathered)
             swapped = torch.empty_like(scattered)
             dist.all_to_all_single(swapped, scattered)
             z = funcol.all_reduce(swapped, "sum", dist.group.WORLD)
             return funcol.all_gather_tensor(z, 0, dist.group.WORLD) * 1.0
 
+    return Talker()
+
+
+def mlp_user_collectives() -> dict:
+    """Collectives the user's own forward issues: c10d and functional, with a subgroup."""
+    rank, world = _init()
     torch.manual_seed(rank)  # different on each rank: the collectives must really combine them
-    model = Talker()
+    model = _talker(world)
     return _capture(model, (torch.randn(4, 8),))
 
 
@@ -368,6 +372,55 @@ def validation_replay() -> dict:
                      "bad": _rank_report(td.validate_rank(dataclasses.replace(t, values=values))),
                      "tampered": tamper, "readers": readers, "local_ops": len(local), "dtensor_ops": dtensor_ops,
                      "unsaved": sorted(op.label for op in local if op.label not in t.values)}
+    return out
+
+
+_PROFILER_KINDS = {  # c10d dispatcher ops the profiler records -> the collective they are
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce", "broadcast_": "broadcast", "reduce_": "reduce",
+    "_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
+    "allgather_coalesced_": "all_gather", "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "alltoall_base_": "all_to_all", "alltoall_": "all_to_all",
+}
+
+
+def profiled() -> dict:
+    """User c10d + functional collectives, then an FSDP2 MLP, each captured under torch.profiler and gathered:
+    per rank, the c10d ops the profiler saw (by kind) and the collectives the gathered trace holds."""
+    from collections import Counter
+
+    import tracer.distributed as td
+
+    rank, world = _init()
+    import tracer
+
+    talker_args = None
+    out: dict = {"rank": rank}
+    for name in ("user", "fsdp"):
+        if name == "user":
+            model = _talker(world)
+            torch.manual_seed(rank)
+            talker_args = (torch.randn(4, 8),)
+            args = talker_args
+        else:
+            torch.manual_seed(0)
+            model = MLP()
+            _fully_shard(model, [model.up, model.down], world)
+            torch.manual_seed(1 + rank)
+            args = (torch.randn(4, 16),)
+        with torch.no_grad():
+            model(*args)  # warm: FSDP's lazy init runs outside the profiled capture
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                t = tracer.trace(model, args)
+        seen = Counter(_PROFILER_KINDS[e.name.split("::", 1)[1]] for e in prof.events()
+                       if e.name.startswith("c10d::") and e.name.split("::", 1)[1] in _PROFILER_KINDS)
+        unknown = sorted({e.name for e in prof.events() if e.name.startswith("c10d::")
+                          and e.name.split("::", 1)[1] not in _PROFILER_KINDS})
+        gathered = td.gather(t)
+        out[name] = {"profiler": dict(seen), "unknown_c10d": unknown}
+        if gathered is not None:
+            out[name]["gathered"] = {str(r): dict(Counter(op.collective.name for op in gathered.ops
+                                                          if op.rank == r and op.collective is not None))
+                                     for r in range(world)}
     return out
 
 
