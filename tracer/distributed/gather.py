@@ -156,8 +156,12 @@ def _shape_of(c: Any) -> tuple | None:
 def fold(gathered: Trace) -> Trace:
     """The gathered trace folded: one representative rank per group of identical ranks ("x N ranks")."""
     groups = (gathered.provenance.distributed or {}).get("rank_groups") or []
-    keep = {g["ranks"][0] for g in groups}
-    kept = [i for i, op in enumerate(gathered.ops) if op.rank in keep]
+    return select_ranks(gathered, {g["ranks"][0] for g in groups})
+
+
+def select_ranks(gathered: Trace, ranks: set[int] | frozenset[int]) -> Trace:
+    """The ops of `ranks` only, out of a gathered trace (edges to other ranks dropped, module spans renumbered)."""
+    kept = [i for i, op in enumerate(gathered.ops) if op.rank in ranks]
     new_index = {old: new for new, old in enumerate(kept)}
     labels = {gathered.ops[i].label for i in kept}
     ops = tuple(replace(gathered.ops[old], index=new,
