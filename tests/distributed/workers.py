@@ -423,6 +423,60 @@ def profiled() -> dict:
     return out
 
 
+def refused_collectives() -> dict:
+    """Async and list-form c10d calls inside a captured forward: refused typed before they run, on every rank;
+    afterwards the process group still works and no function mode is left installed."""
+    import tracer
+    from tracer.errors import DistributedCaptureUnsupportedError
+
+    rank, world = _init()
+
+    def forward(kind):
+        def run(x):
+            y = x * 2.0
+            if kind == "async":
+                dist.all_reduce(y, async_op=True).wait()
+                return y
+            if kind == "all_gather":
+                outs = [torch.empty_like(y) for _ in range(world)]
+                dist.all_gather(outs, y)
+                return torch.cat(outs)
+            if kind == "all_to_all":
+                outs = [torch.empty_like(y) for _ in range(world)]
+                dist.all_to_all(outs, [y.clone() for _ in range(world)])
+                return torch.cat(outs)
+            if kind == "send":
+                if dist.get_rank() == 0:
+                    dist.send(y, dst=1)
+                else:
+                    dist.recv(y, src=0)
+                return y
+            return y
+        return run
+
+    class Wrap(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.kind = kind
+
+        def forward(self, x):
+            return forward(self.kind)(x)
+
+    out: dict = {"rank": rank}
+    x = torch.ones(2, 3) * (rank + 1)
+    for kind in ("async", "all_gather", "all_to_all", "send"):
+        try:
+            tracer.trace(Wrap(kind), (x,))
+            out[kind] = None
+        except DistributedCaptureUnsupportedError as err:
+            out[kind] = {"code": err.code, "site": err.site, "state": err.findings.get("state"), "remedy": err.remedy}
+    out["modes_left"] = torch._C._len_torch_function_stack()
+    with torch.no_grad():
+        plain = Wrap("async")(x)  # the group still works: both ranks' all_reduce meets
+    out["group_works"] = bool(torch.equal(plain, torch.full((2, 3), 2.0 * sum(range(1, world + 1)))))
+    return out
+
+
 def bench_tp() -> dict:
     """Timing for tests/bench/bench_distributed.py: bare tensor-parallel forward vs its capture, interleaved."""
     import time
