@@ -33,9 +33,9 @@ BADGE_COLORS = {"Shard": "#1565c0", "Replicate": "#2e7d32", "Partial": "#ef6c00"
 
 
 def is_sharded(trace: Any) -> bool:
-    """Whether `trace` comes from a sharded model: a rank, a layout or a collective on some op."""
-    return bool((trace.provenance.distributed or {})) or any(
-        op.rank is not None or op.layout is not None or op.collective is not None for op in trace.ops)
+    """Whether `trace` comes from a sharded model (the distributed capture, `gather` and `simulate` all set
+    `Provenance.distributed`; only they put ranks, layouts and collectives on ops). O(1): runs on every redraw."""
+    return bool(trace.provenance.distributed)
 
 
 # -- the views a selector offers ------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class RankSelector(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         views = rank_views(self.state.loaded.trace)
-        self.select = pn.widgets.Select(options=list(views), value=next(iter(views), None), width=250,
+        self.select = pn.widgets.Select(options=list(views), value=next(iter(views), None), width=320,
                                         css_classes=["tlx-rank"], disabled=len(views) < 2, visible=bool(views))
         self.summary = pn.pane.HTML(
             f'<div class="tlx-mesh" style="font:12px sans-serif;color:#444">{html.escape(mesh_summary(self.state.trace))}'
