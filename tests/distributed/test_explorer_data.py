@@ -65,6 +65,8 @@ def test_rank_views_styling_and_inspector_rows_of_a_merged_trace(simulated):
     assert list(views) == ["all 2 ranks", "folded: x 2 ranks", "rank 0", "rank 1"]
     assert {op.rank for op in views["rank 1"].ops} == {1} and len(views["rank 1"].ops) == len(simulated.ops)
     assert {op.rank for op in views["folded: x 2 ranks"].ops} == {0}
+    lm_head = views["rank 1"].modules["lm_head"].calls[0]  # its call record names rank 1's own ops
+    assert lm_head.outputs and all(x.startswith("r1.") and x in views["rank 1"] for x in lm_head.outputs)
     coll = merged["r0.collective_1"]
     assert any(e.position == "rank1.0" for e in coll.parents)  # joined to the peer's input
     engine = LayoutEngine(merged)
