@@ -105,7 +105,7 @@ def _replay_local_ops(trace: Trace, report: RankValidationReport) -> None:
             report.replay_not_checked.append((op.label, f"the value of its parent {missing[0]} was not saved"))
             continue
         try:
-            with _NoCommunication():
+            with _no_communication():
                 got = _plain(replayer.run(op, _as_dtensors(replayer, op)))
         except NotReplayable as exc:
             report.replay_not_checked.append((op.label, str(exc)))
@@ -167,14 +167,15 @@ def _no_communication_mode() -> type:
     return NoCommunication
 
 
-def _NoCommunication():  # noqa: N802 - a context manager, named like one
+_MODE: Any = None  # the mode class, made on first use (torch.utils._python_dispatch imported lazily)
+
+
+def _no_communication() -> Any:
+    """A fresh dispatch mode (a context manager) refusing collectives (see `_no_communication_mode`)."""
     global _MODE
     if _MODE is None:
         _MODE = _no_communication_mode()
     return _MODE()
-
-
-_MODE: Any = None
 
 
 def _as_dtensors(replayer: Any, op: Op) -> dict[str, Any]:
