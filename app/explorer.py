@@ -23,6 +23,7 @@ from .views.export import ExportPanel
 from .views.graph import GraphView
 from .views.inspector import Inspector
 from .views.memory import MemoryPanel
+from .views.ranks import RankSelector
 from .views.tree import ModuleTree
 
 HOST = "127.0.0.1"
@@ -55,6 +56,7 @@ class PageParts:
         self.tree = ModuleTree(state=self.state)
         self.graph.actions.on("tree", self.tree.open)
         self.inspector = Inspector(state=self.state)
+        self.ranks = RankSelector(state=self.state)  # a sharded trace's rank selector (issue 16); empty otherwise
 
 
 class PagePool:
@@ -109,7 +111,7 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     title = pn.pane.HTML(f'<div class="tlx-title" style="font:600 18px sans-serif;padding-top:6px">torchlens-explore'
                          f'<div title="{name}" style="font-weight:400;font-size:13px;white-space:nowrap;overflow:hidden;'
                          f'text-overflow:ellipsis">{name}</div></div>', width=LEFT_PX - 10)
-    header = pn.Row(title, parts.banner, sizing_mode="stretch_width", css_classes=["tlx-header"])
+    header = pn.Row(title, parts.banner, parts.ranks, sizing_mode="stretch_width", css_classes=["tlx-header"])
     centre = centre_column(graph, state)  # the graph, under a Forward/Backward switch when there is a backward
     body = pn.Row(left, centre, right, sizing_mode="stretch_both", styles={"min-height": "0"}, css_classes=["tlx-body"])
     page = pn.Column(header, body, sizing_mode="stretch_both", css_classes=["tlx-page"],

@@ -3,7 +3,8 @@
 One implementation feeds every view: the self-contained HTML file, paper figures, Model Explorer
 node data and `snapshot --overlay`. Built-in overlays (`BUILTIN`): parameters read, output bytes
 and FLOPs (estimates from shapes, see `tracer.estimates`), the claim state, and activation
-statistics (mean, std, max |x|, non-finite count) for traces that saved values. A user overlay is
+statistics (mean, std, max |x|, non-finite count) for traces that saved values, and the bytes each
+collective of a sharded trace sends (`comm_bytes`, docs/distributed.md). A user overlay is
 a mapping `{op label or module path: number}`. A drawn box's value is its op's value, or the roll-up
 (`sum` or `max`) of the ops drawn inside it; a module path the user named gives that box directly.
 """
@@ -23,12 +24,14 @@ if TYPE_CHECKING:
 STRUCTURE_OVERLAYS = ("parameters", "output_bytes", "flops", "claim_state")
 VALUE_OVERLAYS = ("act_mean", "act_std", "act_max_abs", "act_nonfinite")
 BACKWARD_OVERLAYS = ("saved_bytes", "grad_norm")  # traces captured with CaptureOptions(backward=True)
-BUILTIN = STRUCTURE_OVERLAYS + VALUE_OVERLAYS + BACKWARD_OVERLAYS
+COMM_OVERLAYS = ("comm_bytes",)  # traces with collectives (a sharded model's rank, gathered or simulated)
+BUILTIN = STRUCTURE_OVERLAYS + VALUE_OVERLAYS + BACKWARD_OVERLAYS + COMM_OVERLAYS
 TITLES = {
     "parameters": "parameters read", "output_bytes": "output bytes (estimate)", "flops": "FLOPs (estimate)",
     "claim_state": "claim state", "act_mean": "activation mean", "act_std": "activation std",
     "act_max_abs": "activation max |x|", "act_nonfinite": "non-finite activations", "user": "user values",
     "saved_bytes": "saved for backward (bytes)", "grad_norm": "gradient norm",
+    "comm_bytes": "communication (wire bytes per collective)",
 }
 ROLLUPS = ("sum", "max")
 SCALES = ("linear", "log")
@@ -53,7 +56,8 @@ class Overlay:
 def available(trace: Trace) -> tuple[str, ...]:
     """The built-in overlays this trace can show (activation statistics only with saved values; saved-for-
     backward bytes with a backward, gradient norms with its saved gradients)."""
-    return STRUCTURE_OVERLAYS + (VALUE_OVERLAYS if trace.values else ()) + backward_overlays(trace)
+    return (STRUCTURE_OVERLAYS + (VALUE_OVERLAYS if trace.values else ()) + backward_overlays(trace)
+            + (COMM_OVERLAYS if comm_bytes(trace) else ()))
 
 
 def backward_overlays(trace: Trace) -> tuple[str, ...]:
@@ -64,6 +68,12 @@ def backward_overlays(trace: Trace) -> tuple[str, ...]:
     return ("saved_bytes", "grad_norm") if bw.grads else ("saved_bytes",)
 
 
+def comm_bytes(trace: Trace) -> dict[str, int]:
+    """Each collective op's wire bytes (what this rank sends, ring estimate; labelled estimates on a simulated
+    mesh): the "comm_bytes" overlay. A module's box rolls them up (sum): the bytes a layer communicates."""
+    return {op.label: op.collective.wire_bytes for op in trace.ops if op.collective is not None}
+
+
 def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | None = None, *,
                   stats: Mapping[str, Mapping[str, float]] | None = None) -> Overlay:
     """The overlay named `spec` (one of `BUILTIN`) or a user overlay `{op label or module path: number}`."""
@@ -72,7 +82,7 @@ def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | No
     if spec not in available(trace):
         why = (" (this trace saved no values)" if spec in VALUE_OVERLAYS else
                " (capture with CaptureOptions(backward=True); gradient norms need saved gradients)"
-               if spec in BACKWARD_OVERLAYS else "")
+               if spec in BACKWARD_OVERLAYS else " (this trace holds no collective)" if spec in COMM_OVERLAYS else "")
         raise OverlayOptionsError(f"unknown overlay {spec!r}{why}; pick one of {available(trace)}",
                                   site="exporters.overlays.build_overlay", overlay=str(spec))
     if spec == "claim_state":
@@ -90,6 +100,9 @@ def build_overlay(trace: Trace, spec: str | Mapping[str, float], title: str | No
         from tracer.backward.gradients import grad_norms
 
         return Overlay(spec, title or TITLES[spec], grad_norms(trace.backward))
+    if spec == "comm_bytes":
+        estimated = any(op.collective.estimated for op in trace.ops if op.collective is not None)
+        return Overlay(spec, title or TITLES[spec] + (" (estimates)" if estimated else ""), comm_bytes(trace))
     value = op_value_fn(trace, spec)
     return Overlay(spec, title or TITLES[spec], {op.label: value(op) for op in trace.ops})
 

@@ -20,6 +20,7 @@ from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
 from ..state import ExplorerState
+from . import ranks
 from .actions import PageActions, act_attr
 from .docsync import call_on_document
 
@@ -122,9 +123,9 @@ def swatch_html(colour: str, text: object = "") -> str:
             f'margin-right:3px"></span>{html.escape(str(text))}</span> ')
 
 
-def legend_html() -> str:
-    """The colour legend: one swatch per box colour the graph uses."""
-    items = "".join(swatch_html(c, name) for name, c in LEGEND)
+def legend_html(trace: Any = None) -> str:
+    """The colour legend: one swatch per box colour the graph uses (collectives too for a sharded `trace`)."""
+    items = "".join(swatch_html(c, name) for name, c in LEGEND) + ranks.legend_extra(trace)
     return f'<div class="tlx-legend" style="font:12px sans-serif;color:#333;line-height:18px">{items}</div>'
 
 
@@ -204,7 +205,7 @@ class GraphView(pn.viewable.Viewer):
         self.reset = pn.widgets.Button(label="Default view", css_classes=["tlx-reset"], width=110)
         self.crumbs = pn.pane.HTML(breadcrumb_html(self.state), css_classes=["tlx-crumbs"], sizing_mode="stretch_width", margin=(0, 10))
         self.summary = pn.pane.HTML(self._summary_html(), css_classes=["tlx-view-summary"], sizing_mode="stretch_width", margin=(0, 10))
-        self.legend = pn.pane.HTML(legend_html(), sizing_mode="stretch_width", margin=(0, 10), css_classes=["tlx-legend-pane"])
+        self.legend = pn.pane.HTML(legend_html(self.state.trace), sizing_mode="stretch_width", margin=(0, 10), css_classes=["tlx-legend-pane"])
         self.colour_by = pn.widgets.Select(options=overlay_choices(self.state.trace), value=OP_KIND, width=170,
                                            css_classes=["tlx-overlay"], name="")
         self.overlay_scale = pn.widgets.Select(options=list(overlays.SCALES), value="linear", width=80,
@@ -221,6 +222,7 @@ class GraphView(pn.viewable.Viewer):
         self._arrows = named["arrows"]
         self._view = view_source(self.figure)
         self._attach_tap(self.figure)
+        ranks.attach(self)  # a sharded trace: collective nodes, placements in the hover (issue 16)
         self._attach_keys(self.figure)
         self._view.data = view_data(self._target_box(), self._next_seq())
         self.pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_both", min_height=240, css_classes=["tlx-graph"])
@@ -243,6 +245,7 @@ class GraphView(pn.viewable.Viewer):
         """Put the current layout into the live figure's sources and fit the view to what changed."""
         started = time.perf_counter()
         data = figure_data(self.state.layout, self.state.trace)
+        ranks.decorate_nodes(data["nodes"], self.state.trace)  # issue 16: before the overlay recolours
         legend = self._overlay(data)
         box = self._target_box()
         TIMING.debug("figure_data %.2f ms", (time.perf_counter() - started) * 1000)
@@ -266,7 +269,7 @@ class GraphView(pn.viewable.Viewer):
         """Recolour the node rows by the chosen overlay (modules rolled up); the legend that explains them."""
         name = self.colour_by.value
         if name == OP_KIND:
-            return legend_html()
+            return legend_html(self.state.trace)
         fills, legend = overlay_fills(self.state.trace, self.state.layout, name, self.overlay_scale.value,
                                       self.overlay_rollup.value)
         nodes = data["nodes"]

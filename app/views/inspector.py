@@ -14,6 +14,7 @@ from tracer.claims.ladder import ladder_headline
 
 from ..state import ExplorerState
 from .actions import act_attr
+from . import ranks
 from .backward import backward_rows
 
 
@@ -135,7 +136,9 @@ class Inspector(pn.viewable.Viewer):
             elif s.ladder.state == "OBSERVED":
                 rows.append(("value", "not saved for this op"))
             rows += backward_rows(trace, s.selected)  # gradient statistics and saved-for-backward (issue 14)
-            return rows_html(f"Op {s.selected}", rows, neighbour_links(trace, s.selected))
+            rows += ranks.inspector_rows(trace, s.selected)  # rank, placement, collective (issue 16)
+            return rows_html(f"Op {s.selected}", rows, {**neighbour_links(trace, s.selected),
+                                                        **ranks.inspector_markup(trace, s.selected)})
         if s.focused and s.focused in trace.modules:
             mod = trace.modules[s.focused]
             rows = [("address", mod.address), ("class", mod.class_name), ("parameters", f"{s.params_under(mod.address):,}"),

@@ -31,6 +31,7 @@ from tracer.store.codec import gc_paused
 from .. import overlays
 from ..overlays import CLAIM_COLORS
 from .check import validate_payload
+from .distributed import distributed_attrs
 
 NODE_DATA_METRICS = ("parameters", "output_bytes", "flops", "claim_state")
 IO_GROUP_MIN = 3  # this many model outputs (or inputs) under one top-level name fold into one layer
@@ -169,6 +170,8 @@ def _node_attrs(op: Op, trace: Trace, ladder: str) -> list[dict[str, str]]:
     if op.source is not None:
         attrs.append(_kv("source", op.source))
     attrs.append({"key": "claim_state", "value": ladder})
+    if op.rank is not None or op.layout is not None or op.collective is not None:  # a sharded model's op (issue 16)
+        attrs += distributed_attrs(op)
     return attrs
 
 

@@ -120,11 +120,9 @@ def mlp_sequence_parallel() -> dict:
     return _capture(model, (x.chunk(world, dim=1)[dist.get_rank()].contiguous(),))
 
 
-def mlp_user_collectives() -> dict:
-    """Collectives the user's own forward issues: c10d and functional, with a subgroup."""
+def _talker(world: int) -> nn.Module:
+    """A forward issuing c10d all_reduce, broadcast, all_gather, reduce_scatter, all_to_all and two funcol calls."""
     import torch.distributed._functional_collectives as funcol
-
-    rank, world = _init()
 
     class Talker(nn.Module):
         def __init__(self) -> None:
@@ -137,15 +135,21 @@ def mlp_user_collectives() -> dict:
             dist.broadcast(y, src=0)
             gathered = torch.empty(world * 4, 8)
             dist.all_gather_into_tensor(gathered, y)
-            scattered = torch.empty(4 // world * 1, 8) if False else torch.empty(4, 8)
+            scattered = torch.empty(4, 8)
             dist.reduce_scatter_tensor(scattered, gathered)
             swapped = torch.empty_like(scattered)
             dist.all_to_all_single(swapped, scattered)
             z = funcol.all_reduce(swapped, "sum", dist.group.WORLD)
             return funcol.all_gather_tensor(z, 0, dist.group.WORLD) * 1.0
 
+    return Talker()
+
+
+def mlp_user_collectives() -> dict:
+    """Collectives the user's own forward issues: c10d and functional, with a subgroup."""
+    rank, world = _init()
     torch.manual_seed(rank)  # different on each rank: the collectives must really combine them
-    model = Talker()
+    model = _talker(world)
     return _capture(model, (torch.randn(4, 8),))
 
 
@@ -273,8 +277,7 @@ def gathered_tp() -> dict:
     gathered = td.gather(local)
     if rank != 0:
         return {"rank": rank, "gathered": gathered is None}
-    with tempfile.TemporaryDirectory() as d:
-        loaded = tracer.load(gathered.save(Path(d) / "g"))
+    loaded = tracer.load(gathered.save(Path(sys.argv[2]) / "gathered"))  # kept: the explorer's browser test opens it
     folded = td.fold(gathered)
     return {
         "rank": rank, "local_ops": len(local.ops),
@@ -326,7 +329,152 @@ def validation() -> dict:
                          "value_checked": r.value_checked, "not_checked": r.not_checked,
                          "findings": [[f.label, f.check] for f in r.findings]}
     return {"rank": rank, "good": as_dict(good), "bad": as_dict(bad), "bad_shape": as_dict(bad_shape),
-            "refused": refused, "gathered": gathered}
+            "refused": refused, "gathered": gathered, "gathered_readers": t.children_of(gathered),
+            "replayed": [good.ops_replayed, good.ops_exact, good.ops_nondeterministic]}
+
+
+def _rank_report(r) -> dict:
+    return {"passed": r.passed, "collectives": r.collectives, "shape_checked": r.shape_checked,
+            "value_checked": r.value_checked, "not_checked": r.not_checked, "ops_replayed": r.ops_replayed,
+            "ops_exact": r.ops_exact, "ops_nondeterministic": r.ops_nondeterministic, "replay_not_checked": [list(x) for x in r.replay_not_checked],
+            "findings": [[f.label, f.check] for f in r.findings], "text": r.to_text()}
+
+
+def validation_replay() -> dict:
+    """validate_rank replaying the local ops of the tensor-parallel MLP and tiny Llama; then with one saved
+    activation tampered (its op and its reader must fail replay)."""
+    import dataclasses
+
+    import tracer
+    import tracer.distributed as td
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    rank, world = _init()
+    torch.manual_seed(0)
+    mlp = MLP()
+    parallelize_module(mlp, _mesh(world), {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    llama = _tiny_llama()
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(llama, _mesh(world), {k: styles[v]() for k, v in LLAMA_TP_PLAN.items()})
+    out: dict = {"rank": rank}
+    for name, model, args, tamper in (("mlp", mlp, (torch.randn(4, 16),), "relu_1"),
+                                      ("llama", llama, (torch.arange(12).reshape(1, 12) % 128,), None)):
+        with torch.no_grad():
+            t = tracer.trace(model, args)
+        local = [op for op in t.ops if op.collective is None and op.kind not in ("input", "output", "constant")]
+        tamper = tamper or next(op.label for op in local if op.kind == "silu")
+        values = dict(t.values)
+        values[tamper] = values[tamper] + 1.0
+        readers = t.children_of(tamper)
+        dtensor_ops = [op.label for op in local if op.layout is not None]
+        out[name] = {"good": _rank_report(td.validate_rank(t)),
+                     "bad": _rank_report(td.validate_rank(dataclasses.replace(t, values=values))),
+                     "tampered": tamper, "readers": readers, "local_ops": len(local), "dtensor_ops": dtensor_ops,
+                     "unsaved": sorted(op.label for op in local if op.label not in t.values)}
+    return out
+
+
+_PROFILER_KINDS = {  # c10d dispatcher ops the profiler records -> the collective they are
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce", "broadcast_": "broadcast", "reduce_": "reduce",
+    "_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
+    "allgather_coalesced_": "all_gather", "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "alltoall_base_": "all_to_all", "alltoall_": "all_to_all",
+}
+
+
+def profiled() -> dict:
+    """User c10d + functional collectives, then an FSDP2 MLP, each captured under torch.profiler and gathered:
+    per rank, the c10d ops the profiler saw (by kind) and the collectives the gathered trace holds."""
+    from collections import Counter
+
+    import tracer.distributed as td
+
+    rank, world = _init()
+    import tracer
+
+    talker_args = None
+    out: dict = {"rank": rank}
+    for name in ("user", "fsdp"):
+        if name == "user":
+            model = _talker(world)
+            torch.manual_seed(rank)
+            talker_args = (torch.randn(4, 8),)
+            args = talker_args
+        else:
+            torch.manual_seed(0)
+            model = MLP()
+            _fully_shard(model, [model.up, model.down], world)
+            torch.manual_seed(1 + rank)
+            args = (torch.randn(4, 16),)
+        with torch.no_grad():
+            model(*args)  # warm: FSDP's lazy init runs outside the profiled capture
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                t = tracer.trace(model, args)
+        seen = Counter(_PROFILER_KINDS[e.name.split("::", 1)[1]] for e in prof.events()
+                       if e.name.startswith("c10d::") and e.name.split("::", 1)[1] in _PROFILER_KINDS)
+        unknown = sorted({e.name for e in prof.events() if e.name.startswith("c10d::")
+                          and e.name.split("::", 1)[1] not in _PROFILER_KINDS})
+        gathered = td.gather(t)
+        out[name] = {"profiler": dict(seen), "unknown_c10d": unknown}
+        if gathered is not None:
+            out[name]["gathered"] = {str(r): dict(Counter(op.collective.name for op in gathered.ops
+                                                          if op.rank == r and op.collective is not None))
+                                     for r in range(world)}
+    return out
+
+
+def refused_collectives() -> dict:
+    """Async and list-form c10d calls inside a captured forward: refused typed before they run, on every rank;
+    afterwards the process group still works and no function mode is left installed."""
+    import tracer
+    from tracer.errors import DistributedCaptureUnsupportedError
+
+    rank, world = _init()
+
+    def forward(kind):
+        def run(x):
+            y = x * 2.0
+            if kind == "async":
+                dist.all_reduce(y, async_op=True).wait()
+                return y
+            if kind == "all_gather":
+                outs = [torch.empty_like(y) for _ in range(world)]
+                dist.all_gather(outs, y)
+                return torch.cat(outs)
+            if kind == "all_to_all":
+                outs = [torch.empty_like(y) for _ in range(world)]
+                dist.all_to_all(outs, [y.clone() for _ in range(world)])
+                return torch.cat(outs)
+            if kind == "send":
+                if dist.get_rank() == 0:
+                    dist.send(y, dst=1)
+                else:
+                    dist.recv(y, src=0)
+                return y
+            return y
+        return run
+
+    class Wrap(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.kind = kind
+
+        def forward(self, x):
+            return forward(self.kind)(x)
+
+    out: dict = {"rank": rank}
+    x = torch.ones(2, 3) * (rank + 1)
+    for kind in ("async", "all_gather", "all_to_all", "send"):
+        try:
+            tracer.trace(Wrap(kind), (x,))
+            out[kind] = None
+        except DistributedCaptureUnsupportedError as err:
+            out[kind] = {"code": err.code, "site": err.site, "state": err.findings.get("state"), "remedy": err.remedy}
+    out["modes_left"] = torch._C._len_torch_function_stack()
+    with torch.no_grad():
+        plain = Wrap("async")(x)  # the group still works: both ranks' all_reduce meets
+    out["group_works"] = bool(torch.equal(plain, torch.full((2, 3), 2.0 * sum(range(1, world + 1)))))
+    return out
 
 
 def bench_tp() -> dict:

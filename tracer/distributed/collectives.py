@@ -30,6 +30,16 @@ _C10D = {
     "all_to_all_single": ("all_to_all", 1, -1),
 }
 _C10D_MODULE = "torch.distributed.distributed_c10d."
+# c10d calls a capture cannot record (their results land in Python lists, or travel point to point):
+# name -> the remedy's tensor form (or what to do instead). They are refused before they run.
+_C10D_REFUSED = {
+    "all_gather": "all_gather_into_tensor (one output tensor)", "all_gather_coalesced": "all_gather_into_tensor",
+    "reduce_scatter": "reduce_scatter_tensor (one input tensor)", "all_to_all": "all_to_all_single",
+    "all_reduce_coalesced": "one all_reduce per tensor", "gather": "all_gather_into_tensor",
+    "scatter": "broadcast, then slice", "send": "a collective", "recv": "a collective",
+    "isend": "a collective", "irecv": "a collective", "batch_isend_irecv": "a collective",
+}
+REFUSED = "refused"  # collective_kind's api for a call in _C10D_REFUSED
 _INPUT_NAMES = ("input", "input_tensor", "tensor")
 
 
@@ -41,7 +51,24 @@ def collective_kind(qualname: str) -> tuple[str, str] | None:
             return ("funcol", name) if name in _FUNCOL else None
     if qualname.startswith(_C10D_MODULE):
         name = qualname[len(_C10D_MODULE):]
-        return ("c10d", name) if name in _C10D else None
+        return ("c10d", name) if name in _C10D else (REFUSED, name) if name in _C10D_REFUSED else None
+    return None
+
+
+def refusal(api: str, name: str, kwargs: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(message, state, remedy) when a collective call cannot be recorded: a list-form or point-to-point
+    c10d call (its results land in a Python list, or in one peer), or an async c10d call (its result is
+    written after the call returns, when Work.wait() runs, which the capture does not see)."""
+    if api == REFUSED:
+        return (f"torch.distributed.{name} is not recorded by a capture (its tensors travel in Python lists or "
+                "point to point, which leave no op to record)", "list_or_p2p_collective",
+                f"Use {_C10D_REFUSED[name]} in the captured forward, or a functional collective "
+                "(torch.distributed._functional_collectives).")
+    if api == "c10d" and kwargs.get("async_op"):
+        return (f"torch.distributed.{name}(async_op=True) is not recorded by a capture: its result is written when "
+                "Work.wait() runs, which the capture does not see", "async_collective",
+                "Capture with async_op=False, or use a functional collective "
+                "(torch.distributed._functional_collectives.*), whose wait the capture records.")
     return None
 
 

@@ -156,17 +156,32 @@ def _shape_of(c: Any) -> tuple | None:
 def fold(gathered: Trace) -> Trace:
     """The gathered trace folded: one representative rank per group of identical ranks ("x N ranks")."""
     groups = (gathered.provenance.distributed or {}).get("rank_groups") or []
-    keep = {g["ranks"][0] for g in groups}
-    kept = [i for i, op in enumerate(gathered.ops) if op.rank in keep]
+    return select_ranks(gathered, {g["ranks"][0] for g in groups})
+
+
+def select_ranks(gathered: Trace, ranks: set[int] | frozenset[int]) -> Trace:
+    """The ops of `ranks` only, out of a gathered trace (edges to other ranks dropped, module spans renumbered; for
+    one rank, module call records name that rank's inputs and outputs where it has ops of the same labels)."""
+    kept = [i for i, op in enumerate(gathered.ops) if op.rank in ranks]
     new_index = {old: new for new, old in enumerate(kept)}
     labels = {gathered.ops[i].label for i in kept}
     ops = tuple(replace(gathered.ops[old], index=new,
                         parents=tuple(e for e in gathered.ops[old].parents if e.source in labels))
                 for new, old in enumerate(kept))
 
+    (only,) = ranks if len(ranks) == 1 else (None,)
+
+    def own(label: str) -> str:
+        """A call record's label (the first rank's) as the selected rank's op of the same label, when it has one."""
+        if only is None or label in labels or not label.startswith("r"):
+            return label
+        mine = f"r{only}.{label.partition('.')[2]}"
+        return mine if mine in labels else label
+
     def span(call: ModuleCallRecord) -> ModuleCallRecord:
         inside = [new_index[i] for i in range(call.first_op, call.last_op + 1) if i in new_index]
-        return replace(call, first_op=inside[0] if inside else -1, last_op=inside[-1] if inside else -1)
+        return replace(call, first_op=inside[0] if inside else -1, last_op=inside[-1] if inside else -1,
+                       inputs=tuple(own(x) for x in call.inputs), outputs=tuple(own(x) for x in call.outputs))
 
     modules = {a: replace(m, calls=tuple(span(c) for c in m.calls)) for a, m in gathered.modules.items()}
     return replace(gathered, ops=ops, modules=modules, _children=None)

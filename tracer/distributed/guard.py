@@ -15,7 +15,7 @@ from ..bridges.distributed import is_dtensor
 from ..capture.functions import INFO_CACHE, func_info
 from ..capture.session import CallGuard, CaptureSession
 from ..ir import Collective, ShardLayout, TensorMeta
-from .collectives import c10d_functions, collective_kind, describe_call
+from .collectives import c10d_functions, collective_kind, describe_call, refusal
 from .layout import local_meta, shard_layout
 
 
@@ -53,6 +53,13 @@ class DistributedGuard(CallGuard):
         if kind is _UNSEEN:
             kind = self._kinds[info.qualname] = collective_kind(info.qualname)
         if kind is not None:
+            refused = refusal(kind[0], kind[1], kwargs)
+            if refused is not None:  # before it runs: no rank has sent anything when every rank refuses here
+                from ..errors import DistributedCaptureUnsupportedError
+
+                message, state, remedy = refused
+                raise DistributedCaptureUnsupportedError(message, site=f"torch.distributed.{kind[1]}", state=state,
+                                                         remedy=remedy)
             self._pending = describe_call(kind[0], kind[1], args, kwargs, estimated=self.simulated)
         return None
 
