@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
 from ..ir import EMPTY_STACK, ModuleStack
-from .call_template import scrub_args, scrub_deep, scrub_kwargs
+from .call_template import TENSOR, scrub_deep, scrub_kwargs
 from .collector import fewer_collections
 from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
@@ -28,6 +28,7 @@ _Tensor = torch.Tensor
 _in_functorch_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
 _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
+_SEQ = (list, tuple)
 
 # Raw op record layout (a plain list, filled on the hot path).
 R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
@@ -122,10 +123,11 @@ class CaptureSession:
         self.frames: list[list] = []
         self.module_calls: dict[str, list] = {}
         self.call_counts: dict[str, int] = {}
-        self._site_cache: dict[Any, bool] = {}
+        self._site_cache: dict[int, bool] = {}  # id(code) -> whether it is torch's or tracer's own
+        self._site_codes: list = []  # the code objects whose ids key _site_cache
         # One shared tuple per distinct (code, line) site and per distinct tensor metadata: a long trace
         # then keeps no per-op copy of them (fewer objects for the cyclic GC to walk, less memory).
-        self._sites: dict[tuple, tuple] = {}
+        self._sites: dict[tuple, tuple] = {}  # (id(code), offset) -> the shared (code, offset) of R_SITE
         self._metas: dict[tuple, tuple] = {}
         self.param_ids: dict[int, str] = {}
         self.buffer_ids: set[int] = set()
@@ -347,20 +349,28 @@ class CaptureSession:
         nested = False
         tmap = self.tmap
         param_ids = self.param_ids
+        save = self.save_values
+        scrubbed: list | None = None  # args with each top-level tensor replaced by TENSOR (save="none")
         # Arguments: tensors become edges, parameters and buffers become attributions.
-        for i, a in enumerate(args):
+        i = 0
+        for a in args:
             if isinstance(a, _Tensor):
+                if not save:
+                    if scrubbed is None:
+                        scrubbed = list(args)
+                    scrubbed[i] = TENSOR
                 hit = tmap.get(id(a))  # the common case inline: a tensor an earlier op produced
                 if hit is not None and (hit[1] is a or (type(hit[1]) is _WeakRef and hit[1]() is a)) \
                         and id(a) not in param_ids:
                     parents.append((hit[0], _POS[i] if i < 64 else str(i)))
-                    continue
-                watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
-            elif type(a) in (list, tuple) and a and isinstance(a[0], _Tensor):
+                else:
+                    watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
+            elif type(a) in _SEQ and a and isinstance(a[0], _Tensor):
                 nested = True
                 for j, b in enumerate(a):
                     if isinstance(b, _Tensor):
                         watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
+            i += 1
         inplace = info.inplace
         if kwargs:
             for k, a in kwargs.items():
@@ -411,7 +421,6 @@ class CaptureSession:
         call_id = self.call_counter
         n = len(outs)
         stack = self.stack
-        save = self.save_values
         ref = self._ref
         spec = (func, args, kwargs) if save else None
         if before is not None:
@@ -419,7 +428,7 @@ class CaptureSession:
         if save:
             s_args = s_kwargs = None
         else:  # the call template's source: no tensor held, and no object the collector must track
-            s_args = scrub_deep(args) if nested else scrub_args(args)
+            s_args = scrub_deep(args) if nested else (tuple(scrubbed) if scrubbed is not None else args)
             s_kwargs = scrub_kwargs(kwargs) if kwargs else None
         ptuple = tuple(parents)
         pa = tuple(params)
@@ -546,25 +555,35 @@ class CaptureSession:
 
     # -- sites and errors -------------------------------------------------------------------
     def _site(self):
-        f = sys._getframe(3)
+        """The shared (code, instruction offset) of the innermost frame outside torch and tracer, or None.
+
+        The offset, not the line: a frame's line number is found by scanning its code's line table
+        (microseconds at the end of a long forward); `line_at` turns the offset into it once per site.
+        Keyed by the code object's id (held here, so the id stays its own): hashing a code object
+        hashes its bytecode and constants.
+        """
+        f = sys._getframe(2)
         cache = self._site_cache
-        prefixes = _INTERNAL_PREFIXES or _internal_prefixes()
         while f is not None:
             code = f.f_code
-            internal = cache.get(code)
+            internal = cache.get(id(code))
             if internal is None:
-                internal = code.co_filename.startswith(prefixes)
-                cache[code] = internal
+                internal = code.co_filename.startswith(_INTERNAL_PREFIXES or _internal_prefixes())
+                cache[id(code)] = internal
+                self._site_codes.append(code)  # keeps the id taken
             if not internal:
-                site = (code, f.f_lineno)
-                return self._sites.setdefault(site, site)
+                key = (id(code), f.f_lasti)
+                site = self._sites.get(key)
+                if site is None:
+                    site = self._sites[key] = (code, key[1])
+                return site
             f = f.f_back
         return None
 
     def site_text(self) -> str | None:
         """`file:line in function` of the innermost frame outside torch and tracer: the user's code."""
         site = self._site()
-        return f"{site[0].co_filename}:{site[1]} in {site[0].co_name}" if site else None
+        return f"{site[0].co_filename}:{line_at(site[0], site[1])} in {site[0].co_name}" if site else None
 
     def _annotate(self, exc: BaseException, info: FuncInfo) -> None:
         if getattr(exc, "_tlx_annotated", False):
@@ -622,6 +641,14 @@ def _storage_key(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr() or id(t)
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested and other storage-less tensors
         return id(t)
+
+
+def line_at(code: Any, offset: int) -> int:
+    """The source line of the instruction at byte `offset` of `code` (a frame's `f_lineno` for that `f_lasti`)."""
+    for start, end, line in code.co_lines():
+        if start <= offset < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 def _meta(t: torch.Tensor) -> tuple:
