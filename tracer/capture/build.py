@@ -37,8 +37,8 @@ def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
     templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
-        stack = rec[R_STACK]
-        module, call = stack[-1] if stack else ("", 0)
+        stack = rec[R_STACK]  # a ModuleStack: its innermost entry read directly
+        module, call = stack.entry or _ROOT
         parents = rec[R_PARENTS]
         raw = rec[R_META]
         meta = metas.get(id(raw)) or _meta(raw, metas)
@@ -50,7 +50,8 @@ def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
         writes = rec[R_WRITES]
         append(new_op(  # positional, in field order: a keyword call costs half as much again
             idx, labels[idx], info.kind, info.qualname,
-            tuple([new_edge(labels[p], pos) for p, pos in parents]) if parents else (),
+            ((new_edge(labels[parents[0][0]], parents[0][1]),) if len(parents) == 1 else
+             tuple([new_edge(labels[p], pos) for p, pos in parents])) if parents else (),
             meta, rec[R_CALL], rec[R_OUT_IDX], rec[R_N_OUT], module, call, stack,
             params if len(params) < 2 else _unique(params),
             writes if len(writes) < 2 else _unique(writes),
@@ -62,6 +63,7 @@ def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
 
 
 _UNSEEN = object()
+_ROOT = ("", 0)  # the module and call of an op outside every module
 # The Op fields `_build_ops` passes by position, in order (checked once here, so a field inserted
 # into Op cannot silently shift them).
 _POSITIONAL = ("index", "label", "kind", "func", "parents", "out", "func_call_id", "output_index", "num_outputs",

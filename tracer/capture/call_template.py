@@ -96,6 +96,9 @@ def _detach(a: Any, snapshots: Mapping[int, str], edges: frozenset, position: st
     return a
 
 
+_new = object.__new__
+
+
 class CallTemplate(Mapping):
     """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
 
@@ -173,7 +176,10 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
                 func, args, kwargs = _detach_call(live, snapshots, frozenset(pos for _p, pos in rec[f_parents]))
             else:
                 func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
-            last = CallTemplate(func, args, kwargs, rec[f_parents], rec[f_params])
+            last = _new(CallTemplate)  # CallTemplate(...) without its __init__ frame (100,000s of them)
+            last._func, last._args, last._kwargs, last._parents, last._params = \
+                func, args, kwargs, rec[f_parents], rec[f_params]
+            last._encoded = None
             last_call = rec[f_call]
             out.append(last)
     return out

@@ -54,7 +54,8 @@ def _internal_prefixes() -> tuple[str, ...]:
 
 
 class _Recorder(TorchFunctionMode):
-    """Routes every torch-level call made during the forward to the session."""
+    """Routes every torch-level call made during the forward to `on_call` (the witness's wrapped one;
+    without a witness the session is its own function mode: one Python frame per call)."""
 
     def __init__(self, on_call: Callable[..., Any]) -> None:
         super().__init__()
@@ -88,11 +89,16 @@ class StandIn:
         self.output = output
 
 
-class CaptureSession:
-    """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace."""
+class CaptureSession(TorchFunctionMode):
+    """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace.
+
+    The session is the function mode of its own forward (`__torch_function__` is the hot path), so
+    a recorded call costs one Python frame.
+    """
 
     def __init__(self, model: nn.Module, *, save_values: bool, record_source: bool, guard: CallGuard | None = None,
                  modules: list[tuple[str, nn.Module]] | None = None) -> None:
+        super().__init__()
         self.model = model
         self.save_values = save_values
         self.record_source = record_source
@@ -169,7 +175,7 @@ class CaptureSession:
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
             handles.append(nn.modules.module.register_module_forward_pre_hook(self._adopt_module))
             witness = self.witness  # the census wraps on_call only when it is on
-            recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
+            recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
             with fewer_collections(), grad_context, recorder, \
                     (witness if witness is not None else contextlib.nullcontext()), \
@@ -328,6 +334,12 @@ class CaptureSession:
 
     # -- the hot path ------------------------------------------------------------------------
     def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Record one call (made by the witness, a boundary op or a fused path), as the function mode does."""
+        return self.__torch_function__(func, (), args, kwargs)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
         if self.suspended:  # inside a bridged hook: run, do not record
             return func(*args, **kwargs)
         if _in_functorch_transform() is not None:  # inside torch.vmap/grad: wrapped tensors must not escape
