@@ -8,12 +8,12 @@ from typing import Any, Callable
 import torch
 
 from .call_template import call_templates
-from ..ir import Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace
+from ..ir import ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_op
 from ..provenance import Provenance
 from ..store.codec import gc_paused
 from .walk import named_state
 from .session import (TEMPLATE_FIELDS, R_CALL, R_INFO, R_INPLACE, R_IO, R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS,
-                      R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession)
+                      R_CALLSPEC, R_SITE, R_STACK, R_WRITES, CaptureSession, line_at)
 
 
 def build_ops(session: CaptureSession) -> tuple[Op, ...]:
@@ -28,25 +28,30 @@ def build_ops(session: CaptureSession) -> tuple[Op, ...]:
 def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
     records = session.records
     labels = _labels(records)
-    metas: dict[tuple, TensorMeta] = {}
-    sites: dict[tuple, SourceSite | None] = {None: None}
+    # Keyed by the raw tuple's id: capture shares one tuple per distinct metadata and site (hashing a
+    # site's code object, or a shape, per op costs more than the rest of the record).
+    metas: dict[int, TensorMeta] = {}
+    sites: dict[int, SourceSite | None] = {id(None): None}
     ops = []
     append = ops.append
     templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
-        stack = rec[R_STACK]
-        module, call = stack[-1] if stack else ("", 0)
+        stack = rec[R_STACK]  # a ModuleStack: its innermost entry read directly
+        module, call = stack.entry or _ROOT
         parents = rec[R_PARENTS]
-        meta = metas.get(rec[R_META]) or _meta(rec[R_META], metas)
-        site = sites.get(rec[R_SITE], _UNSEEN)
+        raw = rec[R_META]
+        meta = metas.get(id(raw)) or _meta(raw, metas)
+        raw = rec[R_SITE]
+        site = sites.get(id(raw), _UNSEEN)
         if site is _UNSEEN:
-            site = _site(rec[R_SITE], sites)
+            site = _site(raw, sites)
         params = rec[R_PARAMS]
         writes = rec[R_WRITES]
-        append(Op(  # positional, in field order: a keyword call costs half as much again
+        append(new_op(  # positional, in field order: a keyword call costs half as much again
             idx, labels[idx], info.kind, info.qualname,
-            tuple([Edge(labels[p], pos) for p, pos in parents]) if parents else (),
+            ((new_edge(labels[parents[0][0]], parents[0][1]),) if len(parents) == 1 else
+             tuple([new_edge(labels[p], pos) for p, pos in parents])) if parents else (),
             meta, rec[R_CALL], rec[R_OUT_IDX], rec[R_N_OUT], module, call, stack,
             params if len(params) < 2 else _unique(params),
             writes if len(writes) < 2 else _unique(writes),
@@ -58,6 +63,7 @@ def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
 
 
 _UNSEEN = object()
+_ROOT = ("", 0)  # the module and call of an op outside every module
 # The Op fields `_build_ops` passes by position, in order (checked once here, so a field inserted
 # into Op cannot silently shift them).
 _POSITIONAL = ("index", "label", "kind", "func", "parents", "out", "func_call_id", "output_index", "num_outputs",
@@ -115,22 +121,20 @@ def _labels(records: list) -> list[str]:
 
 
 def _meta(raw: tuple, cache: dict) -> TensorMeta:
-    hit = cache.get(raw)
-    if hit is None:
-        shape, dtype, device, rg = raw
-        hit = TensorMeta(shape=tuple(shape), dtype=str(dtype).replace("torch.", ""), device=str(device), requires_grad=rg)
-        cache[raw] = hit
+    """The TensorMeta of a raw (shape, dtype, device, grad) tuple, cached by the tuple's id."""
+    shape, dtype, device, rg = raw
+    hit = cache[id(raw)] = TensorMeta(shape=tuple(shape), dtype=str(dtype).replace("torch.", ""), device=str(device),
+                                      requires_grad=rg)
     return hit
 
 
 def _site(raw: tuple | None, cache: dict) -> SourceSite | None:
+    """The SourceSite of a raw (code, instruction offset) tuple, cached by the tuple's id."""
     if raw is None:
         return None
-    hit = cache.get(raw)
-    if hit is None:
-        code, line = raw
-        hit = SourceSite(file=_short_path(code.co_filename), line=line, function=code.co_name)
-        cache[raw] = hit
+    code, offset = raw
+    hit = cache[id(raw)] = SourceSite(file=_short_path(code.co_filename), line=line_at(code, offset),
+                                      function=code.co_name)
     return hit
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Container, Iterator, Mapping
 
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
@@ -77,15 +77,19 @@ class _Before:
         self.value = tensor_value(t)
 
 
-def _detach_call(source: tuple, snapshots: Mapping[int, str], edges: frozenset = frozenset()) -> tuple:
+def _detach_call(source: tuple, snapshots: Mapping[int, str], edges: Container[str] = ()) -> tuple:
     """A live call without its tensors, so a template never keeps one alive (pre-write copies and small
-    tensors that are not on an edge encoded)."""
+    tensors that are not on an edge encoded). `edges`: the argument positions of the call's parents."""
     func, args, kwargs = source
-    return (func, tuple([_detach(a, snapshots, edges, _POS[i] if i < 16 else str(i)) for i, a in enumerate(args)]),
+    return (func, tuple([a if type(a) in _ATOMS else _detach(a, snapshots, edges, _POS[i] if i < 16 else str(i))
+                         for i, a in enumerate(args)]),
             {k: _detach(v, snapshots, edges, k) for k, v in kwargs.items()} if kwargs else {})
 
 
-def _detach(a: Any, snapshots: Mapping[int, str], edges: frozenset, position: str) -> Any:
+_ATOMS = frozenset({int, float, str, bool, type(None)})  # arguments `_detach` returns as they are
+
+
+def _detach(a: Any, snapshots: Mapping[int, str], edges: Container[str], position: str) -> Any:
     if isinstance(a, _Tensor):
         addr = snapshots.get(id(a))
         if addr is not None:
@@ -94,6 +98,9 @@ def _detach(a: Any, snapshots: Mapping[int, str], edges: frozenset, position: st
     if type(a) in _SEQ:
         return type(a)(_detach(b, snapshots, edges, f"{position}.{j}") for j, b in enumerate(a))
     return a
+
+
+_new = object.__new__
 
 
 class CallTemplate(Mapping):
@@ -170,10 +177,13 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
             out.append(last)
         else:
             if live is not None:
-                func, args, kwargs = _detach_call(live, snapshots, frozenset(pos for _p, pos in rec[f_parents]))
+                func, args, kwargs = _detach_call(live, snapshots, [pos for _p, pos in rec[f_parents]])
             else:
                 func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
-            last = CallTemplate(func, args, kwargs, rec[f_parents], rec[f_params])
+            last = _new(CallTemplate)  # CallTemplate(...) without its __init__ frame (100,000s of them)
+            last._func, last._args, last._kwargs, last._parents, last._params = \
+                func, args, kwargs, rec[f_parents], rec[f_params]
+            last._encoded = None
             last_call = rec[f_call]
             out.append(last)
     return out

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
 from ..ir import EMPTY_STACK, ModuleStack
-from .call_template import scrub_args, scrub_deep, scrub_kwargs
+from .call_template import TENSOR, scrub_deep, scrub_kwargs
 from .collector import fewer_collections
 from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
@@ -28,6 +28,7 @@ _Tensor = torch.Tensor
 _in_functorch_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
 _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
+_SEQ = (list, tuple)
 
 # Raw op record layout (a plain list, filled on the hot path).
 R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
@@ -53,7 +54,8 @@ def _internal_prefixes() -> tuple[str, ...]:
 
 
 class _Recorder(TorchFunctionMode):
-    """Routes every torch-level call made during the forward to the session."""
+    """Routes every torch-level call made during the forward to `on_call` (the witness's wrapped one;
+    without a witness the session is its own function mode: one Python frame per call)."""
 
     def __init__(self, on_call: Callable[..., Any]) -> None:
         super().__init__()
@@ -87,11 +89,16 @@ class StandIn:
         self.output = output
 
 
-class CaptureSession:
-    """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace."""
+class CaptureSession(TorchFunctionMode):
+    """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace.
+
+    The session is the function mode of its own forward (`__torch_function__` is the hot path), so
+    a recorded call costs one Python frame.
+    """
 
     def __init__(self, model: nn.Module, *, save_values: bool, record_source: bool, guard: CallGuard | None = None,
                  modules: list[tuple[str, nn.Module]] | None = None) -> None:
+        super().__init__()
         self.model = model
         self.save_values = save_values
         self.record_source = record_source
@@ -122,10 +129,11 @@ class CaptureSession:
         self.frames: list[list] = []
         self.module_calls: dict[str, list] = {}
         self.call_counts: dict[str, int] = {}
-        self._site_cache: dict[Any, bool] = {}
+        self._site_cache: dict[int, bool] = {}  # id(code) -> whether it is torch's or tracer's own
+        self._site_codes: list = []  # the code objects whose ids key _site_cache
         # One shared tuple per distinct (code, line) site and per distinct tensor metadata: a long trace
         # then keeps no per-op copy of them (fewer objects for the cyclic GC to walk, less memory).
-        self._sites: dict[tuple, tuple] = {}
+        self._sites: dict[tuple, tuple] = {}  # (id(code), offset) -> the shared (code, offset) of R_SITE
         self._metas: dict[tuple, tuple] = {}
         self.param_ids: dict[int, str] = {}
         self.buffer_ids: set[int] = set()
@@ -167,7 +175,7 @@ class CaptureSession:
                 handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
             handles.append(nn.modules.module.register_module_forward_pre_hook(self._adopt_module))
             witness = self.witness  # the census wraps on_call only when it is on
-            recorder = _Recorder(self.on_call if witness is None else witness.wrap(self.on_call))
+            recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
             with fewer_collections(), grad_context, recorder, \
                     (witness if witness is not None else contextlib.nullcontext()), \
@@ -326,6 +334,12 @@ class CaptureSession:
 
     # -- the hot path ------------------------------------------------------------------------
     def on_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Record one call (made by the witness, a boundary op or a fused path), as the function mode does."""
+        return self.__torch_function__(func, (), args, kwargs)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
         if self.suspended:  # inside a bridged hook: run, do not record
             return func(*args, **kwargs)
         if _in_functorch_transform() is not None:  # inside torch.vmap/grad: wrapped tensors must not escape
@@ -347,20 +361,28 @@ class CaptureSession:
         nested = False
         tmap = self.tmap
         param_ids = self.param_ids
+        save = self.save_values
+        scrubbed: list | None = None  # args with each top-level tensor replaced by TENSOR (save="none")
         # Arguments: tensors become edges, parameters and buffers become attributions.
-        for i, a in enumerate(args):
+        i = 0
+        for a in args:
             if isinstance(a, _Tensor):
+                if not save:
+                    if scrubbed is None:
+                        scrubbed = list(args)
+                    scrubbed[i] = TENSOR
                 hit = tmap.get(id(a))  # the common case inline: a tensor an earlier op produced
                 if hit is not None and (hit[1] is a or (type(hit[1]) is _WeakRef and hit[1]() is a)) \
                         and id(a) not in param_ids:
                     parents.append((hit[0], _POS[i] if i < 64 else str(i)))
-                    continue
-                watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
-            elif type(a) in (list, tuple) and a and isinstance(a[0], _Tensor):
+                else:
+                    watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
+            elif type(a) in _SEQ and a and isinstance(a[0], _Tensor):
                 nested = True
                 for j, b in enumerate(a):
                     if isinstance(b, _Tensor):
                         watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
+            i += 1
         inplace = info.inplace
         if kwargs:
             for k, a in kwargs.items():
@@ -411,7 +433,6 @@ class CaptureSession:
         call_id = self.call_counter
         n = len(outs)
         stack = self.stack
-        save = self.save_values
         ref = self._ref
         spec = (func, args, kwargs) if save else None
         if before is not None:
@@ -419,7 +440,7 @@ class CaptureSession:
         if save:
             s_args = s_kwargs = None
         else:  # the call template's source: no tensor held, and no object the collector must track
-            s_args = scrub_deep(args) if nested else scrub_args(args)
+            s_args = scrub_deep(args) if nested else (tuple(scrubbed) if scrubbed is not None else args)
             s_kwargs = scrub_kwargs(kwargs) if kwargs else None
         ptuple = tuple(parents)
         pa = tuple(params)
@@ -546,25 +567,35 @@ class CaptureSession:
 
     # -- sites and errors -------------------------------------------------------------------
     def _site(self):
-        f = sys._getframe(3)
+        """The shared (code, instruction offset) of the innermost frame outside torch and tracer, or None.
+
+        The offset, not the line: a frame's line number is found by scanning its code's line table
+        (microseconds at the end of a long forward); `line_at` turns the offset into it once per site.
+        Keyed by the code object's id (held here, so the id stays its own): hashing a code object
+        hashes its bytecode and constants.
+        """
+        f = sys._getframe(2)
         cache = self._site_cache
-        prefixes = _INTERNAL_PREFIXES or _internal_prefixes()
         while f is not None:
             code = f.f_code
-            internal = cache.get(code)
+            internal = cache.get(id(code))
             if internal is None:
-                internal = code.co_filename.startswith(prefixes)
-                cache[code] = internal
+                internal = code.co_filename.startswith(_INTERNAL_PREFIXES or _internal_prefixes())
+                cache[id(code)] = internal
+                self._site_codes.append(code)  # keeps the id taken
             if not internal:
-                site = (code, f.f_lineno)
-                return self._sites.setdefault(site, site)
+                key = (id(code), f.f_lasti)
+                site = self._sites.get(key)
+                if site is None:
+                    site = self._sites[key] = (code, key[1])
+                return site
             f = f.f_back
         return None
 
     def site_text(self) -> str | None:
         """`file:line in function` of the innermost frame outside torch and tracer: the user's code."""
         site = self._site()
-        return f"{site[0].co_filename}:{site[1]} in {site[0].co_name}" if site else None
+        return f"{site[0].co_filename}:{line_at(site[0], site[1])} in {site[0].co_name}" if site else None
 
     def _annotate(self, exc: BaseException, info: FuncInfo) -> None:
         if getattr(exc, "_tlx_annotated", False):
@@ -622,6 +653,14 @@ def _storage_key(t: torch.Tensor) -> int:
         return t.untyped_storage().data_ptr() or id(t)
     except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested and other storage-less tensors
         return id(t)
+
+
+def line_at(code: Any, offset: int) -> int:
+    """The source line of the instruction at byte `offset` of `code` (a frame's `f_lineno` for that `f_lasti`)."""
+    for start, end, line in code.co_lines():
+        if start <= offset < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 def _meta(t: torch.Tensor) -> tuple:

@@ -90,11 +90,11 @@ class StructureOnlyGuard(CallGuard):
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
         ledger = self.constants
-        reals = _real_tensors(args, kwargs)
+        reals, n_tensors, any_known, python_only = _scan(args, kwargs, ledger)  # one pass over the arguments
         kind = info.kind
         # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
         on_meta = self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
-        factory = not reals and is_python_call(args, kwargs)  # torch.arange(n), torch.div(7, 2), torch.randn(3)
+        factory = not reals and python_only  # torch.arange(n), torch.div(7, 2), torch.randn(3)
         self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
         real = next((t for t in reals if not ledger.holds(t)), None)
         if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
@@ -110,15 +110,15 @@ class StructureOnlyGuard(CallGuard):
             )
         if self._constant_call:
             self._values = _values_kind(kind, args, kwargs, ledger)
-        self._mixed = next((t for t in reals if t.dim() > 0), None) if reals and len(reals) < _count_tensors(
-            args, kwargs) else None  # a constant made on a real device meets meta tensors
+        self._mixed = next((t for t in reals if t.dim() > 0), None) if reals and len(reals) < n_tensors \
+            else None  # a constant made on a real device meets meta tensors
         if info.value_read and kind not in _VALUE_OPS and kv.reads_values(kind, args, kwargs):
             return self._answer_read(info, func, args, kwargs, session)
         if kv.is_random(kind, args, kwargs):
             self._forget_written(info, args, kwargs)
             return on_meta
         known = None
-        if kv.any_known(args, kwargs, ledger) or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
+        if any_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
             known = kv.values_for(kind, args, kwargs, ledger)
         if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
@@ -264,14 +264,36 @@ def _mixed_devices(info: FuncInfo, real: Tensor, origin: dict | None, session: C
         made_by=origin["call"] if origin else None, module=_module_of(session))
 
 
-def _count_tensors(args: tuple, kwargs: dict) -> int:
+def _scan(args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[list[Tensor], int, bool, bool]:
+    """In one pass over the arguments (top level, and inside a list/tuple): the tensors not on meta, the
+    number of tensors, whether a meta tensor among them has a known value, and whether
+    every argument is Python data (`is_python_call`)."""
+    reals: list[Tensor] = []
     n = 0
-    for a in (*args, *kwargs.values()):
+    known = False
+    python_only = True
+    for a in (*args, *kwargs.values()) if kwargs else args:
         if isinstance(a, Tensor):
             n += 1
+            python_only = False
+            if a.device.type != "meta":
+                reals.append(a)
+            elif not known and ledger.value_of(a) is not None:
+                known = True
         elif type(a) in (list, tuple):
-            n += sum(1 for b in a if isinstance(b, Tensor))
-    return n
+            for b in a:
+                if isinstance(b, Tensor):
+                    n += 1
+                    python_only = False
+                    if b.device.type != "meta":
+                        reals.append(b)
+                    elif not known and ledger.value_of(b) is not None:
+                        known = True
+            if python_only and not is_python_call((a,), {}):
+                python_only = False
+        elif python_only and not is_python_call((a,), {}):
+            python_only = False
+    return reals, n, known, python_only
 
 
 def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> str:
@@ -294,18 +316,6 @@ def _written(info: FuncInfo, args: tuple, kwargs: dict) -> Tensor | None:
         target = kwargs.get("tensor") if kwargs else None  # nn.init.uniform_(tensor=w), as torch passes it
         return target if isinstance(target, Tensor) else None
     return None
-
-
-def _real_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
-    """The argument tensors (top level, or inside a list/tuple) that are not on meta."""
-    found = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, Tensor):
-            if a.device.type != "meta":
-                found.append(a)
-        elif type(a) in (list, tuple):
-            found += [b for b in a if isinstance(b, Tensor) and b.device.type != "meta"]
-    return found
 
 
 def _module_of(session: CaptureSession) -> str:

@@ -89,18 +89,6 @@ def values_for(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> 
     return tuple(out_args), out_kwargs
 
 
-def any_known(args: tuple, kwargs: dict, ledger: ConstantLedger) -> bool:
-    """True when some tensor argument (top level or in a list) is a meta tensor with a known value."""
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, Tensor):
-            if a.device.type == "meta" and ledger.value_of(a) is not None:
-                return True
-        elif type(a) in (list, tuple):
-            if any(isinstance(b, Tensor) and b.device.type == "meta" and ledger.value_of(b) is not None for b in a):
-                return True
-    return False
-
-
 def pair_outputs(meta_out: Any, known_out: Any) -> list[tuple[Tensor, Tensor]]:
     """`(meta tensor, its known value)` for each output both calls produced alike (shape and dtype)."""
     if isinstance(meta_out, Tensor):

@@ -28,6 +28,7 @@ META = torch.device("meta")
 _BASE = torch._C.TensorBase
 _FLAGS = {_BASE.is_cpu: "cpu", _BASE.is_cuda: "cuda", _BASE.is_meta: "meta", _BASE.is_mps: "mps",
           _BASE.is_xpu: "xpu"}  # getset descriptors -> the device type each flag tests
+_GETTER = type(_BASE.device.__get__)  # how torch hands a property read to a function mode (method-wrapper)
 _MOVES = frozenset({"cpu", "cuda", "mps", "xpu"})  # Tensor methods that move to a device type by name
 _DEVICE_ARGS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
 
@@ -103,14 +104,14 @@ class SimulatedDevice:
 
     def answer(self, func: Any, args: tuple) -> Any:
         """The simulated answer to a device read of a meta tensor, or `_NOT_A_READ`."""
-        owner = getattr(func, "__self__", None)
+        if type(func) is not _GETTER:  # a device read is a property getter, or get_device()
+            return self.index if func is _BASE.get_device and _is_meta(args) else _NOT_A_READ
+        owner = func.__self__
         if owner is _BASE.device:
             return self.device if _is_meta(args) else _NOT_A_READ
-        flag = _FLAGS.get(owner) if owner is not None else None
+        flag = _FLAGS.get(owner)
         if flag is not None:
             return self.type == flag if _is_meta(args) else _NOT_A_READ
-        if func is _BASE.get_device and _is_meta(args):
-            return self.index
         return _NOT_A_READ
 
     # -- arguments ------------------------------------------------------------------------------
