@@ -177,7 +177,8 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
     """Column data of every source the figure draws, by renderer name: "frames", "edges", "arrows",
     "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
     frames = {
-        "address": [f.address for f in layout.frames], "label": [f.label for f in layout.frames],
+        "address": [f.address for f in layout.frames], "call": [f.call for f in layout.frames],
+        "label": [f.label for f in layout.frames],
         "left": coords([f.x0 for f in layout.frames]), "right": coords([f.x1 for f in layout.frames]),
         "top": coords([f.y0 for f in layout.frames]), "bottom": coords([f.y1 for f in layout.frames]),
         "tx": coords([f.x0 + 6 for f in layout.frames]), "ty": coords([f.y0 + 13 for f in layout.frames]),

@@ -421,11 +421,13 @@ class GraphView(pn.viewable.Viewer):
             return "nothing there, selection cleared"
         what, row = hit
         if what == "frame":
-            self.state.toggle(str(row["address"]))
+            self.state.toggle(str(row["address"]), int(row.get("call", 0)))
             return f"collapsed {row['address']}"
         kind, ident = str(row.get("kind")), str(row.get("id"))
         if kind == "module":
-            self.state.toggle(str(row.get("module") or ident.removeprefix("mod:")))
+            address = ident.removeprefix("mod:").split(":", 1)[0]  # `mod:block:2` is call 2 of `block`
+            call = ident.removeprefix(f"mod:{address}").removeprefix(":")
+            self.state.toggle(address, int(call) if call.isdigit() else 0)
             return f"expanded {row.get('module')}"
         if kind == "folded":
             self.state.toggle(str(row.get("module") or ident.removeprefix("fold:")))
