@@ -1,5 +1,5 @@
 """The explorer page: banner on top; below it the module tree (left), the graph filling the rest of
-the window (middle), the inspector always in view above the side tabs (right). Nothing scrolls the
+the window (middle), the overview (minimap) and the inspector always in view above the side tabs (right). Nothing scrolls the
 page: each column scrolls on its own. Served by Panel on loopback."""
 from __future__ import annotations
 
@@ -101,6 +101,7 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
 
     def add_tabs() -> None:  # built after the graph is on screen: the first page waits for less
+        right.insert(0, graph.overview())
         right.append(pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
                              dynamic=True, css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))
 

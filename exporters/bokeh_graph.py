@@ -130,20 +130,26 @@ for (const r of renderers) {{  // only real changes: each one is also sent to th
 
 VIEW_COLUMNS = ("x0", "y0", "x1", "y1", "max_scale", "seq")
 
-# Fit the view source's one box into the plot as drawn in the browser (its size is known only there):
-# on a new box, and again when the plot is resized. One scale on both axes; y grows downwards.
-FIT_JS = f"""
+
+def fit_js(pad: float) -> str:
+    """Fit the view source's one box into the plot as drawn in the browser (its size is known only
+    there), `pad` pixels from its sides: one scale on both axes; y grows downwards."""
+    return f"""
 const d = view.data;
 if (!d.x0 || !d.x0.length) return;
 const iw = fig.inner_width, ih = fig.inner_height;
 if (!(iw > 0) || !(ih > 0)) return;
-const pad = {FIT_PAD_PX};
+const pad = {pad};
 const w = Math.max(d.x1[0] - d.x0[0], 1), h = Math.max(d.y1[0] - d.y0[0], 1);
 const s = Math.min(Math.max(iw - 2 * pad, 1) / w, Math.max(ih - 2 * pad, 1) / h, d.max_scale[0]);
 const cx = (d.x0[0] + d.x1[0]) / 2, cy = (d.y0[0] + d.y1[0]) / 2;
 fig.x_range.setv({{start: cx - iw / (2 * s), end: cx + iw / (2 * s)}});
 fig.y_range.setv({{start: cy + ih / (2 * s), end: cy - ih / (2 * s)}});
 """
+
+
+# on a new box, and again when the plot is resized
+FIT_JS = fit_js(FIT_PAD_PX)
 
 
 def view_data(box: tuple[float, float, float, float], seq: int = 0, max_scale: float = MAX_FIT_SCALE) -> dict[str, list]:

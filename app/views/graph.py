@@ -16,6 +16,7 @@ import param
 from ..ladder import caption
 from exporters import overlays
 from exporters.bokeh_graph import figure_data, graph_figure, view_data, view_source
+from exporters.bokeh_overview import overview_figure
 from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
@@ -213,6 +214,7 @@ class GraphView(pn.viewable.Viewer):
                                                 css_classes=["tlx-overlay-rollup"], name="")
         self._view_seq = 0
         self._status_pending = False
+        self._overview: tuple[Any, Any] | None = None  # (pane, fit source), made on first use
         self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
                                    width=self.width, height=self.height, sizing_mode="stretch_both")
         self._name_sources(self.figure)
@@ -254,6 +256,7 @@ class GraphView(pn.viewable.Viewer):
                     src.data_source.data = data[name]
                 self._arrows.source.data = data["arrows"]
                 self._view.data = view_data(box, self._next_seq())
+                self._refit_overview()
                 self._highlight()
                 if self.legend.object != legend:
                     self.legend.object = legend
@@ -272,6 +275,23 @@ class GraphView(pn.viewable.Viewer):
         nodes = data["nodes"]
         nodes["fill"] = [fills.get(i, overlays.NO_VALUE) for i in nodes["id"]]
         return overlay_legend_html(legend)
+
+    def overview(self) -> Any:
+        """The minimap pane: the whole graph small, the main view's rectangle on it (click or drag it to pan)."""
+        if self._overview is None:
+            lay = self.state.layout
+            fig, fit = overview_figure(self.figure, (lay.width, lay.height))
+            pane = pn.pane.Bokeh(fig, height=150, sizing_mode="stretch_width", margin=(4, 5), css_classes=["tlx-overview"])
+            self._overview = (pane, fit)
+        return self._overview[0]
+
+    def _refit_overview(self) -> None:
+        """Fit the minimap to a layout of a new size (it draws from the main figure's sources already)."""
+        if self._overview is None:
+            return
+        lay, fit = self.state.layout, self._overview[1]
+        if fit.data["x1"] != [lay.width] or fit.data["y1"] != [lay.height]:
+            fit.data = view_data((0.0, 0.0, lay.width, lay.height), max_scale=1e9)
 
     def _next_seq(self) -> int:
         self._view_seq += 1
