@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .bokeh_graph import fit_js, view_data
+from .bokeh_graph import add_glyph, bare_plot, fit_js, view_data
 
 OVERVIEW_PAD_PX = 4.0
 VIEWPORT = "tlx-viewport"  # the name of the rectangle showing the main view (tests read it)
@@ -15,7 +15,7 @@ VIEWPORT = "tlx-viewport"  # the name of the rectangle showing the main view (te
 FOLLOW_JS = """
 if (box.__tlx_busy) return;
 box.__tlx_busy = true;
-box.setv({left: xr.start, right: xr.end, bottom: yr.start, top: yr.end});
+box.setv({left: xr.start, right: xr.end, bottom: yr.start, top: yr.end}, {sync: false});  // page only
 box.__tlx_busy = false;
 """
 
@@ -44,19 +44,15 @@ def overview_figure(main: Any, size: tuple[float, float], width: int = 380, heig
     """(overview figure, its fit source) for graph figure `main` laid out `size` = (width, height) units;
     put a new size in the fit source (`view_data`) when the layout's size changes."""
     from bokeh.events import Tap
-    from bokeh.models import BoxAnnotation, ColumnDataSource, CustomJS, Range1d
-    from bokeh.plotting import figure
+    from bokeh.models import BoxAnnotation, ColumnDataSource, CustomJS, Quad, Range1d, Rect
 
-    fig = figure(width=width, height=height, tools="", toolbar_location=None, x_range=Range1d(0, size[0]),
-                 y_range=Range1d(size[1], 0), min_border=0, sizing_mode="stretch_width", name="tlx-overview")
-    fig.axis.visible = False
-    fig.grid.visible = False
+    fig = bare_plot(width=width, height=height, toolbar_location=None, x_range=Range1d(0, size[0]),
+                    y_range=Range1d(size[1], 0), min_border=0, sizing_mode="stretch_width", name="tlx-overview")
     fig.outline_line_color = "#c8d0da"
-    fig.background_fill_color = "white"
     frames, nodes = _renderer(main, "frames").data_source, _renderer(main, "nodes").data_source
-    fig.quad(left="left", right="right", top="top", bottom="bottom", source=frames, fill_color="fill",
-             line_color="#b5c0cc", line_width=0.5)
-    fig.rect(x="x", y="y", width="w", height="h", source=nodes, fill_color="fill", line_color=None)
+    add_glyph(fig, frames, Quad(left="left", right="right", top="top", bottom="bottom", fill_color="fill",
+                                line_color="#b5c0cc", line_width=0.5))
+    add_glyph(fig, nodes, Rect(x="x", y="y", width="w", height="h", fill_color="fill", line_color=None))
     xr, yr = main.x_range, main.y_range
     box = BoxAnnotation(left=xr.start, right=xr.end, bottom=yr.start, top=yr.end, fill_color="#1f4f8a", fill_alpha=0.12,
                         line_color="#1f4f8a", line_width=1.5, editable=True, movable="both", resizable="none",
