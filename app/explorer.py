@@ -105,10 +105,6 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
 
     def add_tabs() -> None:  # built after the graph is on screen: the first page waits for less
-        with pn.io.hold():  # one message, not one per change
-            add_side()
-
-    def add_side() -> None:
         right.insert(0, graph.overview())
         right.append(pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
                              dynamic=True, css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))

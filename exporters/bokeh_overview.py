@@ -11,13 +11,17 @@ from .bokeh_graph import add_glyph, bare_plot, fit_js, view_data
 OVERVIEW_PAD_PX = 4.0
 VIEWPORT = "tlx-viewport"  # the name of the rectangle showing the main view (tests read it)
 
-# The main view's ranges -> the rectangle (y grows downwards: a range's start is its bottom).
+# The main view's ranges -> the rectangle, kept in the page (y grows downwards: a range's start is its
+# bottom). The rectangle is found by name: the graph carries this callback from the start, so adding
+# the overview later changes no model of the graph.
 FOLLOW_JS = """
-if (box.__tlx_busy) return;
+const doc = xr.document;
+const box = doc == null ? null : doc.get_model_by_name('%s');
+if (box == null || box.__tlx_busy) return;
 box.__tlx_busy = true;
-box.setv({left: xr.start, right: xr.end, bottom: yr.start, top: yr.end}, {sync: false});  // page only
+box.setv({left: xr.start, right: xr.end, bottom: yr.start, top: yr.end}, {sync: false});
 box.__tlx_busy = false;
-"""
+""" % VIEWPORT
 
 # The rectangle dragged -> the main view's ranges (the same spans, the new centre).
 DRAG_JS = """
@@ -36,13 +40,23 @@ yr.setv({start: cb_obj.y + hh, end: cb_obj.y - hh});
 """
 
 
+def follow_view(main: Any) -> None:
+    """Let graph figure `main`'s view drive the rectangle of an overview added later (call when building it)."""
+    from bokeh.models import CustomJS
+
+    follow = CustomJS(args=dict(xr=main.x_range, yr=main.y_range), code=FOLLOW_JS)
+    for r in (main.x_range, main.y_range):
+        r.js_on_change("start", follow)
+        r.js_on_change("end", follow)
+
+
 def _renderer(fig: Any, name: str) -> Any:
     return next(r for r in fig.renderers if r.name == name)
 
 
 def overview_figure(main: Any, size: tuple[float, float], width: int = 380, height: int = 150) -> tuple[Any, Any]:
-    """(overview figure, its fit source) for graph figure `main` laid out `size` = (width, height) units;
-    put a new size in the fit source (`view_data`) when the layout's size changes."""
+    """(overview figure, its fit source) for graph figure `main` (built with `follow_view`) laid out `size`
+    = (width, height) units; put a new size in the fit source (`view_data`) when the layout's size changes."""
     from bokeh.events import Tap
     from bokeh.models import BoxAnnotation, ColumnDataSource, CustomJS, Quad, Range1d, Rect
 
@@ -58,10 +72,6 @@ def overview_figure(main: Any, size: tuple[float, float], width: int = 380, heig
                         line_color="#1f4f8a", line_width=1.5, editable=True, movable="both", resizable="none",
                         name=VIEWPORT)
     fig.add_layout(box)
-    follow = CustomJS(args=dict(box=box, xr=xr, yr=yr), code=FOLLOW_JS)
-    for r in (xr, yr):
-        r.js_on_change("start", follow)
-        r.js_on_change("end", follow)
     drag = CustomJS(args=dict(box=box, xr=xr, yr=yr), code=DRAG_JS)
     for side in ("left", "right", "top", "bottom"):
         box.js_on_change(side, drag)

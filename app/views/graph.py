@@ -17,7 +17,7 @@ import param
 from ..ladder import caption
 from exporters import overlays
 from exporters.bokeh_graph import figure_data, graph_figure, view_data, view_source
-from exporters.bokeh_overview import overview_figure
+from exporters.bokeh_overview import follow_view, overview_figure
 from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
@@ -220,6 +220,7 @@ class GraphView(pn.viewable.Viewer):
         self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
                                    width=self.width, height=self.height, sizing_mode="stretch_both")
         self._name_sources(self.figure)
+        follow_view(self.figure)  # the overview, added after the first paint, shows this view
         named = {r.name: r for r in [*self.figure.renderers, *self.figure.center] if r.name}  # no model walk
         self._sources = {name: named[name] for name in ("frames", "edges", "nodes")}
         self._arrows = named["arrows"]

@@ -39,7 +39,22 @@ def open_page(page, url, size):
     pagekit.wait_graph(page)
     page.wait_for_function("() => { try { return !!(" + pagekit.OVERVIEW_JS + ")(); } catch (e) { return false; } }",
                            timeout=30_000)
-    pagekit.settle(page)
+    settle_view(page)
+
+
+def settle_view(page, timeout_s: float = 15.0) -> None:
+    """Wait until the graph's view stops moving (the side panel arriving after the first paint may
+    resize the plot, and the view refits): a click aimed before that may miss its box."""
+    import time
+
+    deadline, previous = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        pagekit.settle(page)
+        ranges = page.evaluate(RANGES_JS)
+        if ranges is not None and ranges == previous:
+            return
+        previous = ranges
+        page.wait_for_timeout(250)
 
 
 def centre(ranges):
@@ -65,6 +80,7 @@ def test_the_overview_is_in_view_and_a_click_or_a_drag_on_it_pans_the_graph(defa
     # zoom in (a click on a layer opens it and the view goes to it), then click the overview's top left
     pagekit.click_node(page, "mod:model.layers.0")
     pagekit.wait_node(page, "mod:model.layers.0", present=False)
+    settle_view(page)
     page.wait_for_function("(b) => { const r = (" + RANGES_JS + ")(); return r && Math.abs(r[1] - r[0]) < 0.9 * Math.abs(b[1] - b[0]); }",
                            arg=before, timeout=15_000)
     pagekit.settle(page)
@@ -101,6 +117,7 @@ def test_a_looped_block_is_one_box_and_one_call_opens_alone(looped_url, page, ar
     pagekit.shot(page, artifacts_dir, f"explorer-looped-{size[0]}x{size[1]}")
     pagekit.click_node(page, "fold:block")
     pagekit.wait_node(page, "mod:block:2")
+    settle_view(page)
     assert {"mod:block", "mod:block:1", "mod:block:2"} <= {n["id"] for n in pagekit.nodes(page)}
     pagekit.click_node(page, "mod:block:1")
     pagekit.wait_node(page, "mod:block:1", present=False)
