@@ -272,12 +272,14 @@ class LayoutEngine:
         return ports
 
     def _loops(self, items: list, expanded: frozenset[str]) -> dict[str, list[GroupKey]]:
-        """Modules called more than once among these items and not opened: address -> its calls here."""
+        """Blocks called more than once among these items and not opened: address -> its calls here. A
+        one-op module used twice (a shared activation) is no loop: its calls stay in execution order."""
         calls: dict[str, list[GroupKey]] = {}
         for item in items:
             if not isinstance(item, str):
                 calls.setdefault(item[0], []).append(item)
-        return {a: run for a, run in calls.items() if len(run) > 1 and not self._loop_open(a, expanded)}
+        return {a: run for a, run in calls.items()
+                if len(run) > 1 and len(self.tree.groups[run[0]].all_ops) > 1 and not self._loop_open(a, expanded)}
 
     def _loop_open(self, address: str, expanded: frozenset[str]) -> bool:
         """Whether a module's calls are drawn one by one: it is open, or an entry lists or opens a call."""

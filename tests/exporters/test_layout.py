@@ -200,6 +200,22 @@ def test_opening_one_call_of_a_looped_module_opens_only_that_call():
         compute_layout(trace, ("", "block#7"))
 
 
+class _SharedActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.act = nn.Linear(8, 8), nn.Linear(8, 8), nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.b(self.act(self.a(x))))
+
+
+def test_a_one_op_module_used_twice_is_no_loop():
+    trace = tracer.trace(_SharedActivation(), (torch.randn(2, 8),))
+    lay = compute_layout(trace, ("",))
+    check_layout(lay, trace)
+    assert [n.id for n in lay.nodes if n.module == "act"] == ["mod:act", "mod:act:1"]  # in execution order
+
+
 def test_toggling_calls_moves_between_the_loop_box_the_calls_and_one_open_call():
     from exporters.layout.calls import path_entries, toggle_module
 
