@@ -1,5 +1,5 @@
 """The explorer page: banner on top; below it the module tree (left), the graph filling the rest of
-the window (middle), the inspector always in view above the side tabs (right). Nothing scrolls the
+the window (middle), the overview (minimap) and the inspector always in view above the side tabs (right). Nothing scrolls the
 page: each column scrolls on its own. Served by Panel on loopback."""
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from .views.tree import ModuleTree
 HOST = "127.0.0.1"
 LEFT_PX = 300
 RIGHT_PX = 400
+REFILL_DELAY_S = 2.0  # the next page is built this long after one is taken, not while that page is being sent
 
 # The tabs under the inspector, in order: (title, a panel class taking state=). Add a tab by adding a row.
 SIDE_TABS: list[tuple[str, Callable[..., Any]]] = [
@@ -61,7 +62,8 @@ class PageParts:
 
 class PagePool:
     """One page's parts built ahead on a background thread, so a plain page load (no view in its URL)
-    only attaches them to its session; a page taken starts building the next."""
+    only attaches them to its session; a page taken starts building the next a little later (building
+    it at once would take the interpreter from the page being sent)."""
 
     def __init__(self, loaded: Loaded) -> None:
         self.loaded = loaded
@@ -69,13 +71,15 @@ class PagePool:
         self._lock = threading.Lock()
         self._refill()
 
-    def _refill(self) -> None:
+    def _refill(self, delay_s: float = 0.0) -> None:
         def build() -> None:
             parts = PageParts(self.loaded)
             with self._lock:
                 self._ready = parts
 
-        threading.Thread(target=build, name="tlx-next-page", daemon=True).start()
+        worker = threading.Timer(delay_s, build)  # after a page is taken: once that page has been sent
+        worker.name, worker.daemon = "tlx-next-page", True
+        worker.start()
 
     def take(self, query: dict[str, str]) -> PageParts:
         """Parts for a new session: the ready ones for a plain load, else built now."""
@@ -85,7 +89,7 @@ class PagePool:
             parts, self._ready = self._ready, None
         if parts is None:
             return PageParts(self.loaded)
-        self._refill()
+        self._refill(REFILL_DELAY_S)
         return parts
 
 
@@ -103,6 +107,7 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
 
     def add_tabs() -> None:  # built after the graph is on screen: the first page waits for less
+        right.insert(0, graph.overview())
         right.append(pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
                              dynamic=True, css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))
 

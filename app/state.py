@@ -13,7 +13,7 @@ from typing import Any
 import param
 
 from exporters.layout import LayoutEngine
-from exporters.layout import toggle as toggle_expansion
+from exporters.layout.calls import path_entries, toggle_module
 from tracer.module_tree import module_param_counts
 
 from .ladder import LadderView, ladder_view
@@ -113,13 +113,16 @@ class ExplorerState(param.Parameterized):
         self.layout_ms = (time.perf_counter() - started) * 1000
         self.layout = computed
 
-    def toggle(self, address: str) -> None:
-        """Expand a collapsed module or collapse an expanded one (the root stays open)."""
-        opening = address not in self.expanded
-        new = frozenset(toggle_expansion(self.expanded, address))
+    def toggle(self, address: str, call: int | None = None) -> None:
+        """Expand a collapsed module or collapse an expanded one (the root stays open); for a module called
+        more than once, `call` toggles that call alone and no `call` lists or folds its calls."""
+        scope = self.trace.modules.get(address)
+        new = toggle_module(self.expanded, address, len(scope.calls) if scope else 0, call) | {""}
+        opening = new > self.expanded
         self.centre_on = f"module:{address}"
-        self.expanded = new | {""}
-        self.message = f"{'Opened' if opening else 'Closed'} {address or '(root)'}."
+        self.expanded = new
+        what = f"{address or '(root)'}" + (f" call {call}" if call is not None and scope and len(scope.calls) > 1 else "")
+        self.message = f"{'Opened' if opening else 'Closed'} {what}."
 
     def expand_to(self, address: str, *, include_self: bool = False) -> None:
         """Open every ancestor of `address` (and itself if asked) so it is visible."""
@@ -133,7 +136,9 @@ class ExplorerState(param.Parameterized):
         """Show op `label` in the inspector and open the modules around it."""
         op = self.trace[label]
         self.centre_on = f"op:{label}"
-        self.expand_to(op.module, include_self=bool(op.module))
+        opened = path_entries(op.module, op.module_stack, self.trace.modules)  # only the call it ran in
+        if not opened <= self.expanded:
+            self.expanded = self.expanded | opened
         self.param.update(selected=label, focused=op.module)
         self.param.trigger("centre_on")  # the view goes to it even when nothing had to open
 

@@ -25,9 +25,9 @@ def view_query(state: ExplorerState) -> dict[str, str]:
 def apply_query(state: ExplorerState, query: Mapping[str, str]) -> list[str]:
     """Restore a view from a URL query; returns the entries that named nothing in this trace."""
     ignored: list[str] = []
-    addresses = state.trace.modules
-    opened = [a for a in _split(query.get("open", "")) if a in addresses or ignored.append(f"open={a}")]
-    closed = [a for a in _split(query.get("closed", "")) if a in addresses or ignored.append(f"closed={a}")]
+    known = state.engine.knows  # a module address, or one call of it (`block#2`)
+    opened = [a for a in _split(query.get("open", "")) if known(a) or ignored.append(f"open={a}")]
+    closed = [a for a in _split(query.get("closed", "")) if known(a) or ignored.append(f"closed={a}")]
     if query.get("fold") in ("0", "1"):
         state.fold_repeats = query["fold"] == "1"
     if opened or closed:

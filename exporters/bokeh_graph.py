@@ -118,9 +118,9 @@ const px = fig.inner_width > 0 ? fig.inner_width : fig.width;
 if (!(span > 0) || !(px > 0)) return;
 const size = {FONT_SIZE} * px / span;
 const text = size.toFixed(2) + "px", shown = size >= {MIN_LABEL_PX};
-for (const r of renderers) {{  // only real changes: each one is also sent to the server
-  if (r.visible !== shown) r.visible = shown;
-  if (r.__tlx_size !== text) {{ r.__tlx_size = text; r.glyph.text_font_size = text; }}
+for (const r of renderers) {{  // only real changes, kept in the page (the server never reads them: no message)
+  if (r.visible !== shown) r.setv({{visible: shown}}, {{sync: false}});
+  if (r.__tlx_size !== text) {{ r.__tlx_size = text; r.glyph.setv({{text_font_size: text}}, {{sync: false}}); }}
 }}"""
     cb = CustomJS(args=dict(xr=fig.x_range, fig=fig, renderers=list(renderers)), code=code)
     fig.x_range.js_on_change("start", cb)
@@ -130,20 +130,26 @@ for (const r of renderers) {{  // only real changes: each one is also sent to th
 
 VIEW_COLUMNS = ("x0", "y0", "x1", "y1", "max_scale", "seq")
 
-# Fit the view source's one box into the plot as drawn in the browser (its size is known only there):
-# on a new box, and again when the plot is resized. One scale on both axes; y grows downwards.
-FIT_JS = f"""
+
+def fit_js(pad: float) -> str:
+    """Fit the view source's one box into the plot as drawn in the browser (its size is known only
+    there), `pad` pixels from its sides: one scale on both axes; y grows downwards."""
+    return f"""
 const d = view.data;
 if (!d.x0 || !d.x0.length) return;
 const iw = fig.inner_width, ih = fig.inner_height;
 if (!(iw > 0) || !(ih > 0)) return;
-const pad = {FIT_PAD_PX};
+const pad = {pad};
 const w = Math.max(d.x1[0] - d.x0[0], 1), h = Math.max(d.y1[0] - d.y0[0], 1);
 const s = Math.min(Math.max(iw - 2 * pad, 1) / w, Math.max(ih - 2 * pad, 1) / h, d.max_scale[0]);
 const cx = (d.x0[0] + d.x1[0]) / 2, cy = (d.y0[0] + d.y1[0]) / 2;
 fig.x_range.setv({{start: cx - iw / (2 * s), end: cx + iw / (2 * s)}});
 fig.y_range.setv({{start: cy + ih / (2 * s), end: cy - ih / (2 * s)}});
 """
+
+
+# on a new box, and again when the plot is resized
+FIT_JS = fit_js(FIT_PAD_PX)
 
 
 def view_data(box: tuple[float, float, float, float], seq: int = 0, max_scale: float = MAX_FIT_SCALE) -> dict[str, list]:
@@ -177,7 +183,8 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
     """Column data of every source the figure draws, by renderer name: "frames", "edges", "arrows",
     "nodes" (an app updates a live figure by assigning these, never rebuilding it)."""
     frames = {
-        "address": [f.address for f in layout.frames], "label": [f.label for f in layout.frames],
+        "address": [f.address for f in layout.frames], "call": [f.call for f in layout.frames],
+        "label": [f.label for f in layout.frames],
         "left": coords([f.x0 for f in layout.frames]), "right": coords([f.x1 for f in layout.frames]),
         "top": coords([f.y0 for f in layout.frames]), "bottom": coords([f.y1 for f in layout.frames]),
         "tx": coords([f.x0 + 6 for f in layout.frames]), "ty": coords([f.y0 + 13 for f in layout.frames]),
@@ -197,36 +204,57 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
     return {"frames": frames, "edges": lines, "arrows": heads, "nodes": node_table(layout, trace)}
 
 
+DIMMED = 0.1  # the alpha of boxes and labels outside a selection (the app selects an op's neighbours)
+
+
+def add_glyph(fig: Any, source: Any, glyph: Any, name: str | None = None, dim: bool = False) -> Any:
+    """Add `glyph` over `source` to a plain Plot; `dim`: rows outside the source's selection fade."""
+    from bokeh.models import GlyphRenderer
+
+    extra = {}
+    if dim:
+        faded = glyph.clone()
+        for prop in ("fill_alpha", "line_alpha", "text_alpha"):
+            if prop in faded.properties():
+                setattr(faded, prop, DIMMED)
+        extra["nonselection_glyph"] = faded
+    renderer = GlyphRenderer(data_source=source, glyph=glyph, name=name, **extra)
+    fig.renderers.append(renderer)
+    return renderer
+
+
+def bare_plot(**kwargs: Any) -> Any:
+    """A Bokeh Plot with no axes, grid or outline on white (fewer models to build, send and draw than a
+    `figure` with its axes hidden)."""
+    from bokeh.models import Plot
+
+    return Plot(outline_line_color=None, background_fill_color="white", **kwargs)
+
+
 def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700,
                  sizing_mode: str | None = None):
     """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover), fitted to the plot; `caption`
     goes below the plot. Its "view" source (`view_source(fig)`) holds the box the browser fits."""
-    from bokeh.models import (Arrow, ColumnDataSource, CustomJS, HoverTool, Range1d, TapTool, Title, VeeHead)
+    from bokeh.models import (Arrow, BoxZoomTool, ColumnDataSource, CustomJS, HoverTool, MultiLine, PanTool, Quad,
+                              Range1d, Rect, SaveTool, TapTool, Text, Title, VeeHead, WheelZoomTool)
     from bokeh.core.properties import value
-    from bokeh.plotting import figure
 
     x0, x1, y0, y1 = fit_ranges(layout, width, height - TOOLBAR_PX)
-    fig = figure(
-        width=width, height=height, tools="pan,wheel_zoom,box_zoom,save",
-        x_range=Range1d(x0, x1), y_range=Range1d(y1, y0), toolbar_location="above", sizing_mode=sizing_mode,
-    )
-    fig.axis.visible = False
-    fig.grid.visible = False
-    fig.outline_line_color = None
-    fig.background_fill_color = "white"
+    fig = bare_plot(width=width, height=height, x_range=Range1d(x0, x1), y_range=Range1d(y1, y0),
+                    toolbar_location="above", sizing_mode=sizing_mode)
+    fig.add_tools(PanTool(), WheelZoomTool(), BoxZoomTool(), SaveTool())
     data = figure_data(layout, trace)
+    font = dict(text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY))
 
     frames = ColumnDataSource(data["frames"], name="tlx-frames")
-    fig.quad(left="left", right="right", top="top", bottom="bottom", source=frames, fill_color="fill",
-             line_color="#9aa7b8", name="frames")
-    frame_labels = fig.text(x="tx", y="ty", text="label", source=frames, text_font_size=f"{FONT_SIZE:g}px",
-                            text_font=value(FONT_FAMILY), text_font_style="bold", text_color="#334",
-                            text_baseline="alphabetic", name="frame_labels")
-    chevrons = fig.text(x="cx", y="ty", text="chevron", source=frames, text_font_size=f"{FONT_SIZE:g}px",
-                        text_font=value(FONT_FAMILY), text_color="#556", text_align="center",
-                        text_baseline="alphabetic", name="frame_chevrons")
-    fig.multi_line(xs="xs", ys="ys", line_color="line_color", line_width=1, name="edges",
-                   source=ColumnDataSource(data["edges"], name="tlx-edges"))
+    add_glyph(fig, frames, Quad(left="left", right="right", top="top", bottom="bottom", fill_color="fill",
+                                line_color="#9aa7b8"), "frames")
+    frame_labels = add_glyph(fig, frames, Text(x="tx", y="ty", text="label", text_font_style="bold", text_color="#334",
+                                               text_baseline="alphabetic", **font), "frame_labels")
+    chevrons = add_glyph(fig, frames, Text(x="cx", y="ty", text="chevron", text_color="#556", text_align="center",
+                                           text_baseline="alphabetic", **font), "frame_chevrons")
+    add_glyph(fig, ColumnDataSource(data["edges"], name="tlx-edges"),
+              MultiLine(xs="xs", ys="ys", line_color="line_color", line_width=1), "edges")
     arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE),
                    source=ColumnDataSource(data["arrows"], name="tlx-arrows"),
                    x_start="x_start", y_start="y_start", x_end="x_end", y_end="y_end", line_alpha=0.0,
@@ -234,10 +262,10 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     fig.add_layout(arrows)
 
     nodes = ColumnDataSource(data["nodes"])
-    node_r = fig.rect(x="x", y="y", width="w", height="h", source=nodes, fill_color="fill", line_color="#555555",
-                      name="nodes")
-    labels = fig.text(x="x", y="y", text="label", source=nodes, text_align="center", text_baseline="middle",
-                      text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY), name="labels")
+    node_r = add_glyph(fig, nodes, Rect(x="x", y="y", width="w", height="h", fill_color="fill", line_color="#555555"),
+                       "nodes", dim=True)
+    labels = add_glyph(fig, nodes, Text(x="x", y="y", text="label", text_align="center", text_baseline="middle", **font),
+                       "labels", dim=True)
     scale_text_with_zoom(fig, [labels, frame_labels, chevrons])
     view = ColumnDataSource(view_data((0.0, 0.0, layout.width, layout.height)), name="view")
     fit = CustomJS(args=dict(fig=fig, view=view), code=FIT_JS)

@@ -37,3 +37,24 @@ def tiny_resnet():
     torch.manual_seed(0)
     cfg = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic", num_channels=3)
     return ResNetModel(cfg).eval()
+
+
+def looped_mlp(calls: int = 3, width: int = 16):
+    """One residual block applied `calls` times in forward (a looped module), between two linears."""
+    from torch import nn
+
+    class LoopedMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(width, width)
+            self.block = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, width))
+            self.out = nn.Linear(width, 4)
+
+        def forward(self, x):
+            x = self.inp(x)
+            for _ in range(calls):
+                x = x + self.block(x)
+            return self.out(x)
+
+    torch.manual_seed(0)
+    return LoopedMLP().eval()

@@ -4,6 +4,7 @@ hover, click-to-expand, folding, search, a breadcrumb, a colour legend, and "Col
 in `exporters`; one figure lives for the session and a new layout only replaces its sources' data."""
 from __future__ import annotations
 
+import contextlib
 import html
 import logging
 import time
@@ -16,6 +17,7 @@ import param
 from ..ladder import caption
 from exporters import overlays
 from exporters.bokeh_graph import figure_data, graph_figure, view_data, view_source
+from exporters.bokeh_overview import follow_view, overview_figure
 from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
 
@@ -214,9 +216,12 @@ class GraphView(pn.viewable.Viewer):
                                                 css_classes=["tlx-overlay-rollup"], name="")
         self._view_seq = 0
         self._status_pending = False
+        self._overview: tuple[Any, Any] | None = None  # (pane, fit source), made on first use
+        self._in_event = False  # handling a page event: the document is ours, changes apply at once
         self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
                                    width=self.width, height=self.height, sizing_mode="stretch_both")
         self._name_sources(self.figure)
+        follow_view(self.figure)  # the overview, added after the first paint, shows this view
         named = {r.name: r for r in [*self.figure.renderers, *self.figure.center] if r.name}  # no model walk
         self._sources = {name: named[name] for name in ("frames", "edges", "nodes")}
         self._arrows = named["arrows"]
@@ -229,13 +234,13 @@ class GraphView(pn.viewable.Viewer):
         self.search.param.watch(self._on_search, "enter_pressed")
         self.fold.param.watch(lambda e: setattr(self.state, "fold_repeats", e.new), "value")
         self.state.param.watch(lambda e: self.fold.param.update(value=e.new), "fold_repeats")
-        self.fit.on_click(lambda *_e: on_document(self._fit_all))
+        self.fit.on_click(lambda *_e: self._soon(self._fit_all))
         self.reset.on_click(self._on_reset)
         for w in (self.colour_by, self.overlay_scale, self.overlay_rollup):
             w.param.watch(lambda *_e: self.redraw(), "value")
         self.state.param.watch(lambda *_e: self.redraw(), ["layout"])
-        self.state.param.watch(lambda *_e: on_document(self._recaption), ["ladder"])
-        self.state.param.watch(lambda *_e: on_document(self._highlight), ["selected"])
+        self.state.param.watch(lambda *_e: self._soon(self._recaption), ["ladder"])
+        self.state.param.watch(lambda *_e: self._soon(self._highlight), ["selected"])
         self.state.param.watch(self._on_centre, ["centre_on"])
         self.state.param.watch(lambda *_e: self._restatus(), ["message", "focused", "selected"])
         self._highlight()
@@ -257,13 +262,14 @@ class GraphView(pn.viewable.Viewer):
                     src.data_source.data = data[name]
                 self._arrows.source.data = data["arrows"]
                 self._view.data = view_data(box, self._next_seq())
+                self._refit_overview()
                 self._highlight()
                 if self.legend.object != legend:
                     self.legend.object = legend
             self._restatus()
             TIMING.debug("apply %.2f ms", (time.perf_counter() - begun) * 1000)
 
-        on_document(apply)
+        self._soon(apply)
 
     def _overlay(self, data: dict) -> str:
         """Recolour the node rows by the chosen overlay (modules rolled up); the legend that explains them."""
@@ -275,6 +281,49 @@ class GraphView(pn.viewable.Viewer):
         nodes = data["nodes"]
         nodes["fill"] = [fills.get(i, overlays.NO_VALUE) for i in nodes["id"]]
         return overlay_legend_html(legend)
+
+    def overview(self) -> Any:
+        """The minimap pane: the whole graph small, the main view's rectangle on it (click or drag it to pan)."""
+        if self._overview is None:
+            lay = self.state.layout
+            fig, fit = overview_figure(self.figure, (lay.width, lay.height))
+            pane = pn.pane.Bokeh(fig, height=150, sizing_mode="stretch_width", margin=(4, 5), css_classes=["tlx-overview"])
+            self._overview = (pane, fit)
+        return self._overview[0]
+
+    def _refit_overview(self) -> None:
+        """Fit the minimap to a layout of a new size (it draws from the main figure's sources already)."""
+        if self._overview is None:
+            return
+        lay, fit = self.state.layout, self._overview[1]
+        if fit.data["x1"] != [lay.width] or fit.data["y1"] != [lay.height]:
+            fit.data = view_data((0.0, 0.0, lay.width, lay.height), max_scale=1e9)
+
+    def _soon(self, fn: Callable[[], Any]) -> None:
+        """Apply `fn` to the page: at once while handling a page event (inside `_one_message`), else on the
+        document's next tick (a change may come from another thread)."""
+        if self._in_event:
+            fn()
+        else:
+            on_document(fn)
+
+    @contextlib.contextmanager
+    def _one_message(self):
+        """Handle a page event so that everything it changes (graph data, status, URL, inspector) reaches
+        the page as one message, not one per change on later ticks."""
+        if self._in_event:
+            yield
+            return
+        self._in_event = True
+        try:
+            with pn.io.hold():
+                yield
+                if self._status_pending:
+                    self._write_status()
+        finally:
+            self._in_event = False
+            if self._status_pending:  # the event failed before its status was written
+                on_document(self._write_status)
 
     def _next_seq(self) -> int:
         self._view_seq += 1
@@ -331,7 +380,7 @@ class GraphView(pn.viewable.Viewer):
             if self.state.layout is before:
                 self._view.data = view_data(self._target_box(), self._next_seq())
 
-        on_document(move)
+        self._soon(move)
 
     def _highlight(self) -> None:
         """The selected op's box and its input and output neighbours' boxes stay bright; the rest dims."""
@@ -357,17 +406,18 @@ class GraphView(pn.viewable.Viewer):
                 f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis">{note}{html.escape(summary)}</div>')
 
     def _restatus(self) -> None:
-        """Rewrite the status line and breadcrumb once per tick, however many changes asked for it."""
+        """Rewrite the status line and breadcrumb once per tick (or once at the end of a page event),
+        however many changes asked for it."""
         if self._status_pending:
             return
         self._status_pending = True
+        if not self._in_event:
+            on_document(self._write_status)
 
-        def write() -> None:
-            self._status_pending = False
-            self.summary.object = self._summary_html()
-            self.crumbs.object = breadcrumb_html(self.state)
-
-        on_document(write)
+    def _write_status(self) -> None:
+        self._status_pending = False
+        self.summary.object = self._summary_html()
+        self.crumbs.object = breadcrumb_html(self.state)
 
     # -- interaction ----------------------------------------------------------------------
     def _attach_tap(self, fig: Any) -> None:
@@ -412,7 +462,8 @@ class GraphView(pn.viewable.Viewer):
 
     def _clicked(self, x: float, y: float) -> None:
         started = time.perf_counter()
-        self.state.message = f"click at ({x:.0f}, {y:.0f}): {self.click(x, y)}"
+        with self._one_message():
+            self.state.message = f"click at ({x:.0f}, {y:.0f}): {self.click(x, y)}"
         TIMING.debug("click %.2f ms (layout %.2f ms)", (time.perf_counter() - started) * 1000, self.state.layout_ms)
 
     def click(self, x: float, y: float) -> str:
@@ -424,11 +475,13 @@ class GraphView(pn.viewable.Viewer):
             return "nothing there, selection cleared"
         what, row = hit
         if what == "frame":
-            self.state.toggle(str(row["address"]))
+            self.state.toggle(str(row["address"]), int(row.get("call", 0)))
             return f"collapsed {row['address']}"
         kind, ident = str(row.get("kind")), str(row.get("id"))
         if kind == "module":
-            self.state.toggle(str(row.get("module") or ident.removeprefix("mod:")))
+            address = ident.removeprefix("mod:").split(":", 1)[0]  # `mod:block:2` is call 2 of `block`
+            call = ident.removeprefix(f"mod:{address}").removeprefix(":")
+            self.state.toggle(address, int(call) if call.isdigit() else 0)
             return f"expanded {row.get('module')}"
         if kind == "folded":
             self.state.toggle(str(row.get("module") or ident.removeprefix("fold:")))
@@ -441,7 +494,8 @@ class GraphView(pn.viewable.Viewer):
     def _on_search(self, _event) -> None:
         query = self.search.value_input or self.search.value
         if query and query.strip():
-            self.state.go(query)
+            with self._one_message():
+                self.state.go(query)
 
     def _on_reset(self, _event) -> None:
         self.state.centre_on = ""

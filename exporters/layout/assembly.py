@@ -60,7 +60,7 @@ class Assembly:
             else:
                 run = list(p.item)
                 node = LayoutNode(
-                    f"fold:{run[0][0]}", "folded", eng.fold_label(run), cx, cy, p.w, p.h, None, run[0][0],
+                    "fold:" + group_id(run[0]).removeprefix("mod:"), "folded", eng.fold_label(run), cx, cy, p.w, p.h, None, run[0][0],
                     repeat=len(run), members=tuple(k[0] for k in run),
                 )
                 self._cover(node.id, run)

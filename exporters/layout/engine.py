@@ -2,7 +2,9 @@
 
 Coordinates are abstract units (about 1 px at 100 % zoom) and y grows downward. A module in
 `expanded` is a frame around its children, every other module one box; with `fold_repeats`,
-runs of structurally identical sibling blocks become one "x N" box. Each expanded module's
+runs of structurally identical sibling blocks become one "x N" box. A module called more than once
+under one parent (a looped block) is one "x N calls" box until its calls are listed or one is opened
+(`calls`: entries such as `block#2`). Each expanded module's
 children are laid out as a small DAG (see `dag`), recursively, and cached by the expansion
 state of its subtree, so a click re-lays out only the path from the root to the clicked module.
 `assembly` turns the sub-layouts into absolute boxes and edges routed around boxes and frames (see
@@ -18,6 +20,7 @@ from ..errors import LayoutModuleUnknownError
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 
 from .assembly import Assembly
+from .calls import call_entries, call_entry, split_entry
 from .dag import SPACING, DagPlacement, DagShape, Spacing, dag_shape, place_dag
 from .groups import CANVAS, ROOT, GroupKey, GroupTree
 from .result import Layout
@@ -74,6 +77,7 @@ class LayoutEngine:
         self.io_head = self._io_heads()
         self._header_w: dict[GroupKey, float] = {}
         self._labels_in: dict[GroupKey, tuple[str, ...]] = {}
+        self._calls: frozenset[str] = frozenset()  # the call entries (`block#2`) of the layout being built
         self.in_ports: dict[GroupKey, dict[object, list[object]]] = {}
         self.out_ports: dict[GroupKey, dict[object, list[object]]] = {}
         seen: set[tuple[str, str]] = set()
@@ -121,7 +125,7 @@ class LayoutEngine:
     def layout(self, expanded: Iterable[str] | None = None, *, fold_repeats: bool = False, fold_min: int = 2) -> Layout:
         """The layout with the modules in `expanded` drawn as frames (None: `default_expansion`)."""
         exp = self.default_expansion() if expanded is None else frozenset(expanded)
-        unknown = sorted(a for a in exp if a and a not in self.trace.modules)
+        unknown = sorted(a for a in exp if a and not self.knows(a))
         if unknown:
             raise LayoutModuleUnknownError(
                 f"cannot expand {len(unknown)} address(es) that are not modules of this trace: {unknown[:5]}",
@@ -131,6 +135,7 @@ class LayoutEngine:
             self.cache.clear()
             self.placements.clear()
             self.shapes.clear()
+        self._calls = call_entries(exp)
         canvas = self.sub(CANVAS, exp, fold_repeats, fold_min)
         asm = Assembly(self)
         asm.place(canvas, CANVAS, MARGIN, MARGIN, 0)
@@ -140,6 +145,12 @@ class LayoutEngine:
             canvas.width + 2 * MARGIN, canvas.height + 2 * MARGIN, exp, asm.visible, groups=self.tree,
             hidden=self.hidden,
         )
+
+    def knows(self, entry: str) -> bool:
+        """Whether an expansion entry names a module of this trace (or one of its calls: `block#2`, `block#`)."""
+        address, call, is_call = split_entry(entry)
+        scope = self.trace.modules.get(address)
+        return scope is not None and (not is_call or call is None or 0 <= call < max(len(scope.calls), 1))
 
     def default_expansion(self) -> frozenset[str]:
         """Expand containers down to the outermost repeated blocks (see `default_expansion`)."""
@@ -177,7 +188,8 @@ class LayoutEngine:
     # -- per-group layout --------------------------------------------------------
     def sub(self, key: GroupKey, expanded: frozenset[str], fold: bool, fold_min: int) -> _Sub:
         g = self.tree.groups[key]
-        ck = (key, expanded & g.subtree, fold, fold_min)
+        calls = frozenset(e for e in self._calls if split_entry(e)[0] in g.subtree) if self._calls else frozenset()
+        ck = (key, expanded & g.subtree, calls, fold, fold_min)
         hit = self.cache.get(ck)
         if hit is None:
             hit = self.cache[ck] = self._layout_group(key, expanded, fold, fold_min)
@@ -187,9 +199,20 @@ class LayoutEngine:
         placed: list[_Placed] = []
         index: dict[object, int] = {}
         items = self.tree.items(key)
+        loops = self._loops(items, expanded)
         i = 0
         while i < len(items):
             item = items[i]
+            if not isinstance(item, str) and item[0] in loops:
+                if item in index:  # a later call of a folded loop: drawn by its first call's box
+                    i += 1
+                    continue
+                run = loops[item[0]]
+                for member in run:
+                    index[member] = len(placed)
+                placed.append(_Placed("folded", tuple(run), 0, 0, *self._box(box_width(self.fold_label(run), 24), FOLDED_H)))
+                i += 1
+                continue
             if isinstance(item, str):
                 run = self._io_run(items, i)
                 for label in run:
@@ -202,7 +225,7 @@ class LayoutEngine:
                     run = [item]
                 i += len(run)
                 continue
-            run = self._fold_run(items, i, expanded) if fold else [item]
+            run = self._fold_run(items, i, expanded, loops) if fold else [item]
             if len(run) >= max(fold_min, 2):
                 label = self.fold_label(run)
                 for member in run:
@@ -211,7 +234,7 @@ class LayoutEngine:
                 i += len(run)
                 continue
             index[item] = len(placed)
-            if item[0] in expanded:
+            if item[0] in expanded or (self._calls and call_entry(*item) in expanded):
                 child = self.sub(item, expanded, fold, fold_min)
                 w = max(child.width, self.header_width(item)) + 2 * FRAME_PAD
                 placed.append(_Placed("frame", item, 0, 0, w, child.height + FRAME_HEADER + FRAME_PAD, child))
@@ -248,14 +271,36 @@ class LayoutEngine:
                 pairs.add((node, index[item]) if entering else (index[item], node))
         return ports
 
-    def _fold_run(self, items: list, start: int, expanded: frozenset[str]) -> list[GroupKey]:
+    def _loops(self, items: list, expanded: frozenset[str]) -> dict[str, list[GroupKey]]:
+        """Blocks called more than once among these items and not opened: address -> its calls here. A
+        one-op module used twice (a shared activation) is no loop: its calls stay in execution order."""
+        calls: dict[str, list[GroupKey]] = {}
+        for item in items:
+            if not isinstance(item, str):
+                calls.setdefault(item[0], []).append(item)
+        return {a: run for a, run in calls.items()
+                if len(run) > 1 and len(self.tree.groups[run[0]].all_ops) > 1 and not self._loop_open(a, expanded)}
+
+    def _loop_open(self, address: str, expanded: frozenset[str]) -> bool:
+        """Whether a module's calls are drawn one by one: it is open, or an entry lists or opens a call."""
+        if address in expanded:
+            return True
+        if not self._calls:
+            return False
+        prefix = call_entry(address)
+        return any(e.startswith(prefix) for e in self._calls)
+
+    def _fold_run(self, items: list, start: int, expanded: frozenset[str], loops: dict) -> list[GroupKey]:
         first = items[start]
         sig = self.tree.groups[first].signature
-        run = []
+        run: list[GroupKey] = []
+        run_addresses: set[str] = set()  # a module met twice is looped: its calls never join a run
         for item in items[start:]:
-            if isinstance(item, str) or item[0] in expanded or self.tree.groups[item].signature != sig:
+            if (isinstance(item, str) or item[0] in expanded or self.tree.groups[item].signature != sig
+                    or item[0] in loops or self._loop_open(item[0], expanded) or item[0] in run_addresses):
                 break
             run.append(item)
+            run_addresses.add(item[0])
         return run
 
     def _io_run(self, items: list, start: int) -> list[str]:

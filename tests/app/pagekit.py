@@ -25,7 +25,8 @@ FIND_PLOT_VIEW = """
     const v = stack.pop();
     if (!v || seen.has(v)) continue;
     seen.add(v);
-    if (v.model && (v.model.type === 'Figure' || v.model.type === 'Plot') && v.canvas_view) { view = v; break; }
+    if (v.model && (v.model.type === 'Figure' || v.model.type === 'Plot') && v.canvas_view
+        && v.model.name !== 'tlx-overview') { view = v; break; }  // the graph, not its overview
     try { for (const c of v.children()) stack.push(c); } catch (e) {}
   }
 """
@@ -41,6 +42,32 @@ PLOT_RECT_JS = """() => {""" + FIND_PLOT_VIEW + """
   const rect = view.canvas_view.el.getBoundingClientRect(), f = view.frame.bbox;
   return [rect.left + f.left, rect.top + f.top, rect.left + f.right, rect.top + f.bottom];
 }"""
+
+
+OVERVIEW_JS = """() => {
+  const seen = new Set(), stack = [...(Bokeh.index.roots || [])];
+  let view = null;
+  while (stack.length && !view) {
+    const v = stack.pop();
+    if (!v || seen.has(v)) continue;
+    seen.add(v);
+    if (v.model && v.model.name === 'tlx-overview' && v.canvas_view) { view = v; break; }
+    try { for (const c of v.children()) stack.push(c); } catch (e) {}
+  }
+  if (!view) return null;
+  const rect = view.canvas_view.el.getBoundingClientRect(), f = view.frame.bbox;
+  const box = Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-viewport');
+  const sx = (x) => rect.left + view.frame.x_scale.compute(x), sy = (y) => rect.top + view.frame.y_scale.compute(y);
+  return {plot: [rect.left + f.left, rect.top + f.top, rect.left + f.right, rect.top + f.bottom],
+          viewport: [sx(box.left), sy(box.top), sx(box.right), sy(box.bottom)],
+          data: [box.left, box.top, box.right, box.bottom]};
+}"""
+
+
+def overview(page) -> dict | None:
+    """The overview (minimap) in page pixels: its plot area, the main view's rectangle on it (pixels
+    and layout units), or None before it is drawn."""
+    return page.evaluate(OVERVIEW_JS)
 
 
 def plot_rect(page) -> list[float] | None:

@@ -8,7 +8,7 @@ from torch import nn
 import tracer
 from exporters.layout import compute_layout, default_expansion, group_tree, toggle
 from tests.exporters.test_layout_checks import check_layout
-from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_resnet
+from tests.models import looped_mlp, tiny_bert, tiny_gpt2, tiny_llama, tiny_resnet
 from exporters.errors import LayoutModuleUnknownError
 
 IDS = torch.tensor([[1, 2, 3, 4, 5]])
@@ -162,14 +162,77 @@ class _Looped(nn.Module):
         return self.out(x)
 
 
-def test_a_looped_module_folds_into_one_box_with_its_call_count():
+@pytest.mark.parametrize("fold", [False, True], ids=["plain", "fold-repeats"])
+def test_a_looped_module_folds_into_one_box_with_its_call_count(fold):
     trace = tracer.trace(_Looped(), (torch.randn(2, 8),))
-    plain = compute_layout(trace, ("",))
-    assert [n.id for n in plain.nodes if n.module == "block"] == ["mod:block", "mod:block:1", "mod:block:2"]
-    folded = compute_layout(trace, ("",), fold_repeats=True)
-    check_layout(folded, trace)
-    (box,) = [n for n in folded.nodes if n.kind == "folded"]
-    assert box.repeat == 3 and box.label == "block: Sequential x3 calls"
+    lay = compute_layout(trace, ("",), fold_repeats=fold)
+    check_layout(lay, trace)
+    (box,) = [n for n in lay.nodes if n.module == "block"]
+    assert box.kind == "folded" and box.repeat == 3 and box.label == "block: Sequential x3 calls"
+    listed = compute_layout(trace, ("", "block#"), fold_repeats=fold)  # the calls, each its own box
+    check_layout(listed, trace)
+    assert [n.id for n in listed.nodes if n.module == "block"] == ["mod:block", "mod:block:1", "mod:block:2"]
+
+
+def test_a_looped_residual_block_folds_with_the_adds_between_its_calls():
+    """`x = x + block(x)` three times: the calls are not neighbours, yet fold into one box; edges back
+    into it are drawn as back edges, and no edge crosses a box."""
+    trace = tracer.trace(looped_mlp(3), (torch.randn(2, 16),))
+    for fold in (False, True):
+        lay = compute_layout(trace, ("",), fold_repeats=fold)
+        check_layout(lay, trace)
+        (box,) = [n for n in lay.nodes if n.module == "block"]
+        assert box.id == "fold:block" and box.label == "block: Sequential x3 calls"
+        assert sum(n.op_label is not None and n.op_label.startswith("add") for n in lay.nodes) == 3
+        assert any(e.back_edge and e.target == box.id for e in lay.edges)
+
+
+def test_opening_one_call_of_a_looped_module_opens_only_that_call():
+    trace = tracer.trace(looped_mlp(3), (torch.randn(2, 16),))
+    one = compute_layout(trace, ("", "block#", "block#1"))
+    check_layout(one, trace)
+    assert [(f.address, f.call) for f in one.frames if f.address == "block"] == [("block", 1)]
+    assert {"mod:block", "mod:block:2"} <= {n.id for n in one.nodes}  # the other calls stay boxes
+    every = compute_layout(trace, ("", "block"))  # the plain address still opens every call
+    check_layout(every, trace)
+    assert sorted(f.call for f in every.frames if f.address == "block") == [0, 1, 2]
+    with pytest.raises(LayoutModuleUnknownError):
+        compute_layout(trace, ("", "block#7"))
+
+
+class _SharedActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.act = nn.Linear(8, 8), nn.Linear(8, 8), nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.b(self.act(self.a(x))))
+
+
+def test_a_one_op_module_used_twice_is_no_loop():
+    trace = tracer.trace(_SharedActivation(), (torch.randn(2, 8),))
+    lay = compute_layout(trace, ("",))
+    check_layout(lay, trace)
+    assert [n.id for n in lay.nodes if n.module == "act"] == ["mod:act", "mod:act:1"]  # in execution order
+
+
+def test_toggling_calls_moves_between_the_loop_box_the_calls_and_one_open_call():
+    from exporters.layout.calls import path_entries, toggle_module
+
+    trace = tracer.trace(looped_mlp(3), (torch.randn(2, 16),))
+    root = frozenset({""})
+    listed = toggle_module(root, "block", 3)
+    assert listed == {"", "block#"}
+    opened = toggle_module(listed, "block", 3, call=2)
+    assert opened == {"", "block#", "block#2"}
+    assert toggle_module(opened, "block", 3, call=2) == listed
+    assert toggle_module(opened, "block", 3) == root  # the loop box folds back, its open call with it
+    assert toggle_module(frozenset({"", "block"}), "block", 3, call=0) == {"", "block#", "block#1", "block#2"}
+    op = next(o for o in trace.ops if o.module_stack and o.module_stack[-1] == ("block.2", 1))
+    entries = path_entries(op.module, op.module_stack, trace.modules)
+    assert {"block#1", "block.2#1"} <= entries and "block" not in entries  # only the calls the op ran in
+    check_layout(lay := compute_layout(trace, entries), trace)
+    assert {(f.address, f.call) for f in lay.frames} == {("", 0), ("block", 1), ("block.2", 1)}
 
 
 def test_unknown_address_is_refused(llama):

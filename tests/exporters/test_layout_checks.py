@@ -40,14 +40,18 @@ def check_layout(layout: Layout, trace) -> None:
             assert _disjoint(fa, fb) or _inside(fa, fb) or _inside(fb, fa), f"frames {f.address} and {g.address} cross"
         for nid, b in node_boxes.items():
             assert _disjoint(b, fa) or _inside(b, fa), f"box {nid} crosses frame {f.address}"
-    # children lie inside their frames
+    # children lie inside their frames (inside one of a module's call frames when several calls are open)
+    calls_of: dict[str, list] = {}
+    for box, f in frame_boxes:
+        calls_of.setdefault(f.address, []).append(box)
     for n in layout.nodes:
         if n.kind == "io" or n.module is None:
             continue
-        for box, f in frame_boxes:
-            own = n.kind in ("module", "folded") and n.module == f.address
-            if _under(n.module, f.address) and not own and f.call == 0:
-                assert _inside(node_boxes[n.id], box), f"{n.id} ({n.module}) lies outside frame {f.address!r}"
+        for address, boxes in calls_of.items():
+            own = n.kind in ("module", "folded") and n.module == address
+            if _under(n.module, address) and not own:
+                assert any(_inside(node_boxes[n.id], box) for box in boxes), \
+                    f"{n.id} ({n.module}) lies outside frame {address!r}"
     # every op not hidden is drawn somewhere, and every data edge between two boxes is drawn
     assert set(layout.visible) == {op.label for op in trace.ops} - layout.hidden
     assert set(layout.visible.values()) <= set(node_boxes)
