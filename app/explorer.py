@@ -24,6 +24,7 @@ from .views.graph import GraphView
 from .views.inspector import Inspector
 from .views.memory import MemoryPanel
 from .views.ranks import RankSelector
+from .views.steps import Built, fill_in_steps
 from .views.tree import ModuleTree
 
 HOST = "127.0.0.1"
@@ -106,10 +107,13 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
                           styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
 
-    def add_tabs() -> None:  # built after the graph is on screen: the first page waits for less
+    def add_tabs() -> None:  # built after the graph is on screen, one tab per tick: other sessions answer between
         right.insert(0, graph.overview())
-        right.append(pn.Tabs(*[(title, make(state=state)) for title, make in SIDE_TABS], sizing_mode="stretch_width",
-                             dynamic=True, css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))
+        (first_title, first_make), rest = SIDE_TABS[0], SIDE_TABS[1:]
+        tabs = pn.Tabs((first_title, first_make(state=state)), sizing_mode="stretch_width", dynamic=True,
+                       css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
+        right.append(tabs)
+        fill_in_steps(tabs, [Built(lambda title=title, make=make: (title, make(state=state))) for title, make in rest])
 
     pn.state.onload(add_tabs)
     name = html.escape(loaded.title)
