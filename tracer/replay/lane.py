@@ -36,10 +36,13 @@ class _Chunk:
 
     def __init__(self, n: int) -> None:
         self.exact = [False] * n
-        self.carrying: list[set[str]] = [set() for _ in range(n)]
+        self.carrying: dict[int, set[str]] = {}
+
+    def carries(self, call: int, position: str) -> None:
+        self.carrying.setdefault(call, set()).add(position)
 
     def result(self) -> list[frozenset[str] | None]:
-        return [frozenset(c) if e else None for e, c in zip(self.exact, self.carrying)]
+        return [frozenset(self.carrying.get(c, ())) if e else None for c, e in enumerate(self.exact)]
 
 
 def fast_lane(replayer: ReceivingReplayer, calls: Sequence[list[Op]], gen: torch.Generator,
@@ -161,7 +164,7 @@ def _replay_stacked(replayer: ReceivingReplayer, ops: list[Op], members: list[in
             continue
         for c, op, ok, still in zip(members, ops, exact, equal_rows(moved, out)):
             if ok and not still and not dependence_declared_absent(op, position):
-                found.carrying[c].add(position)
+                found.carries(c, position)
 
 
 def _call(func: Any, args: tuple, kwargs: dict, subs: dict[str, torch.Tensor]) -> Any:
@@ -229,5 +232,5 @@ def _perturb_alone(replayer: ReceivingReplayer, calls: Sequence[list[Op]], membe
     at = 0
     for c, position, k in tried:
         if not any(equal[at:at + k]):  # every output that reads the edge moved
-            found.carrying[c].add(position)
+            found.carries(c, position)
         at += k
