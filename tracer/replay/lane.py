@@ -102,10 +102,8 @@ def _stack_key(replayer: ReceivingReplayer, ops: list[Op], call: tuple) -> tuple
         return None
     shape, values = op.out.shape, replayer.values
     parents = {e.position: e.source for e in op.parents}
-    if len(parents) != len(op.parents) or not parents.keys() <= _top_level(args, kwargs):
-        return None  # a parent inside a list argument (cat, stack): not stacked
     key: list[Any] = [func, shape, op.out.dtype]
-    for position, a in (*zip(_positions(len(args)), args), *kwargs.items()):
+    for position, a in _arguments(args, kwargs):
         source = parents.get(position)
         if source is not None:
             v = values[source]
@@ -118,18 +116,18 @@ def _stack_key(replayer: ReceivingReplayer, ops: list[Op], call: tuple) -> tuple
             key.append(("value", position, type(a), repr(a)))  # 1, 1.0 and True, 0.0 and -0.0 stay apart
         else:
             return None
+    if sum(1 for k in key[3:] if k[0] == "edge") != len(op.parents):
+        return None  # a parent inside a list argument (cat, stack), or two at one position: not stacked
     return tuple(key)
 
 
 _POSITIONS = tuple(str(i) for i in range(64))
 
 
-def _positions(n: int) -> Sequence[str]:
-    return _POSITIONS[:n] if n <= len(_POSITIONS) else [str(i) for i in range(n)]
-
-
-def _top_level(args: tuple, kwargs: dict) -> set[str]:
-    return {*_positions(len(args)), *kwargs}
+def _arguments(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """Every top-level argument with its position ("0", "1", ... or the keyword)."""
+    named = list(zip(_POSITIONS, args)) if len(args) <= len(_POSITIONS) else [(str(i), a) for i, a in enumerate(args)]
+    return named + list(kwargs.items()) if kwargs else named
 
 
 def _replay_stacked(replayer: ReceivingReplayer, ops: list[Op], members: list[int], key: tuple,
