@@ -7,10 +7,11 @@ device are stacked and compared (or perturbed) together. Only plain strided tens
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Sequence
 
 import torch
+
+from ..store.values import row_major
 
 SMALL = 1 << 14  # elements: a larger tensor gains nothing from a batch and is handled on its own
 _Tensor = torch.Tensor
@@ -33,18 +34,9 @@ def _small(t: object) -> bool:
     return type(t) is _Tensor and t.layout is _STRIDED and t.numel() <= SMALL
 
 
-@lru_cache(maxsize=4096)
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
 def row_major_small(t: object) -> bool:
     """A plain tensor of at most SMALL elements laid out row-major (exact strides): `noisy_each` takes it."""
-    return _small(t) and t.stride() == _row_major(t.shape)  # type: ignore[union-attr]
+    return _small(t) and t.stride() == row_major(tuple(t.shape))  # type: ignore[union-attr]
 
 
 def equal_each(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
