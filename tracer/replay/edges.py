@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..ir import Edge, Op
+from .batch import same
 from .interpreter import INDEXING_KINDS, ReplayError, dependence_declared_absent, is_piecewise_constant
 from .received import ReceivingReplayer
 
@@ -48,11 +49,12 @@ def check_edges(replayer: ReceivingReplayer, ops: list[Op], gen: torch.Generator
                 baselines: dict[str, Baseline]) -> Iterator[EdgeVerdict]:
     """One verdict per recorded parent of the call whose outputs are `ops`."""
     for edge in ops[0].parents:
-        yield _check_edge(replayer, ops, edge, gen, baselines)
+        yield check_edge(replayer, ops, edge, gen, baselines)
 
 
-def _check_edge(replayer: ReceivingReplayer, ops: list[Op], edge: Edge, gen: torch.Generator,
-                baselines: dict[str, Baseline]) -> EdgeVerdict:
+def check_edge(replayer: ReceivingReplayer, ops: list[Op], edge: Edge, gen: torch.Generator,
+               baselines: dict[str, Baseline]) -> EdgeVerdict:
+    """The verdict for one recorded parent of the call whose outputs are `ops`."""
     position = edge.position
     needing = [op for op in ops if not dependence_declared_absent(op, position) and op.label in replayer.values]
     random = [op for op in needing if op.label in baselines and baselines[op.label].random]
@@ -149,18 +151,6 @@ def changed(replayer: ReceivingReplayer, op: Op, got: Any, baselines: dict[str, 
     if base.atol == 0.0:
         return not same(got, base.value)
     return max_abs(got, base.value) > base.atol
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-equal values (NaN where both are NaN), same shape and dtype."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if torch.equal(a, b):
-        return True
-    if a.is_floating_point() or a.is_complex():
-        nan = a.isnan() & b.isnan()
-        return bool(nan.any()) and bool(((a == b) | nan).all())
-    return False
 
 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -118,6 +118,38 @@ def is_nondeterministic(op: Op, args: tuple, kwargs: Mapping[str, Any]) -> bool:
     return float(p or 0.0) > 0.0
 
 
+# Pointwise kernels: each output element is computed from the same element of each argument (after
+# broadcasting) and from nothing else, so calls of one such kernel with equal other arguments may be
+# replayed together, their tensors stacked along a new leading dimension (see `lane`). Named under
+# torch, torch.Tensor, torch.nn.functional and torch.special; the callables are matched by identity.
+POINTWISE_NAMES = frozenset({
+    "abs", "neg", "negative", "positive", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+    "square", "reciprocal", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "atanh", "erf", "erfc", "erfinv", "sigmoid", "logit", "relu", "relu6", "gelu", "silu", "mish", "elu", "selu",
+    "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softplus", "softsign", "tanhshrink",
+    "hardshrink", "softshrink", "threshold", "logsigmoid", "floor", "ceil", "round", "trunc", "frac", "sign", "sgn",
+    "clamp", "clip", "clamp_min", "clamp_max", "nan_to_num", "add", "sub", "subtract", "rsub", "mul", "multiply",
+    "div", "divide", "true_divide", "floor_divide", "fmod", "remainder", "pow", "float_power", "atan2", "arctan2",
+    "hypot", "maximum", "minimum", "fmax", "fmin", "lerp", "addcmul", "addcdiv", "where", "eq", "ne", "lt", "le",
+    "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "bitwise_not", "isnan", "isinf", "isfinite", "signbit", "copysign", "xlogy", "heaviside",
+})
+_POINTWISE_NAMESPACES = (torch, torch.Tensor, torch.nn.functional, torch.special)
+_pointwise_callables: frozenset | None = None
+
+
+def is_pointwise(func: Any) -> bool:
+    """True when `func` is one of the kernel table's pointwise torch callables (by identity)."""
+    global _pointwise_callables
+    if _pointwise_callables is None:
+        _pointwise_callables = frozenset(getattr(ns, name) for ns in _POINTWISE_NAMESPACES for name in POINTWISE_NAMES
+                                         if callable(getattr(ns, name, None)))
+    try:
+        return func in _pointwise_callables
+    except TypeError:  # an unhashable callable
+        return False
+
+
 # Multi-output kernels where output k does not read some arguments: {kind: {output index: positions}}.
 OUTPUT_IGNORES: dict[str, dict[int, frozenset[str]]] = {
     "multi_head_attention_forward": {1: frozenset({"2", "value"})},  # attention weights never read value
@@ -172,8 +204,12 @@ def context(op: Op) -> str:
 def substitute(args: tuple, kwargs: dict, values: Mapping[str, torch.Tensor]) -> tuple[tuple, dict]:
     """Copies of `args`/`kwargs` with the tensor at each position in `values` replaced."""
     new_args = list(args)
-    new_kwargs = dict(kwargs)
+    new_kwargs = dict(kwargs) if kwargs else {}
     for position, value in values.items():
+        i = _TOP.get(position)
+        if i is not None:  # a top-level positional argument (the common case)
+            new_args[i] = value
+            continue
         head, _, item = position.partition(".")
         if head.isdigit():
             i = int(head)
@@ -186,6 +222,9 @@ def substitute(args: tuple, kwargs: dict, values: Mapping[str, torch.Tensor]) ->
         else:
             new_kwargs[position] = value
     return tuple(new_args), new_kwargs
+
+
+_TOP = {str(i): i for i in range(64)}
 
 
 def inplace_target_position(op: Op, kwargs: Mapping[str, Any], args: tuple = ()) -> str | None:
@@ -202,12 +241,12 @@ def inplace_target_position(op: Op, kwargs: Mapping[str, Any], args: tuple = ())
 
 def select_output(out: Any, op: Op, target: torch.Tensor | None) -> torch.Tensor | None:
     """The tensor an op recorded, picked out of its call's return value."""
-    from ..capture.walk import shallow_tensors
-
     if isinstance(out, torch.Tensor):
         return out if op.output_index == 0 else None
     if out is None:
         return target
+    from ..capture.walk import shallow_tensors
+
     items = shallow_tensors(out)
     return items[op.output_index] if op.output_index < len(items) else None
 
@@ -263,8 +302,10 @@ class Replayer:
         `grad=True` replays with autograd recording, as a capture with grad enabled ran
         (some kernels pick another algorithm then); the result is detached.
         """
-        method = getattr(self, f"run_{_category(op)}")
+        method = getattr(self, _METHODS.get(op.kind, "run_call"))
         try:
+            if not grad and not torch.is_grad_enabled():  # validate replays under one no_grad
+                return method(op, override or {})
             if grad:
                 with torch.enable_grad():
                     out = method(op, _as_recorded(self.trace, op, self.values, override or {}))
@@ -328,11 +369,4 @@ def _top_level_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str
     return found
 
 
-def _category(op: Op) -> str:
-    if op.kind == INPUT_KIND:
-        return "input"
-    if op.kind == CONSTANT_KIND:
-        return "constant"
-    if op.kind == OUTPUT_KIND:
-        return "output"
-    return "call"
+_METHODS = {INPUT_KIND: "run_input", CONSTANT_KIND: "run_constant", OUTPUT_KIND: "run_output"}

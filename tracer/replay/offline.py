@@ -31,6 +31,7 @@ _ALLOWED_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch._C._nn.", "
 _SYNTHETIC = (INPUT_KIND, OUTPUT_KIND, CONSTANT_KIND)
 _FUNCTION_KIND = "autograd_function"  # tracer.capture.boundaries.FUNCTION_KIND (not imported: capture is heavy)
 _PYTYPES = {"int": int, "float": float, "bool": bool, "complex": complex}
+_PLAIN = frozenset({bool, int, float, str})
 # Callables the caller allows an offline replay to call, by the name an op records (Op.func).
 _ALLOWED: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("offline_callables", default={})
 
@@ -168,6 +169,7 @@ class OfflineCalls:
         self._aliases = {alias: rec.address for rec in trace.params.values() for alias in rec.tied}
         self._calls: dict[int, tuple] = {}
         self._param_cache: dict[str, torch.Tensor] = {}
+        self._funcs: dict[tuple, Any] = {}  # (op kind, op func, stored call) -> the resolved callable
 
     def call(self, op: Op) -> tuple:
         hit = self._calls.get(op.func_call_id)
@@ -180,14 +182,24 @@ class OfflineCalls:
         template = op.attrs
         if "args" not in template:
             raise NotReplayable("not replayable offline: the trace file holds no call template for it")
-        func = resolve_foreign(op, self.allowed) if template.get("call") is None else resolve_callable(template["call"])
+        func = self._func(op, template.get("call"))
         edges = {e.position: e.source for e in op.parents}
         args = tuple(self._value(a, edges) for a in template["args"])
         kwargs = {str(k): self._value(v, edges) for k, v in template["kwargs"].items()}
         return func, args, kwargs
 
+    def _func(self, op: Op, call: Any) -> Any:
+        """The callable of a stored call, resolved once per name (a refusal is not kept: it raises each time)."""
+        if call is not None and not isinstance(call, str):
+            return resolve_callable(call)  # refused
+        key = (op.kind, op.func, call)
+        hit = self._funcs.get(key)
+        if hit is None:
+            hit = self._funcs[key] = resolve_foreign(op, self.allowed) if call is None else resolve_callable(call)
+        return hit
+
     def _value(self, a: Any, edges: Mapping[str, str]) -> Any:
-        if a is None or isinstance(a, (bool, int, float, str)):
+        if type(a) in _PLAIN or a is None or isinstance(a, (bool, int, float, str)):
             return a
         if isinstance(a, list):
             return [self._value(b, edges) for b in a]

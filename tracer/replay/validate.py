@@ -18,10 +18,12 @@ loaded from a file replays from its stored call templates (see `offline`).
 """
 from __future__ import annotations
 
+import gc
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -30,8 +32,9 @@ from ..errors import (DistributedReplayUnsupportedError, ReplayMismatchError, Re
                       StructureOnlyValidationError, TraceInvariantError,
                       TracerError, ValidationFailedError, ValidationScopeError, ValuesMissingError)
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
-from .edges import Baseline, call_tensors, check_edges, max_abs, same
+from .edges import Baseline, EdgeVerdict, call_tensors, check_edge, check_edges, max_abs, same
 from .interpreter import NotReplayable, ReplayError, context, is_nondeterministic
+from .lane import CHUNK, fast_lane
 from .offline import has_call_templates
 from .received import ReceivingReplayer
 
@@ -160,6 +163,27 @@ def validation_report(trace: Trace, scope: str = "forward", *, perturb: bool = T
 
 def _report(trace: Trace, scope: str, perturb: bool, params: Mapping[str, torch.Tensor] | None) -> ValidationReport:
     started = time.perf_counter()
+    with _existing_objects_frozen():
+        report = _checked(trace, scope, perturb, params)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@contextmanager
+def _existing_objects_frozen() -> Iterator[None]:
+    """Keep the cyclic GC off every object that exists already (a big trace holds millions), so a collection
+    while validating scans only what validation makes (left alone where the process froze objects itself)."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _checked(trace: Trace, scope: str, perturb: bool, params: Mapping[str, torch.Tensor] | None) -> ValidationReport:
     check_invariants(trace)
     report = ValidationReport(scope=scope, ops_total=len(trace.ops))
     _verification_findings(trace, report)
@@ -168,15 +192,25 @@ def _report(trace: Trace, scope: str, perturb: bool, params: Mapping[str, torch.
     groups: dict[int, list[Op]] = defaultdict(list)
     for op in trace.ops:
         groups[op.func_call_id].append(op)
-    for ops in groups.values():
-        try:
-            _check_call(replayer, ops, report, gen, perturb)
-        except Exception as exc:  # whatever a kernel does, validation reports it and goes on
-            op = ops[0]
-            report.findings.append(Finding(op.label, op.index, "not_replayable",
-                                           f"not replayable: {type(exc).__name__}: {exc}; {context(op)}"))
+    calls = list(groups.values())
+    with torch.no_grad():  # every replay runs without autograd unless it asks for it (grad=True)
+        for start in range(0, len(calls), CHUNK):
+            chunk = calls[start:start + CHUNK]
+            try:
+                fast = fast_lane(replayer, chunk, gen, perturb)
+            except Exception:  # the lane only shortens: whatever it met, the full checks run
+                fast = [None] * len(chunk)
+            for ops, carrying in zip(chunk, fast):
+                try:
+                    if carrying is None:
+                        _check_call(replayer, ops, report, gen, perturb)
+                    else:
+                        _finish_exact_call(replayer, ops, carrying, report, gen, perturb)
+                except Exception as exc:  # whatever a kernel does, validation reports it and goes on
+                    op = ops[0]
+                    report.findings.append(Finding(op.label, op.index, "not_replayable",
+                                                   f"not replayable: {type(exc).__name__}: {exc}; {context(op)}"))
     report.findings.sort(key=lambda f: f.index)
-    report.seconds = time.perf_counter() - started
     return report
 
 
@@ -263,6 +297,20 @@ def _check_call(replayer: ReceivingReplayer, ops: list[Op], report: ValidationRe
         _record_edges(replayer, ops, report, gen, baselines)
 
 
+def _finish_exact_call(replayer: ReceivingReplayer, ops: list[Op], carrying: frozenset[str],
+                       report: ValidationReport, gen: torch.Generator, perturb: bool) -> None:
+    """Count a call the fast lane replayed bit for bit; check the edges it did not prove carrying."""
+    report.ops_replayed += len(ops)
+    report.ops_exact += len(ops)
+    if not perturb:
+        return
+    parents = ops[0].parents
+    rest = [e for e in parents if e.position not in carrying]
+    report.edges_checked += len(parents) - len(rest)
+    report.edges_carrying += len(parents) - len(rest)
+    _record(report, (check_edge(replayer, ops, e, gen, {}) for e in rest))
+
+
 def _replay_as_received(replayer: ReceivingReplayer, op: Op, ops: list[Op], want: torch.Tensor | None,
                         by_meta: bool = False) -> tuple[Any, bool]:
     """`op` replayed from its saved parents, and whether that equals `want` bit for bit.
@@ -306,7 +354,11 @@ def _subsets(items: list[str]) -> list[tuple[str, ...]]:
 
 def _record_edges(replayer: ReceivingReplayer, ops: list[Op], report: ValidationReport, gen: torch.Generator,
                   baselines: dict[str, Baseline]) -> None:
-    for verdict in check_edges(replayer, ops, gen, baselines):
+    _record(report, check_edges(replayer, ops, gen, baselines))
+
+
+def _record(report: ValidationReport, verdicts: Iterable[EdgeVerdict]) -> None:
+    for verdict in verdicts:
         report.edges_checked += 1
         op = verdict.op
         if verdict.outcome == "carries":
@@ -383,9 +435,16 @@ def _compare_inexact(replayer: ReceivingReplayer, op: Op, got: torch.Tensor, wan
 
 
 def _meta_ok(t: Any, op: Op) -> bool:
-    if not isinstance(t, torch.Tensor) or op.out is None:
+    out = op.out
+    if out is None or not isinstance(t, torch.Tensor):
         return False
-    return tuple(t.shape) == op.out.shape and str(t.dtype).replace("torch.", "") == op.out.dtype
+    text = _DTYPE_TEXT.get(t.dtype)
+    if text is None:
+        text = _DTYPE_TEXT[t.dtype] = str(t.dtype).replace("torch.", "")
+    return t.shape == out.shape and text == out.dtype
+
+
+_DTYPE_TEXT: dict[torch.dtype, str] = {}
 
 
 def _describe(t: Any) -> str:
@@ -405,8 +464,9 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
 # -- metadata invariants ------------------------------------------------------------------------
 def check_invariants(trace: Trace) -> None:
     """Raise `TraceInvariantError` at the first op whose record disagrees with what ran."""
+    index = {op.label: op.index for op in trace.ops}
     for op in trace.ops:
-        problem = _op_invariant(trace, op)
+        problem = _op_invariant(trace, op, index)
         if problem:
             raise TraceInvariantError(f"{op.label}: {problem}", site=context(op), op=op.label, invariant=problem)
     problem, op = _unattributed_parameter(trace)
@@ -415,9 +475,10 @@ def check_invariants(trace: Trace) -> None:
                                   remedy=UNATTRIBUTED_REMEDY)
 
 
-def _op_invariant(trace: Trace, op: Op) -> str | None:
+def _op_invariant(trace: Trace, op: Op, index: Mapping[str, int]) -> str | None:
+    at = op.index
     for edge in op.parents:
-        if edge.source not in trace or trace[edge.source].index >= op.index:
+        if index.get(edge.source, at) >= at:
             return f"edge from {edge.source} does not point to an earlier op"
     value = trace.values.get(op.label)
     if value is not None and not _meta_ok(value, op):

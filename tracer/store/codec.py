@@ -45,6 +45,46 @@ def _encode_other(value: Any) -> Any:
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=_encode_other)
+_BARE = msgspec.json.Encoder()  # no hook: refuses whatever is not JSON data already
+
+
+class _BodyEncoder:
+    """`_encode_other` for one body, each distinct module stack and call template made plain once.
+
+    Templates are keyed by their JSON text: equal text means equal plain data, except that JSON writes
+    NaN, infinities and None all as null, so a template whose text holds `null` is made plain on its own.
+    """
+
+    def __init__(self) -> None:
+        self._stacks: dict[int, msgspec.Raw] = {}  # by id: the stacks live as long as the trace being encoded
+        self._plain: dict[bytes, msgspec.Raw] = {}
+        self._mapping: dict[type, bool] = {}
+        self.encoder = msgspec.json.Encoder(enc_hook=self)
+
+    def __call__(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is ModuleStack:
+            hit = self._stacks.get(id(value))
+            if hit is None:
+                hit = self._stacks[id(value)] = msgspec.Raw(_BARE.encode(value.as_tuple()))
+            return hit
+        mapping = self._mapping.get(kind)
+        if mapping is None:
+            mapping = self._mapping[kind] = isinstance(value, Mapping)
+        if not mapping:
+            return _encode_other(value)
+        items = getattr(value, "items", None)  # a call template hands over its encoded dict's items at C speed
+        data = dict(items()) if callable(items) else dict(value)
+        try:
+            text = _BARE.encode(data)
+        except (TypeError, ValueError, OverflowError):
+            return plain_json(data)
+        if b"null" in text:
+            return plain_json(data)
+        hit = self._plain.get(text)
+        if hit is None:
+            hit = self._plain[text] = msgspec.Raw(_BARE.encode(plain_json(data)))
+        return hit
 
 
 def provenance_to_json(provenance: Provenance) -> dict[str, Any]:
@@ -108,7 +148,7 @@ def encode_body(trace: Trace, gradients: Any = None) -> bytes:
                 envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
                 backward=None if trace.backward is None else to_doc(trace.backward, gradients))
     try:
-        raw = _without_gc(_ENCODER.encode, body)
+        raw = _without_gc(_BodyEncoder().encoder.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
     return raw.replace(_NO_DISTRIBUTED_FIELDS, b"}")  # an op's unset distributed fields take no bytes (defaults on load)

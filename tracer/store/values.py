@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import os
 from collections import Counter
-from functools import lru_cache
-from itertools import groupby
+from functools import lru_cache, partial
+from itertools import accumulate, groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Mapping
@@ -73,27 +74,31 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     Tensors of one dtype and shape are stored next to each other (widest dtype first, so every
     tensor is aligned) and copied out in blocks of about _CHUNK_BYTES, not one by one.
     """
-    for label, value in values.items():
-        _check_storable(label, value)
-    stored, spans, views, dense_views = _spans(values)
+    facts = _facts(values)
+    stored, spans, views, dense_views = _spans(values, facts)
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
     for label, value in values.items():
-        if label in views and label not in spans:
-            continue  # read back from another value's span
-        value = stored.get(label, value)
-        groups.setdefault((value.dtype, tuple(value.shape)), []).append((label, value))
+        if label in views:
+            if label not in spans:
+                continue  # read back from another value's span
+            value = stored[label]
+            key = (value.dtype, (spans[label],))
+        else:
+            fact = facts[label]
+            key = (fact[0], fact[1])
+        groups.setdefault(key, []).append((label, value))
     order = sorted(groups, key=lambda k: (-k[0].itemsize, _NAMES[k[0]], k[1]))
     header: dict[str, Any] = {}
     offset = 0
     for dtype, shape in order:
-        name, nbytes = _NAMES[dtype], math.prod(shape) * dtype.itemsize
+        name, nbytes, listed = _NAMES[dtype], math.prod(shape) * dtype.itemsize, list(shape)
         for label, _ in groups[(dtype, shape)]:
-            header[label] = {"dtype": name, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            header[label] = {"dtype": name, "shape": listed, "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
     header["__metadata__"] = {"format": FORMAT}
     in_file = [label for label in header if label != "__metadata__"]  # metadata in file order: a resave is identical
-    layouts = {label: list(values[label].stride()) for label in in_file
-               if label not in views and _kept_layout(values[label])}
+    layouts = {label: list(facts[label][2]) for label in in_file
+               if label not in views and _layout(facts[label][1], facts[label][2]) == _KEPT}
     if layouts:
         header["__metadata__"]["strides"] = msgspec.json.encode(layouts).decode()
     if views or dense_views:
@@ -114,34 +119,51 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     return hasher.hexdigest()
 
 
-def _spans(values: Mapping[str, torch.Tensor]) -> tuple[dict, dict, dict, list]:
+def _facts(values: Mapping[str, Any]) -> dict[str, tuple]:
+    """Each value's `(dtype, shape, strides, storage key)` read once (the key None for an empty value);
+    refuses a value that cannot be stored."""
+    files = {getattr(values, "file_storage", 0)}
+    read_from = getattr(values, "span_owner", {})
+    facts: dict[str, tuple] = {}
+    for label, v in values.items():
+        if type(v) is not torch.Tensor:
+            _check_storable(label, v)
+        dtype = v.dtype
+        if dtype not in _NAMES or v.is_meta:
+            _check_storable(label, v)
+        shape, stride = tuple(v.shape), v.stride()
+        key = None
+        if _numel(shape):
+            ptr = v.untyped_storage().data_ptr()
+            # values read from one file share its buffer: they group as the file grouped them
+            key = (ptr, dtype, v.device) if ptr not in files else (read_from.get(label, label),)
+        facts[label] = (dtype, shape, stride, key)
+    return facts
+
+
+def _spans(values: Mapping[str, torch.Tensor], facts: Mapping[str, tuple]) -> tuple[dict, dict, dict, list]:
     """Values sharing one storage (a tensor and its views), and lone non-dense views: stored as the storage
     span they cover together. Returns the span tensors and their lengths by owner label, each member's
     `[owner, offset in the span, strides]`, and the views whose span was too large (stored dense)."""
-    files = {getattr(values, "file_storage", 0)}
-    read_from = getattr(values, "span_owner", {})
     by_storage: dict[tuple, list[str]] = {}
-    for label, v in values.items():
-        if v.numel():
-            ptr = v.untyped_storage().data_ptr()
-            # values read from one file share its buffer: they group as the file grouped them
-            key = (ptr, v.dtype, v.device) if ptr not in files else (read_from.get(label, label),)
+    for label, (_dtype, _shape, _stride, key) in facts.items():
+        if key is not None:
             by_storage.setdefault(key, []).append(label)
     stored: dict[str, torch.Tensor] = {}
     spans: dict[str, int] = {}
     views: dict[str, list] = {}
     dense_views: list[str] = []
     for labels in by_storage.values():
-        members = [values[label] for label in labels]
-        if len(labels) == 1 and not _is_view(members[0]):
+        if len(labels) == 1 and _layout(*facts[labels[0]][1:3]) != _VIEW:
             continue  # a value alone in its storage that tiles it: stored as itself
+        members = [values[label] for label in labels]
         lo = min(m.storage_offset() for m in members)
         hi = max(m.storage_offset() + span_of(m.shape, m.stride()) for m in members)
         if _span_fits(sum(m.numel() for m in members), hi - lo):
             groups = [(labels, members, lo, hi)]
         else:  # too far apart to store together: each view on its own span, the rest as themselves
             groups = [([label], [m], m.storage_offset(), m.storage_offset() + span_of(m.shape, m.stride()))
-                      for label, m in zip(labels, members) if _is_view(m)]
+                      for label, m in zip(labels, members) if _layout(*facts[label][1:3]) == _VIEW]
         for group, tensors, start, end in groups:
             if not _span_fits(sum(m.numel() for m in tensors), end - start):
                 dense_views += group
@@ -154,33 +176,54 @@ def _spans(values: Mapping[str, torch.Tensor]) -> tuple[dict, dict, dict, list]:
     return stored, spans, views, dense_views
 
 
-def _row_major(shape: Any) -> tuple[int, ...]:
-    """Row-major strides of `shape` (cached: a trace repeats a few shapes over 100,000s of values)."""
-    return _row_major_of(tuple(shape))
+@lru_cache(maxsize=4096)
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
 
 
 @lru_cache(maxsize=4096)
-def _row_major_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of `shape` (cached: a trace repeats a few shapes over 100,000s of values)."""
     strides, step = [], 1
-    for n in reversed(tuple(shape)):
+    for n in reversed(shape):
         strides.append(step)
         step *= max(int(n), 1)
     return tuple(reversed(strides))
 
 
+_PLAIN_LAYOUT, _KEPT, _VIEW = "plain", "kept", "view"
+
+
+@lru_cache(maxsize=4096)
+def _layout(shape: tuple[int, ...], stride: tuple[int, ...]) -> str:
+    """How a value of `shape` and `stride` is stored: `_KEPT`, other than row-major strides whose elements
+    tile their memory exactly (a permutation of dims, or a size-1 dim with an odd stride: BLAS reads that as
+    a transposed operand); `_VIEW`, elements that do not tile their memory (a slice, an expand, a step);
+    else `_PLAIN_LAYOUT` (row-major, or too small for its strides to matter)."""
+    numel = _numel(shape)
+    if numel < 2 or stride == row_major(shape):
+        return _PLAIN_LAYOUT
+    if 0 not in stride:
+        order = sorted(range(len(shape)), key=lambda d: -stride[d])
+        if _contiguous([shape[d] for d in order], [stride[d] for d in order]):
+            return _KEPT
+    return _VIEW
+
+
+def _contiguous(shape: Any, stride: Any) -> bool:
+    """`Tensor.is_contiguous()` of a tensor with this shape and these strides (size-1 dims take any stride)."""
+    expected = 1
+    for n, s in zip(reversed(shape), reversed(stride)):
+        if n != 1:
+            if s != expected:
+                return False
+            expected *= n
+    return True
+
+
 def _kept_layout(t: torch.Tensor) -> bool:
-    """True for a tensor with other than row-major strides whose elements tile its memory exactly (a
-    permutation of dims, or a size-1 dim with an odd stride: BLAS reads that as a transposed operand)."""
-    if t.numel() < 2 or 0 in t.stride() or t.stride() == _row_major(t.shape):
-        return False
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
-    return t.permute(order).is_contiguous()
-
-
-def _is_view(t: torch.Tensor) -> bool:
-    """True for a non-empty tensor whose elements do not tile their memory (a slice, an expand, a step)."""
-    return t.numel() > 1 and t.stride() != _row_major(t.shape) and not _kept_layout(t) and not (
-        t.dim() and all(n == 1 for n in t.shape))
+    """True for a tensor stored in its own non-row-major dense layout (see `_layout`)."""
+    return _layout(tuple(t.shape), t.stride()) == _KEPT
 
 
 def _in_layout(value: torch.Tensor, stride: Any, label: str, site: str) -> torch.Tensor:
@@ -287,7 +330,8 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
 def _largest_data(metas: Mapping[str, TensorMeta | None]) -> int:
     """Bytes of every recorded op output together: no values file of this trace can hold more data."""
     itemsize = {text: dtype.itemsize for dtype, text in _DTYPE_TEXT.items()}
-    shapes = Counter((m.shape, m.dtype) for m in metas.values() if m is not None)
+    recorded = list(filter(_NOT_NONE, metas.values()))
+    shapes = Counter(zip(map(_SHAPE, recorded), map(_DTYPE, recorded)))
     return sum(math.prod(shape) * itemsize.get(dtype, 0) * n for (shape, dtype), n in shapes.items())
 
 
@@ -338,23 +382,26 @@ def _entries(buf: bytearray, site: str,
     found = list(map(metas.get, labels))
     dtypes = list(map(DTYPES.get, map(_DTYPE, entries)))
     offsets = list(map(_OFFSETS, entries))
-    stored = [] if None in found else list(map(_SHAPE, found)) if not spans else [
+    missing = any(map(_IS_NONE, found))
+    stored = [] if missing else list(map(_SHAPE, found)) if not spans else [
         (spans[label],) if label in spans else m.shape for label, m in zip(labels, found)]
     extra = (set(spans) - set(labels)) | (set(views) - set(spans)) & set(labels)
     if extra:
         raise TraceFileCorruptError(f"{site}: {sorted(extra)[0]!r} is recorded both as a span and not (or its span "
                                     "is missing)", site=site)
-    if (None in found or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
+    if (missing or list(map(_DTYPE_TEXT.get, dtypes)) != list(map(_DTYPE, found))
             or list(map(_SHAPE, entries)) != stored):
         bad = next(label for label, spec, meta in zip(labels, entries, found)
                    if meta is None or spec.shape != ((spans[label],) if label in spans else meta.shape)
                    or _DTYPE_TEXT.get(DTYPES.get(spec.dtype)) != meta.dtype)
         raise TraceFileCorruptError(f"the saved value of {bad!r} disagrees with its recorded shape/dtype (or there "
                                     f"is no such op)", site=site)
-    sizes = {shape: math.prod(shape) for shape in set(map(_SHAPE, entries))}
-    ends = [b + sizes[shape] * dtype.itemsize for (b, _), shape, dtype in zip(offsets, map(_SHAPE, entries), dtypes)]
+    kinds = list(zip(map(_SHAPE, entries), dtypes))
+    nbytes = {kind: math.prod(kind[0]) * kind[1].itemsize for kind in set(kinds)}
+    ends = list(accumulate(map(nbytes.__getitem__, kinds)))  # where each tensor ends when all follow back to back
     expected = [0, *ends[:-1]]
-    if [o for o, _ in offsets] != expected or [e for _, e in offsets] != ends or (ends[-1] if ends else 0) != len(buf) - 8 - n:
+    if (list(map(_FIRST, offsets)) != expected or list(map(_SECOND, offsets)) != ends
+            or (ends[-1] if ends else 0) != len(buf) - 8 - n):
         for label, (b, e), want_b, want_e in zip(labels, offsets, expected, ends):
             if (b, e) != (want_b, want_e):
                 raise TraceFileCorruptError(f"{site}: the byte range of {label!r} does not fit its shape or does not "
@@ -404,4 +451,6 @@ def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
     return layouts
 
 
-_DTYPE, _SHAPE, _OFFSETS, _FIRST = attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets"), itemgetter(0)
+_DTYPE, _SHAPE, _OFFSETS, _FIRST, _SECOND = (attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets"),
+                                             itemgetter(0), itemgetter(1))
+_IS_NONE, _NOT_NONE = partial(operator.is_, None), partial(operator.is_not, None)
