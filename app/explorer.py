@@ -107,13 +107,9 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
                           styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
 
-    def add_tabs() -> None:  # built after the graph is on screen, one tab per tick: other sessions answer between
+    def add_tabs() -> None:  # after the graph is on screen, a piece per tick: other sessions answer between
         right.insert(0, graph.overview())
-        (first_title, first_make), rest = SIDE_TABS[0], SIDE_TABS[1:]
-        tabs = pn.Tabs((first_title, first_make(state=state)), sizing_mode="stretch_width", dynamic=True,
-                       css_classes=["tlx-tabs"], styles={**scroll, "flex": "1 1 0", "min-height": "120px"})
-        right.append(tabs)
-        fill_in_steps(tabs, [Built(lambda title=title, make=make: (title, make(state=state))) for title, make in rest])
+        fill_in_steps(right, [Built(lambda: side_tabs(state, styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))])
 
     pn.state.onload(add_tabs)
     name = html.escape(loaded.title)
@@ -130,6 +126,25 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     page.tlx_graph = graph
     page.tlx_centre = centre
     return page
+
+
+def side_tabs(state: ExplorerState, styles: dict[str, str]) -> pn.Tabs:
+    """The side tabs, each built when first shown: the open one at the next tick, the others on their first click
+    (a page that never opens the Doctor never builds it, and a fresh page holds the server's loop for less)."""
+    holders = [pn.Column(sizing_mode="stretch_width") for _ in SIDE_TABS]
+    built: set[int] = set()
+
+    def show(index: int) -> None:
+        if index not in built and 0 <= index < len(holders):
+            built.add(index)
+            make = SIDE_TABS[index][1]
+            fill_in_steps(holders[index], [Built(lambda: make(state=state))])
+
+    tabs = pn.Tabs(*[(title, holder) for (title, _), holder in zip(SIDE_TABS, holders)], sizing_mode="stretch_width",
+                   dynamic=True, css_classes=["tlx-tabs"], styles=styles)
+    tabs.param.watch(lambda event: show(event.new), "active")
+    show(tabs.active)
+    return tabs
 
 
 def plain_title(text: str) -> str:

@@ -108,8 +108,8 @@ def _served_url(proc: subprocess.Popen, deadline: float) -> str:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path, page):
-    """A page opened in the browser makes the session's export folder (its side tabs are built once the page
-    has painted); SIGTERM to the server removes it."""
+    """A page whose Export tab was opened makes the session's export folder (each side tab is built on its first
+    showing); SIGTERM to the server removes it."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
@@ -123,6 +123,7 @@ def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path, page):
                 time.sleep(0.2)
         page.goto(url)
         page.wait_for_selector(".tlx-tabs", state="attached", timeout=60_000)
+        page.locator(".bk-tab", has_text="Export").click()
         deadline = time.monotonic() + 30
         while not list(tmp_path.glob("tlx-export-*")) and time.monotonic() < deadline:
             time.sleep(0.2)
