@@ -26,25 +26,28 @@ def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, m
     """A JSON-able description of the capture's twin conditions (config, versions, modes, inputs, policies)."""
     config = getattr(model, "config", None)
     tf = sys.modules.get("transformers")
+    walked = modules or named_modules(model, remove_duplicate=False)
     return {
         "model_class": type(model).__name__,
         "config_fingerprint": config_fingerprint(config),
         "versions": {"torch": torch.__version__,
                      "transformers": getattr(tf, "__version__", None) if tf is not None else None},
-        "training_modules": [name for name, m in first_visits(modules or named_modules(model, remove_duplicate=False))
+        "training_modules": [name for name, m in first_visits(walked)
                              if m.training],
         "inputs": [[path, list(t.shape), str(t.dtype).replace("torch.", "")]
                    for path, t in [*iter_tensors(list(args), "args"), *iter_tensors(dict(kwargs), "kwargs")]],
         "use_cache": _use_cache(config, kwargs),
         "attention_mask": _mask_policy(kwargs),
         "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
-        "device": _device_type(model, args, kwargs),
+        "device": _device_type(walked, args, kwargs),
     }
 
 
-def _device_type(model: nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> str | None:
-    """The device type the capture runs on: its first parameter's, else its first input's (None: neither)."""
-    first = next(model.parameters(), None)
+def _device_type(walked: list[tuple[str, nn.Module]], args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+    """The device type the capture runs on: its first parameter's, else its first input's (None: neither).
+
+    `walked` is the model's module walk (iterative: torch's `parameters()` is quadratic in nesting depth)."""
+    first = next((p for _name, m in walked for p in m._parameters.values() if p is not None), None)
     if first is None:
         first = next((t for _p, t in [*iter_tensors(list(args), "args"), *iter_tensors(dict(kwargs), "kwargs")]), None)
     return first.device.type if first is not None else None
