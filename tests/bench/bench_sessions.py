@@ -74,10 +74,14 @@ def start_server(config: str, root: Path = ROOT, loop_log: Path | None = None) -
     raise SystemExit(f"the server did not start: {line}")
 
 
-def open_page(page, url: str) -> None:
+def open_page(page, url: str, *, settle: bool = False) -> None:
+    """Load `url` until the graph is interactive; `settle`: also until the parts built after the first paint
+    (overview, side tabs, the open tab's form) are in the page."""
     page.goto(url)
     page.wait_for_function(READY, timeout=120_000)
     pagekit.wait_graph(page)
+    if settle:
+        page.wait_for_selector(".tlx-discharge", state="attached", timeout=120_000)
 
 
 def round_trip_ms(page, label: str) -> tuple[float, float, float]:
@@ -120,11 +124,12 @@ def start_action(page, action: str) -> callable:
 
 
 def run_once(a, b, url: str, labels: list[str], action: str | None, limit: int) -> tuple[list[tuple], float, float]:
-    """One run: fresh pages, A starts `action` (None: idle), B's round trips until A is done (or `limit`).
+    """One run: fresh pages (B settled first, then A, whose after-paint parts overlap B's first trips), A starts
+    `action` (None: idle), B's round trips until A is done (or `limit`).
 
     Returns B's trips as (ms, wall start, wall end), how long A's action took and its wall-clock start."""
-    open_page(b, url)
-    open_page(a, url)
+    open_page(b, url, settle=True)  # B's own page finished loading: its trips measure the other session
+    open_page(a, url)  # A's page is still building its side parts while B's trips start
     b.bring_to_front()
     trips: list[tuple[float, float, float]] = []
     started, wall = time.perf_counter(), time.time()
