@@ -273,25 +273,15 @@ def _scan(args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[list[Tenso
     known = False
     python_only = True
     for a in (*args, *kwargs.values()) if kwargs else args:
-        if isinstance(a, Tensor):
-            n += 1
-            python_only = False
-            if a.device.type != "meta":
-                reals.append(a)
-            elif not known and ledger.value_of(a) is not None:
-                known = True
-        elif type(a) in (list, tuple):
-            for b in a:
-                if isinstance(b, Tensor):
-                    n += 1
-                    python_only = False
-                    if b.device.type != "meta":
-                        reals.append(b)
-                    elif not known and ledger.value_of(b) is not None:
-                        known = True
-            if python_only and not is_python_call((a,), {}):
+        for b in a if type(a) in (list, tuple) else (a,):  # one level of list/tuple nesting is looked into
+            if isinstance(b, Tensor):
+                n += 1
                 python_only = False
-        elif python_only and not is_python_call((a,), {}):
+                if b.device.type != "meta":
+                    reals.append(b)
+                elif not known and ledger.value_of(b) is not None:
+                    known = True
+        if python_only and not is_python_call((a,), {}):
             python_only = False
     return reals, n, known, python_only
 
