@@ -189,9 +189,10 @@ def explore(ns: argparse.Namespace) -> int:
             threading.Timer(1.0, webbrowser.open, args=(url,)).start()
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # exit cleanly: temp folders are removed at exit
-    from .heap import freeze_long_lived
+    from .heap import collect_when_idle, freeze_long_lived
 
     freeze_long_lived()  # what lives as long as the server is never walked again by a collection on the loop
+    collect_when_idle()  # and what the sessions leave is collected while none of them waits
     try:
         serve(loaded, port, on_ready=ready)
     except OSError as exc:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from typing import Any, Callable
 
 import panel as pn
 
 from exporters.model_explorer.server import free_port
 
+from . import activity
 from .sources import Loaded
 from .state import ExplorerState
 from .urlstate import apply_query, keep_in_url, session_query
@@ -30,6 +32,7 @@ from .views.tree import ModuleTree
 HOST = "127.0.0.1"
 LEFT_PX = 300
 RIGHT_PX = 400
+GIVE_WAY_S, MAX_GIVE_WAY_S = 0.1, 10.0  # the next page waits while sessions wait on the server, at most this long
 REFILL_DELAY_S = 2.0  # the next page is built this long after one is taken, not while that page is being sent
 
 # The tabs under the inspector, in order: (title, a panel class taking state=). Add a tab by adding a row.
@@ -74,6 +77,10 @@ class PagePool:
 
     def _refill(self, delay_s: float = 0.0) -> None:
         def build() -> None:
+            given_way = 0.0
+            while given_way < MAX_GIVE_WAY_S and activity.anyone_waiting():  # a page's click goes first
+                time.sleep(GIVE_WAY_S)
+                given_way += GIVE_WAY_S
             parts = PageParts(self.loaded)
             with self._lock:
                 self._ready = parts
@@ -161,6 +168,7 @@ def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Ca
     url = f"http://{HOST}:{port}/"
     if on_ready is not None:
         on_ready(url)
+    activity.install()  # work nobody waits for gives way to a session's click (app.activity)
     pool = PagePool(loaded)  # the next page's parts are built while nobody waits for them
     return pn.serve(
         {"/": lambda: build_app(loaded, pool)}, address=HOST, port=port, show=False, threaded=threaded,

@@ -17,8 +17,8 @@ class Cancelled(Exception):
     """Raised inside background work at its next step once the user pressed Cancel."""
 
 
-def call_on_document(doc: Any, fn: Callable[[], Any]) -> None:
-    """Run `fn` on `doc`'s next tick when it is being served, otherwise right away."""
+def call_on_document(doc: Any, fn: Callable[[], Any], delay_ms: int = 0) -> None:
+    """Run `fn` on `doc`'s next tick (or `delay_ms` later) when it is being served, otherwise right away."""
     if doc is None or getattr(doc, "session_context", None) is None:
         fn()
         return
@@ -27,7 +27,10 @@ def call_on_document(doc: Any, fn: Callable[[], Any]) -> None:
         with set_curdoc(doc):
             fn()
 
-    doc.add_next_tick_callback(tick)
+    if delay_ms:
+        doc.add_timeout_callback(tick, delay_ms)
+    else:
+        doc.add_next_tick_callback(tick)
 
 
 def refusal_text(exc: BaseException) -> str:
