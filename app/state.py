@@ -128,6 +128,7 @@ class ExplorerState(param.Parameterized):
         """Open every ancestor of `address` (and itself if asked) so it is visible."""
         parts = address.split(".") if address else []
         opened = {""} | {".".join(parts[:i]) for i in range(1, len(parts) + (1 if include_self else 0))}
+        opened |= self.engine.tree.spans_around((address, 0))  # a module inside a stretch of a long forward
         if not opened <= self.expanded:
             self.expanded = self.expanded | opened
 
@@ -137,6 +138,7 @@ class ExplorerState(param.Parameterized):
         op = self.trace[label]
         self.centre_on = f"op:{label}"
         opened = path_entries(op.module, op.module_stack, self.trace.modules)  # only the call it ran in
+        opened |= self.engine.tree.spans_around(label)  # and the stretches of ops it sits in (a long forward)
         if not opened <= self.expanded:
             self.expanded = self.expanded | opened
         self.param.update(selected=label, focused=op.module)

@@ -58,3 +58,27 @@ def looped_mlp(calls: int = 3, width: int = 16):
 
     torch.manual_seed(0)
     return LoopedMLP().eval()
+
+
+def op_dense_loop(steps: int = 33_333):
+    """`steps` iterations of `tanh(x * 0.5 + 0.1)` on the input (2x4), then a Linear: 3 small ops a step,
+    all in the root module's own forward (100,002 ops for the default, inputs and output included)."""
+    from torch import nn
+
+    class OpDenseLoop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(steps):
+                x = torch.tanh(x * 0.5 + 0.1)
+            return self.head(x)
+
+    torch.manual_seed(0)
+    return OpDenseLoop().eval()
+
+
+def long_loop():
+    """`op_dense_loop` with 700 steps: 2,100 ops in the root's own forward (more than a group draws at once)."""
+    return op_dense_loop(700)

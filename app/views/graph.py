@@ -38,6 +38,8 @@ def view_summary(state: ExplorerState) -> str:
     for n in lay.nodes:
         if n.kind == "module" and n.module in state.trace.modules:
             classes[state.trace.modules[n.module].class_name] += 1
+        elif n.kind == "module":  # a stretch of a long forward's ops (a span)
+            classes["op spans"] += 1
         elif n.kind == "folded":
             cls = state.trace.modules[n.module].class_name if n.module in state.trace.modules else "block"
             classes[f"{cls} (folded x{n.repeat})"] += 1

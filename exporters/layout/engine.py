@@ -22,7 +22,7 @@ from tracer.ir import INPUT_KIND, OUTPUT_KIND, Trace
 from .assembly import Assembly
 from .calls import call_entries, call_entry, split_entry
 from .dag import SPACING, DagPlacement, DagShape, Spacing, dag_shape, place_dag
-from .groups import CANVAS, ROOT, GroupKey, GroupTree
+from .groups import CANVAS, ROOT, SPAN_CLASS, Group, GroupKey, GroupTree
 from .result import Layout
 from .style import FOLDED_H, FRAME_HEADER, FRAME_PAD, MODULE_H, OP_H, box_width, header_width, shape_text
 
@@ -148,6 +148,8 @@ class LayoutEngine:
 
     def knows(self, entry: str) -> bool:
         """Whether an expansion entry names a module of this trace (or one of its calls: `block#2`, `block#`)."""
+        if entry in self.tree.spans:
+            return True
         address, call, is_call = split_entry(entry)
         scope = self.trace.modules.get(address)
         return scope is not None and (not is_call or call is None or 0 <= call < max(len(scope.calls), 1))
@@ -297,6 +299,7 @@ class LayoutEngine:
         run_addresses: set[str] = set()  # a module met twice is looped: its calls never join a run
         for item in items[start:]:
             if (isinstance(item, str) or item[0] in expanded or self.tree.groups[item].signature != sig
+                    or self.tree.groups[item].class_name == SPAN_CLASS
                     or item[0] in loops or self._loop_open(item[0], expanded) or item[0] in run_addresses):
                 break
             run.append(item)
@@ -341,6 +344,8 @@ class LayoutEngine:
     def module_label(self, key: GroupKey) -> str:
         address, call = key
         cls = self.tree.groups[key].class_name
+        if cls == SPAN_CLASS:
+            return span_label(self.tree.groups[key])
         if not address:
             return cls
         name = address.rsplit(".", 1)[-1] + (f"#{call}" if call else "")
@@ -356,6 +361,11 @@ class LayoutEngine:
         _, _, b = last.rpartition(".")
         prefix = head.rsplit(".", 1)[-1] + "." if head else ""
         return f"{prefix}{a}-{b}: {cls} x{len(run)}"
+
+
+def span_label(group: Group) -> str:
+    """`ops 12-4,107 (2,209)`: the first and last op index in a span, and how many ops it holds."""
+    return f"ops {group.all_ops[0].index:,}-{group.all_ops[-1].index:,} ({len(group.all_ops):,})"
 
 
 def _io_head(io_path: str) -> str:

@@ -16,6 +16,9 @@ from tracer.module_tree import module_param_counts
 GroupKey = tuple[str, int]  # (module address, call index)
 CANVAS: GroupKey = ("", -1)
 ROOT: GroupKey = ("", 0)
+SPAN_CLASS = "ops"  # class name of a span group: a stretch of one module call's items, not a module
+SPAN_MARK = "~"  # a span's address: `<module address>~<first op index>-<last op index>` (never in a module path)
+SPAN_LIMIT = 256  # a group with more direct items than this shows them in spans, nested as deep as needed
 
 
 @dataclass(slots=True)
@@ -73,6 +76,9 @@ class GroupTree:
             self._register(op, path)
         for g in self.groups.values():
             g.children.sort(key=lambda k: self.groups[k].first)
+        self.spans: frozenset[str] = frozenset()
+        if any(len(g.ops) + len(g.children) > SPAN_LIMIT for key, g in self.groups.items() if key != CANVAS):
+            self._split_into_spans()
         self._finish(CANVAS)
 
     # -- building ------------------------------------------------------------
@@ -112,6 +118,62 @@ class GroupTree:
             g.all_ops.append(op)
             parent = key
         self.groups[parent].ops.append(op.label)
+
+    def _split_into_spans(self) -> None:
+        """Give every group with more than `SPAN_LIMIT` direct items spans of consecutive items instead
+        (balanced: b spans of b^k items, each split again), so no view draws more than the limit in one
+        group; then re-derive every op's chain of groups."""
+        for key in [k for k, g in self.groups.items() if k != CANVAS and len(g.ops) + len(g.children) > SPAN_LIMIT]:
+            self._span(key, self.items(key))
+        path_to: dict[GroupKey, tuple[GroupKey, ...]] = {CANVAS: ()}
+
+        def path(key: GroupKey) -> tuple[GroupKey, ...]:
+            chain: list[GroupKey] = []
+            k: GroupKey | None = key
+            while k is not None and k not in path_to:
+                chain.append(k)
+                k = self.groups[k].parent
+            known = path_to[k] if k is not None else ()
+            for k2 in reversed(chain):
+                known = path_to[k2] = (*known, k2)
+            return known
+
+        for key, g in self.groups.items():
+            if key != CANVAS:
+                p = path(key)
+                for label in g.ops:
+                    self.path_of[label] = p
+        self.spans = frozenset(k[0] for k, g in self.groups.items() if g.class_name == SPAN_CLASS)
+
+    def _span(self, key: GroupKey, items: list[object]) -> None:
+        """Replace `key`'s direct items by spans of them (recursively while a span holds too many)."""
+        n = len(items)
+        levels = 1
+        while SPAN_LIMIT ** (levels + 1) < n:
+            levels += 1
+        branch = 2
+        while branch ** (levels + 1) < n:  # the smallest even branching that covers n in levels + 1 steps
+            branch += 1
+        size = branch ** levels
+        g = self.groups[key]
+        module, call = key[0].split(SPAN_MARK, 1)[0], key[1]
+        g.ops, g.children = [], []
+        for start in range(0, n, size):
+            chunk = items[start:start + size]
+            ops_in = [op for item in chunk for op in ([self.trace[item]] if isinstance(item, str) else self.groups[item].all_ops)]
+            lo, hi = ops_in[0].index, ops_in[-1].index
+            span = (f"{module}{SPAN_MARK}{lo}-{hi}", call)
+            sg = self.groups[span] = Group(span, SPAN_CLASS, key, first=lo, all_ops=ops_in)
+            g.children.append(span)
+            self.order[span] = lo
+            for item in chunk:
+                if isinstance(item, str):
+                    sg.ops.append(item)
+                else:
+                    sg.children.append(item)
+                    self.groups[item].parent = span
+            if len(chunk) > SPAN_LIMIT:
+                self._span(span, chunk)
 
     def _finish(self, root: GroupKey) -> None:
         """Each group's subtree addresses and signature, children before parents (no recursion)."""
@@ -157,6 +219,20 @@ class GroupTree:
 
     def addresses(self) -> frozenset[str]:
         return self.groups[CANVAS].subtree
+
+    def spans_around(self, item: str | GroupKey) -> set[str]:
+        """Addresses of the spans an op (label) or a group (key) sits in: the entries that make it
+        visible besides its modules'."""
+        if not self.spans:
+            return set()
+        if isinstance(item, str):
+            return {key[0] for key in self.path_of.get(item, ()) if key[0] in self.spans}
+        out, g = set(), self.groups.get(item)
+        while g is not None and g.parent is not None:
+            if g.parent[0] in self.spans:
+                out.add(g.parent[0])
+            g = self.groups.get(g.parent)
+        return out
 
     def param_count(self, address: str) -> int:
         """Parameters registered under `address` (tied ones once; buffers excluded)."""
