@@ -17,30 +17,42 @@ from exporters.layout.calls import path_entries, toggle_module
 from tracer.module_tree import module_param_counts
 
 from .ladder import LadderView, ladder_view
+from .search_index import SearchIndex
 from .sources import Loaded
 
 
 AUTO_FOLD_NODES = 80  # a default view with more boxes than this starts with repeated blocks folded
 
 
-_SHARED: dict[int, tuple[Any, LayoutEngine]] = {}  # id(trace) -> (trace, its read-only layout structure)
+_SHARED: dict[int, tuple[Any, LayoutEngine, SearchIndex]] = {}  # id(trace) -> (trace, layout structure, op search)
 _SHARED_LOCK = threading.Lock()
+
+
+def _shared(trace: Any) -> tuple[Any, LayoutEngine, SearchIndex]:
+    """What every session of `trace` reads and nobody changes, made once per trace."""
+    with _SHARED_LOCK:
+        hit = _SHARED.get(id(trace))
+        if hit is None or hit[0] is not trace:
+            template = LayoutEngine(trace)
+            template.tree.param_count("")  # fill its one lazy memo now: afterwards it is only read
+            trace.children_of("")  # and the trace's consumer index, which the first selection would build
+            hit = _SHARED[id(trace)] = (trace, template, SearchIndex(trace.ops))
+    return hit
 
 
 def session_engine(trace: Any) -> LayoutEngine:
     """A layout engine of its own for one session: the trace's group tree, edges and ports are built
     once per trace and only read (never changed after construction); the sub-layout and header
     caches, the parts that change, are the session's own."""
-    with _SHARED_LOCK:
-        hit = _SHARED.get(id(trace))
-        if hit is None or hit[0] is not trace:
-            template = LayoutEngine(trace)
-            template.tree.param_count("")  # fill its one lazy memo now: afterwards it is only read
-            hit = _SHARED[id(trace)] = (trace, template)
-    engine = copy.copy(hit[1])
+    engine = copy.copy(_shared(trace)[1])
     engine.cache = {}
     engine._header_w = {}
     return engine
+
+
+def search_index(trace: Any) -> SearchIndex:
+    """The op search of `trace` (labels and module paths), made once per trace."""
+    return _shared(trace)[2]
 
 
 FILTERS = ("kind", "class", "shape")
@@ -92,10 +104,11 @@ class ExplorerState(param.Parameterized):
         super().__init__(**params)
         # Each session discharges its own copy: the envelope changes, the shared ops do not.
         self.loaded = loaded
-        self.trace = copy.copy(loaded.trace)
         # The session's own layout engine: its caches are never shared with another session. A new
-        # envelope (discharge) gives a new Trace over the same graph, so the engine stays valid.
+        # envelope (discharge) gives a new Trace over the same graph, so the engine stays valid. Made
+        # first: it fills the trace's lazy indexes, which the session's copy then shares.
         self.engine = session_engine(loaded.trace)
+        self.trace = copy.copy(loaded.trace)
         self._param_totals = module_param_counts(self.trace)
         if "expanded" not in params:
             self.expanded = frozenset(self.engine.default_expansion())
@@ -166,13 +179,12 @@ class ExplorerState(param.Parameterized):
                 a = address.lower()
                 if address and q in a:
                     hits.append((0 if a == q else 2, "module", address))
-        for op in self.trace.ops:
-            lab = op.label.lower()
-            if q and q not in lab and q not in (op.module or "").lower():
+        ops, index = self.trace.ops, search_index(self.engine.trace)  # the same ops after a discharge
+        for i in index.matching(q):
+            if filters and not op_passes(ops[i], filters, self.trace):
                 continue
-            if filters and not op_passes(op, filters, self.trace):
-                continue
-            hits.append((0 if lab == q else 1 if q in lab else 3, "op", op.label))
+            lab = index.rows[i][0]
+            hits.append((0 if lab == q else 1 if q in lab else 3, "op", ops[i].label))
         hits.sort(key=lambda h: (h[0], len(h[2])))
         return [(kind, ident) for _, kind, ident in (hits if limit is None else hits[:limit])]
 

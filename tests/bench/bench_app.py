@@ -1,6 +1,6 @@
 """Explorer responsiveness in Chromium, as a user sees it: until the canvas has painted.
 
-    .venv/bin/python tests/bench/bench_app.py [--pages 5] [--clicks 3] [--skip-405b]
+    .venv/bin/python tests/bench/bench_app.py [--pages 5] [--clicks 3] [--skip-405b] [--skip-long]
 
 For each case, `--pages` fresh pages (a new browser page each, same server):
 - load to interactive: navigation start to the graph's nodes in the page, its plot view mapping
@@ -189,11 +189,27 @@ def spread(values: list[float], fmt: str) -> str:
     return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
+def layer_picks(box: str, frame: str):
+    """A Llama page's picks: the box to expand, the frame it opens, and an op to search (layer 0's q_proj)."""
+    return lambda loaded: (box, frame, next(o.label for o in loaded.trace.ops
+                                            if o.module == "model.layers.0.self_attn.q_proj"))
+
+
+def span_picks(loaded) -> tuple[str, str, str]:
+    """The long loop's picks: its third span (box and frame) and an op halfway through the forward."""
+    from exporters.layout.groups import ROOT, GroupTree
+
+    tree = GroupTree(loaded.trace)
+    span = tree.groups[ROOT].children[2]
+    return f"mod:{span[0]}", span[0], loaded.trace.ops[len(loaded.trace.ops) // 2].label
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=5)
     ap.add_argument("--clicks", type=int, default=3, help="expand+collapse pairs per page")
     ap.add_argument("--skip-405b", action="store_true")
+    ap.add_argument("--skip-long", action="store_true", help="leave out the 100,002-op loop")
     ns = ap.parse_args()
     from app.sources import open_config, open_default
 
@@ -201,18 +217,23 @@ def main() -> None:
     timing = logging.getLogger("tlx.timing")
     timing.setLevel(logging.DEBUG)
     timing.addHandler(spans)
-    cases = [("Llama-3.1-8B default (32 layers)", open_default, "mod:model.layers.3", "model.layers.3")]
+    cases = [("Llama-3.1-8B default (32 layers)", open_default, layer_picks("mod:model.layers.3", "model.layers.3"))]
     if not ns.skip_405b:
         cases.append(("Llama-3.1-405B (126 layers, folded)", lambda: open_config("llama-3.1-405b"),
-                      "fold:model.layers.0", "model.layers.0"))
+                      layer_picks("fold:model.layers.0", "model.layers.0")))
+    if not ns.skip_long:
+        from app.factory import open_factory
+
+        cases.append(("100,002-op loop (one forward's own ops, in spans)",
+                      lambda: open_factory("tests.models:op_dense_loop", (2, 4)), span_picks))
     rows = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        for name, load, box, frame in cases:
+        for name, load, picks in cases:
             t = time.perf_counter()
             loaded = load()
             capture_s = time.perf_counter() - t
-            op = next(o.label for o in loaded.trace.ops if o.module == "model.layers.0.self_attn.q_proj")
+            box, frame, op = picks(loaded)
             spans.lines.clear()
             with served(loaded) as url:
                 r = measure(browser, url, box, frame, op, ns.pages, ns.clicks)
