@@ -319,8 +319,8 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 def _freeze(value: Any) -> Any:
     """Read-only nested copy (mappings -> MappingProxyType, sequences -> tuples); leaves pass as they are."""
     t = type(value)
-    if t is list or t is tuple:
-        return tuple(v if type(v) in _LEAVES else _freeze(v) for v in value)
+    if t is list or t is tuple:  # a list built, then made a tuple: a generator into tuple() costs a third more
+        return tuple([v if type(v) in _LEAVES else _freeze(v) for v in value])
     if t is dict or t is MappingProxyType or (t not in _LEAVES and isinstance(value, Mapping)):
         return MappingProxyType({k: v if type(v) in _LEAVES else _freeze(v) for k, v in value.items()})
     return value
