@@ -198,8 +198,9 @@ def million_rss(device: str) -> tuple[float, int]:
     return took, (status_kb("VmHWM") - base) // 1024
 
 
-def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times]:
-    """Bare forward, bare recorder and capture (save=none) of GPT-2 small on 8 ids."""
+def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times, Times]:
+    """Bare forward (no_grad, and with grad on as the capture runs it), bare recorder (no_grad) and capture
+    (save=none) of GPT-2 small on 8 ids."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -215,9 +216,9 @@ def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times]:
             model(ids)
 
     none = tracer.CaptureOptions(save="none")
-    times = timed_in_turns({"bare": bare, "recorder": recorder,
+    times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids), "recorder": recorder,
                             "capture": lambda: tracer.trace(model, (ids,), capture=none)}, device, repeats, MIN_SAMPLE_CPU)
-    return times["bare"], times["recorder"], times["capture"]
+    return times["bare"], times["bare, grad on"], times["recorder"], times["capture"]
 
 
 def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times]:
@@ -309,11 +310,13 @@ def main() -> None:
         for depth, bare_t, cap, summ in nest_rows((3_000, 10_000), ns.repeats):
             print(f"| {depth:,} | {cpu(bare_t)} | {fmt(cap)} | {cpu(cap)} | {cpu(summ)} |")
     if "gpt2" not in skip:
-        bare, rec, cap = gpt2_ratio(dev, ns.repeats)
+        bare, bare_grad, rec, cap = gpt2_ratio(dev, ns.repeats)
         print()
         print(f"GPT-2 small, 8 ids, {dev}, CPU time: bare {cpu(bare)}, bare recorder {cpu(rec)} "
               f"({med(rec.cpu) / med(bare.cpu):.2f}x), capture save=none {cpu(cap)} "
-              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)})")
+              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)}); the bare "
+              f"forward with grad on, as the capture runs it: {cpu(bare_grad)} ({med(bare_grad.cpu) / med(bare.cpu):.2f}x "
+              f"the bare forward; capture {med(cap.cpu) / med(bare_grad.cpu):.2f}x it)")
     if "weights-free" not in skip and not dev.startswith("cuda"):
         bare, bare_grad, cap = weights_free_ratio(ns.repeats)
         print()
