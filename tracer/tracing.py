@@ -14,6 +14,7 @@ from torch import nn
 from .bridges.distributed import admit_distributed
 from .capture import boundaries
 from .capture.build import build_ops, build_trace, live_calls
+from .capture.collector import fewer_collections
 from .capture.exclusive import exclusive_capture
 from .capture.guards import chain
 from .capture.session import CallGuard, CaptureSession
@@ -71,10 +72,21 @@ def trace(
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
     device_reads = guard.device_reads(model) if guard is not None else contextlib.nullcontext()  # simulate_device
-    with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, saving, \
-            device_reads:
-        output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
-    elapsed = time.perf_counter() - started
+    # The heap as it was stays frozen from the forward to the sealed trace (capture.collector): collections
+    # triggered by the records, ops and claims walk only what this capture made.
+    with fewer_collections():
+        with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, \
+                saving, device_reads:
+            output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
+        elapsed = time.perf_counter() - started
+        return _assemble(session, output, elapsed, scope, model, capture, admission, twin, guard, distributed,
+                         backward, loss)
+
+
+def _assemble(session: CaptureSession, output: Any, elapsed: float, scope: Any, model: nn.Module,
+              capture: CaptureOptions, admission: dict, twin: Any, guard: Any, distributed: Any, backward: Any,
+              loss: Any) -> Trace:
+    """The one Trace of a finished forward: ops, the backward when asked, findings, then the envelope."""
     ops = build_ops(session)
     if distributed is not None:  # layouts, local shapes and collectives onto the ops (tracer.distributed)
         ops = distributed.annotate(ops)

@@ -2,12 +2,15 @@
 
 Run: `python tests/bench/bench_op_dense.py [--sizes 10000,100000,1000000] [--device cpu|cuda]`.
 Prints markdown tables for docs/benchmarks.md. The floor is a bare `TorchFunctionMode` that only
-appends each call to a list, measured in the same run; ratios are the figures to read. The
+appends each call to a list, measured in the same run, in turns with the bare forward and the captures
+(each sample repeats a short forward until it takes about MIN_SAMPLE_CPU seconds of CPU, and reports the time
+per forward); ratios are the figures to read. The
 1,000,000-op row captures with `save="none"` only (and reports the peak RSS it reached).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shutil
@@ -78,6 +81,9 @@ class BareRecorder(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+MIN_SAMPLE_CPU = 0.3  # CPU seconds a sample of a short forward runs for (repeating the forward inside it)
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -101,6 +107,33 @@ def timed(fn: Callable[[], object], device: str, repeats: int) -> Times:
     return out
 
 
+def timed_in_turns(fns: dict[str, Callable[[], object]], device: str, repeats: int,
+                   min_cpu: float = 0.0) -> dict[str, Times]:
+    """Times per run of several callables, measured in turns: each of `repeats` rounds runs every one, so
+    drift and load from other processes hit all of them alike.
+
+    A sample runs its callable back to back enough times to take about `min_cpu` CPU seconds (judged on
+    its warm-up run) and records the time per run: a forward of a few milliseconds is not measured alone.
+    """
+    inner: dict[str, int] = {}
+    for name, fn in fns.items():
+        cpu = time.process_time()
+        fn()
+        inner[name] = max(1, math.ceil(min_cpu / max(time.process_time() - cpu, 1e-4)))
+    out = {name: Times() for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            n = inner[name]
+            _sync(device)
+            start, cpu = time.perf_counter(), time.process_time()
+            for _ in range(n):
+                fn()
+            _sync(device)
+            out[name].append((time.perf_counter() - start) / n)
+            out[name].cpu.append((time.process_time() - cpu) / n)
+    return out
+
+
 def fmt(times: list[float]) -> str:
     """Median with the spread (min-max) in seconds."""
     return f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f})"
@@ -116,18 +149,23 @@ def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, Time
     x = torch.randn(2, 4, device=device)
     rows: list[tuple[str, Times, int]] = []
 
-    def recorder() -> None:
-        with BareRecorder():
+    def bare() -> None:
+        with torch.no_grad():
             model(x)
 
-    with torch.no_grad():
-        rows.append(("bare forward", timed(lambda: model(x), device, repeats), n_ops))
-        rows.append(("bare recorder (floor)", timed(recorder, device, repeats), n_ops))
+    def recorder() -> None:
+        with torch.no_grad(), BareRecorder():
+            model(x)
+
     none = tracer.CaptureOptions(save="none")
-    rows.append(("capture, save=none", timed(lambda: tracer.trace(model, (x,), capture=none), device, repeats), n_ops))
+    cases = {"bare forward": bare, "bare recorder (floor)": recorder,
+             "capture, save=none": lambda: tracer.trace(model, (x,), capture=none)}
+    if n_ops <= 200_000:
+        cases["capture, save=all"] = lambda: tracer.trace(model, (x,))
+    # In turns, each sample at least MIN_SAMPLE_CPU long: the floor is a difference of two short runs.
+    rows.extend((step, times, n_ops) for step, times in timed_in_turns(cases, device, repeats, MIN_SAMPLE_CPU).items())
     if n_ops > 200_000:
         return rows
-    rows.append(("capture, save=all", timed(lambda: tracer.trace(model, (x,)), device, repeats), n_ops))
     t = tracer.trace(model, (x,))
     work = tempfile.mkdtemp(prefix="bench-op-dense-")
     try:
@@ -160,23 +198,27 @@ def million_rss(device: str) -> tuple[float, int]:
     return took, (status_kb("VmHWM") - base) // 1024
 
 
-def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times]:
-    """Bare forward, bare recorder and capture (save=none) of GPT-2 small on 8 ids."""
+def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times, Times]:
+    """Bare forward (no_grad, and with grad on as the capture runs it), bare recorder (no_grad) and capture
+    (save=none) of GPT-2 small on 8 ids."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config()).to(device).eval()
     ids = torch.randint(0, 50257, (1, 8), device=device)
 
-    def recorder() -> None:
-        with BareRecorder():
+    def bare() -> None:
+        with torch.no_grad():
             model(ids)
 
-    with torch.no_grad():
-        bare = timed(lambda: model(ids), device, repeats)
-        rec = timed(recorder, device, repeats)
-    cap = timed(lambda: tracer.trace(model, (ids,), capture=tracer.CaptureOptions(save="none")), device, repeats)
-    return bare, rec, cap
+    def recorder() -> None:
+        with torch.no_grad(), BareRecorder():
+            model(ids)
+
+    none = tracer.CaptureOptions(save="none")
+    times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids), "recorder": recorder,
+                            "capture": lambda: tracer.trace(model, (ids,), capture=none)}, device, repeats, MIN_SAMPLE_CPU)
+    return times["bare"], times["bare, grad on"], times["recorder"], times["capture"]
 
 
 def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times]:
@@ -186,11 +228,13 @@ def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times]:
 
     model = build_meta_model(load_config("llama-3.1-8b"))
     ids = torch.zeros((1, 8), dtype=torch.long, device="meta")
-    with torch.no_grad():
-        bare = timed(lambda: model(ids), "cpu", repeats)
-    bare_grad = timed(lambda: model(ids), "cpu", repeats)
-    cap = timed(lambda: trace_ids(model, (1, 8)), "cpu", repeats)
-    return bare, bare_grad, cap
+    def bare() -> None:
+        with torch.no_grad():
+            model(ids)
+
+    times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids),
+                            "capture": lambda: trace_ids(model, (1, 8))}, "cpu", repeats, MIN_SAMPLE_CPU)
+    return times["bare"], times["bare, grad on"], times["capture"]
 
 
 def nest_rows(depths: tuple[int, ...], repeats: int) -> list[tuple[int, Times, Times, Times]]:
@@ -266,11 +310,13 @@ def main() -> None:
         for depth, bare_t, cap, summ in nest_rows((3_000, 10_000), ns.repeats):
             print(f"| {depth:,} | {cpu(bare_t)} | {fmt(cap)} | {cpu(cap)} | {cpu(summ)} |")
     if "gpt2" not in skip:
-        bare, rec, cap = gpt2_ratio(dev, ns.repeats)
+        bare, bare_grad, rec, cap = gpt2_ratio(dev, ns.repeats)
         print()
         print(f"GPT-2 small, 8 ids, {dev}, CPU time: bare {cpu(bare)}, bare recorder {cpu(rec)} "
               f"({med(rec.cpu) / med(bare.cpu):.2f}x), capture save=none {cpu(cap)} "
-              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)})")
+              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)}); the bare "
+              f"forward with grad on, as the capture runs it: {cpu(bare_grad)} ({med(bare_grad.cpu) / med(bare.cpu):.2f}x "
+              f"the bare forward; capture {med(cap.cpu) / med(bare_grad.cpu):.2f}x it)")
     if "weights-free" not in skip and not dev.startswith("cuda"):
         bare, bare_grad, cap = weights_free_ratio(ns.repeats)
         print()

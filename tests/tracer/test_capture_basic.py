@@ -58,6 +58,23 @@ def test_source_line_points_at_model_code(seeded):
     assert src.line == line and src.function == "forward"
 
 
+def test_line_at_is_the_frame_line_for_every_instruction():
+    """`line_at` reads a code's line table once and bisects it: the line for each offset is the one Python's
+    own table gives (what a frame reports as f_lineno), also past the last instruction."""
+    from tracer.capture.session import line_at
+
+    def scan(code, offset):  # the definition: the first range holding the offset that has a line
+        return next((line for start, end, line in code.co_lines() if start <= offset < end and line is not None),
+                    code.co_firstlineno)
+
+    for code in (Branchy.forward.__code__, test_source_line_points_at_model_code.__code__,
+                 nn.Module._call_impl.__code__):
+        for offset in range(0, len(code.co_code) + 4, 2):
+            assert line_at(code, offset) == scan(code, offset), (code.co_name, offset)
+    frame = inspect.currentframe()
+    assert line_at(frame.f_code, frame.f_lasti) == frame.f_lineno
+
+
 class Branchy(nn.Module):
     """Python loops and branches, a module called twice, in-place ops, views, getitem/setitem."""
 

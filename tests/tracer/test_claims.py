@@ -153,6 +153,16 @@ def test_envelope_is_immutable_and_sealed():
     assert len(d["claims"]["ops"]) == len(st) and d["ladder_state"] == "HYPOTHESIS"
 
 
+def test_sealed_digests_are_those_of_the_canonical_json():
+    """Sealing encodes the claim tables once and reuses their text: the digests are still the canonical ones."""
+    from tracer.digest import canonical_digest
+
+    st, _ = pair(tiny_llama, IDS)
+    d = st.envelope.to_dict()
+    assert d["claim_digests"] == claims.join.table_digests(d["claims"])
+    assert d["digest"] == canonical_digest({k: v for k, v in d.items() if k != "digest"})
+
+
 def test_envelope_from_dict_verifies_the_digest_and_resets_to_hypothesis():
     st, rt = pair(tiny_gpt2, IDS)
     st = st.with_envelope(st.discharge_against(rt).envelope)

@@ -65,3 +65,29 @@ def test_a_higher_threshold_is_kept() -> None:
         assert gc.get_threshold()[0] == 50_000
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_setting_holds_while_the_trace_is_assembled_and_is_restored(monkeypatch, fail: bool) -> None:
+    """The heap stays frozen after the forward until the trace is built (its records and ops are what the
+    collections walk), and is released also when building fails."""
+    import tracer.tracing as tracing
+
+    before = gc.get_threshold()
+    seen: list[tuple] = []
+    real_build = tracing.build_trace
+
+    def build_trace(*args, **kwargs):
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        if fail:
+            raise RuntimeError("assembly failed on purpose")
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(tracing, "build_trace", build_trace)
+    if fail:
+        with pytest.raises(RuntimeError):
+            tracer.trace(_Probe(), (torch.ones(2),))
+    else:
+        tracer.trace(_Probe(), (torch.ones(2),))
+    assert seen and seen[0][0][0] == max(before[0], YOUNG_THRESHOLD) and seen[0][1] > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

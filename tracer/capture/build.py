@@ -8,7 +8,8 @@ from typing import Any, Callable
 import torch
 
 from .call_template import call_templates
-from ..ir import ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_op
+from ..ir import (ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
+                  new_module_scope, new_op, new_param, new_site)
 from ..provenance import Provenance
 from ..store.codec import gc_paused
 from .walk import named_state
@@ -123,9 +124,19 @@ def _labels(records: list) -> list[str]:
 def _meta(raw: tuple, cache: dict) -> TensorMeta:
     """The TensorMeta of a raw (shape, dtype, device, grad) tuple, cached by the tuple's id."""
     shape, dtype, device, rg = raw
-    hit = cache[id(raw)] = TensorMeta(shape=tuple(shape), dtype=str(dtype).replace("torch.", ""), device=str(device),
-                                      requires_grad=rg)
+    hit = cache[id(raw)] = new_meta(tuple(shape), _dtype_text(dtype), str(device), rg)
     return hit
+
+
+def _dtype_text(dtype: torch.dtype) -> str:
+    """`float32` for torch.float32 (cached: every op and parameter names one)."""
+    text = _DTYPE_TEXT.get(dtype)
+    if text is None:
+        text = _DTYPE_TEXT[dtype] = str(dtype).replace("torch.", "")
+    return text
+
+
+_DTYPE_TEXT: dict[torch.dtype, str] = {}
 
 
 def _site(raw: tuple | None, cache: dict) -> SourceSite | None:
@@ -133,8 +144,7 @@ def _site(raw: tuple | None, cache: dict) -> SourceSite | None:
     if raw is None:
         return None
     code, offset = raw
-    hit = cache[id(raw)] = SourceSite(file=_short_path(code.co_filename), line=line_at(code, offset),
-                                      function=code.co_name)
+    hit = cache[id(raw)] = new_site(_short_path(code.co_filename), line_at(code, offset), code.co_name)
     return hit
 
 
@@ -170,37 +180,30 @@ def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScop
     for addr, module in named.items():
         children = tuple(path for path in (addr_of.get(id(c)) for c in module._modules.values() if c is not None)
                          if path is not None and path.rpartition(".")[0] == addr)
-        calls = tuple(
-            ModuleCallRecord(call=c, inputs=tuple(labels[i] for i in ins), outputs=tuple(labels[i] for i in outs),
-                             first_op=first if first <= last else -1, last_op=last if first <= last else -1)
-            for c, ins, outs, first, last in sorted(session.module_calls.get(addr, []))
-        )
-        scopes[addr] = ModuleScope(
-            address=addr,
-            class_name=type(module).__name__,
-            params=tuple(own_params.get(addr, ())),
-            children=children,
-            calls=calls,
-            training=module.training,
-        )
+        made = session.module_calls.get(addr, ())
+        calls = tuple([
+            new_module_call(c, tuple([labels[i] for i in ins]), tuple([labels[i] for i in outs]),
+                            first if first <= last else -1, last if first <= last else -1)
+            for c, ins, outs, first, last in (sorted(made) if len(made) > 1 else made)
+        ])
+        scopes[addr] = new_module_scope(addr, type(module).__name__, tuple(own_params.get(addr, ())), children, calls,
+                                        module.training)
     return scopes
 
 
 def _params(session: CaptureSession) -> dict[str, ParamRecord]:
     model, tied, every = session.model, session.tied, session.every
     records: dict[str, ParamRecord] = {}
+    devices: dict[torch.device, str] = {}
     buffers = dict(named_state(model, "_buffers", remove_duplicate=False, modules=every))
     tensors = dict(named_state(model, "_parameters", remove_duplicate=False, modules=every))
     tensors.update(buffers)
     for addr, others in tied.items():
         t = tensors[addr]
-        records[addr] = ParamRecord(
-            address=addr,
-            shape=tuple(t.shape),
-            dtype=str(t.dtype).replace("torch.", ""),
-            device=str(t.device),
-            requires_grad=bool(t.requires_grad),
-            is_buffer=addr in buffers,
-            tied=tuple(others),
-        )
+        device = t.device
+        text = devices.get(device)
+        if text is None:
+            text = devices[device] = str(device)
+        records[addr] = new_param(addr, tuple(t.shape), _dtype_text(t.dtype), text, bool(t.requires_grad),
+                                  addr in buffers, tuple(others))
     return records

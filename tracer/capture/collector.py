@@ -1,4 +1,4 @@
-"""Fewer, cheaper cyclic-GC passes while a capture runs.
+"""Fewer, cheaper cyclic-GC passes while a capture runs (its forward, and the assembly of its trace).
 
 A capture allocates a few small records per op; with the default threshold (700) the collector
 runs every couple of hundred ops, and inside deeply nested module calls each pass costs more. Two
@@ -10,6 +10,9 @@ settings, both restored afterwards (also when the forward raises):
   made, instead of the whole heap again and again (what made the per-op cost grow with trace
   length). Skipped when the process has frozen objects of its own, which unfreezing would release.
 
+`tracer.trace` holds the setting from the forward until the trace is sealed, so the collections that
+its records, ops and claim table trigger stay young-generation passes over what the capture made
+(an 8B weights-free capture: 24 collections, two of them middle-generation, 8.8 ms -> 6 young ones, 4.8 ms).
 Nested and concurrent captures share one setting: the first to enter applies it, the last to leave
 restores what it found.
 """

@@ -7,6 +7,7 @@ raw tuples; labels, metadata strings and Op records are made once, in `finish`.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import sys
 import weakref
@@ -656,11 +657,30 @@ def _storage_key(t: torch.Tensor) -> int:
 
 
 def line_at(code: Any, offset: int) -> int:
-    """The source line of the instruction at byte `offset` of `code` (a frame's `f_lineno` for that `f_lasti`)."""
-    for start, end, line in code.co_lines():
-        if start <= offset < end and line is not None:
-            return line
-    return code.co_firstlineno
+    """The source line of the instruction at byte `offset` of `code` (a frame's `f_lineno` for that `f_lasti`).
+
+    Each code object's line table is read once (`co_lines` is a scan of the whole function; a long
+    forward has dozens of sites in the same few functions) and kept, keyed by the code's id with the
+    code itself held so the id stays its own, up to _MAX_LINE_TABLES codes.
+    """
+    hit = _LINE_TABLES.get(id(code))
+    if hit is None or hit[0] is not code:
+        if len(_LINE_TABLES) >= _MAX_LINE_TABLES:
+            _LINE_TABLES.clear()
+        starts, ends, lines = [], [], []
+        for start, end, line in code.co_lines():  # ascending, non-overlapping ranges
+            if line is not None and start < end:
+                starts.append(start)
+                ends.append(end)
+                lines.append(line)
+        hit = _LINE_TABLES[id(code)] = (code, starts, ends, lines)
+    _code, starts, ends, lines = hit
+    i = bisect.bisect_right(starts, offset) - 1
+    return lines[i] if i >= 0 and offset < ends[i] else code.co_firstlineno
+
+
+_LINE_TABLES: dict[int, tuple] = {}
+_MAX_LINE_TABLES = 4096
 
 
 def _meta(t: torch.Tensor) -> tuple:

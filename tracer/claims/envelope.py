@@ -6,15 +6,17 @@ or records REFUTED with the first structural contradiction. A loaded envelope is
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .join import claim_table, folded_join, join, plain_json, table_digests
+from .join import TABLES, claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
-from ..digest import canonical_digest
+from ..digest import canonical_digest, canonical_json
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
@@ -75,6 +77,7 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     twin = _thaw(trace.provenance.twin or {})
     twin["simulated_device"] = (trace.provenance.options or {}).get("simulate_device")  # what the model saw
     table = claim_table(trace)
+    texts = {name: canonical_json(table[name]) for name, _fields in TABLES}  # each table encoded once
     body = {
         "mode": "structure_only",
         "substrate": "meta",
@@ -88,14 +91,14 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
         },
         "twin": twin,
         "claims": table,
-        "claim_digests": table_digests(table),
+        "claim_digests": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in texts.items()},
         "ladder_state": HYPOTHESIS,
         "discharge": None,
         "plan_checks": [],
         "history": [{"event": "sealed", "at": _now(), "ladder_state": HYPOTHESIS}],
         "schema": ENVELOPE_SCHEMA,
     }
-    return _seal(body)
+    return _seal(body, encoded={"claims": _object_text(texts)})
 
 
 def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
@@ -278,10 +281,15 @@ def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:
 
 
 # -- sealing ------------------------------------------------------------------------------
-def _seal(body: dict[str, Any]) -> EvidenceEnvelope:
+def _seal(body: dict[str, Any], encoded: Mapping[str, str] | None = None) -> EvidenceEnvelope:
+    """`body` frozen and sealed; `encoded` holds canonical JSON texts of some of its values, already made."""
     body = {k: v for k, v in body.items() if k != "digest"}
     with gc_paused():  # 10,000s of small acyclic containers for an 8B model's claims
-        digest = _digest(body)
+        if encoded:  # the same text as canonical_json(body), without encoding those values again
+            digest = hashlib.sha256(_object_text({k: encoded[k] if k in encoded else canonical_json(v)
+                                                  for k, v in body.items()}).encode()).hexdigest()
+        else:
+            digest = _digest(body)
         return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
 
 
@@ -291,6 +299,11 @@ def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any]) -> E
     body = {**plain, **{k: _thaw(v) for k, v in changes.items()}}
     body["history"] = [*plain["history"], entry]
     return _seal(body)
+
+
+def _object_text(parts: Mapping[str, str]) -> str:
+    """`canonical_json` of a dict with string keys, from each value's canonical JSON text (keys sorted, compact)."""
+    return "{" + ",".join(f"{json.dumps(k)}:{parts[k]}" for k in sorted(parts)) + "}"
 
 
 def _digest(body: Mapping[str, Any]) -> str:
@@ -306,8 +319,8 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 def _freeze(value: Any) -> Any:
     """Read-only nested copy (mappings -> MappingProxyType, sequences -> tuples); leaves pass as they are."""
     t = type(value)
-    if t is list or t is tuple:
-        return tuple(v if type(v) in _LEAVES else _freeze(v) for v in value)
+    if t is list or t is tuple:  # a list built, then made a tuple: a generator into tuple() costs a third more
+        return tuple([v if type(v) in _LEAVES else _freeze(v) for v in value])
     if t is dict or t is MappingProxyType or (t not in _LEAVES and isinstance(value, Mapping)):
         return MappingProxyType({k: v if type(v) in _LEAVES else _freeze(v) for k, v in value.items()})
     return value
