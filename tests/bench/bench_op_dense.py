@@ -198,9 +198,9 @@ def million_rss(device: str) -> tuple[float, int]:
     return took, (status_kb("VmHWM") - base) // 1024
 
 
-def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times, Times]:
-    """Bare forward (no_grad, and with grad on as the capture runs it), bare recorder (no_grad) and capture
-    (save=none) of GPT-2 small on 8 ids."""
+def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times, Times, Times]:
+    """Bare forward (no_grad, and with grad on as a capture outside no_grad runs it), bare recorder (no_grad)
+    and capture (save=none; with grad on, and under no_grad like the bare forward) of GPT-2 small on 8 ids."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -216,12 +216,18 @@ def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times, Times]:
             model(ids)
 
     none = tracer.CaptureOptions(save="none")
+
+    def capture_no_grad() -> None:
+        with torch.no_grad():
+            tracer.trace(model, (ids,), capture=none)
+
     times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids), "recorder": recorder,
-                            "capture": lambda: tracer.trace(model, (ids,), capture=none)}, device, repeats, MIN_SAMPLE_CPU)
-    return times["bare"], times["bare, grad on"], times["recorder"], times["capture"]
+                            "capture": lambda: tracer.trace(model, (ids,), capture=none),
+                            "capture, no_grad": capture_no_grad}, device, repeats, MIN_SAMPLE_CPU)
+    return times["bare"], times["bare, grad on"], times["recorder"], times["capture"], times["capture, no_grad"]
 
 
-def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times]:
+def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times, Times]:
     """Bare meta forward of the shipped Llama-3.1-8B config (under no_grad, and with grad on as the capture
     runs it) against its weights-free capture of the same model."""
     from tracer.bridges.transformers import build_meta_model, load_config, trace_ids
@@ -232,9 +238,14 @@ def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times]:
         with torch.no_grad():
             model(ids)
 
+    def capture_no_grad() -> None:
+        with torch.no_grad():
+            trace_ids(model, (1, 8))
+
     times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids),
-                            "capture": lambda: trace_ids(model, (1, 8))}, "cpu", repeats, MIN_SAMPLE_CPU)
-    return times["bare"], times["bare, grad on"], times["capture"]
+                            "capture": lambda: trace_ids(model, (1, 8)), "capture, no_grad": capture_no_grad},
+                           "cpu", repeats, MIN_SAMPLE_CPU)
+    return times["bare"], times["bare, grad on"], times["capture"], times["capture, no_grad"]
 
 
 def nest_rows(depths: tuple[int, ...], repeats: int) -> list[tuple[int, Times, Times, Times]]:
@@ -310,19 +321,22 @@ def main() -> None:
         for depth, bare_t, cap, summ in nest_rows((3_000, 10_000), ns.repeats):
             print(f"| {depth:,} | {cpu(bare_t)} | {fmt(cap)} | {cpu(cap)} | {cpu(summ)} |")
     if "gpt2" not in skip:
-        bare, bare_grad, rec, cap = gpt2_ratio(dev, ns.repeats)
+        bare, bare_grad, rec, cap, cap_ng = gpt2_ratio(dev, ns.repeats)
         print()
         print(f"GPT-2 small, 8 ids, {dev}, CPU time: bare {cpu(bare)}, bare recorder {cpu(rec)} "
               f"({med(rec.cpu) / med(bare.cpu):.2f}x), capture save=none {cpu(cap)} "
               f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)}); the bare "
               f"forward with grad on, as the capture runs it: {cpu(bare_grad)} ({med(bare_grad.cpu) / med(bare.cpu):.2f}x "
-              f"the bare forward; capture {med(cap.cpu) / med(bare_grad.cpu):.2f}x it)")
+              f"the bare forward; capture {med(cap.cpu) / med(bare_grad.cpu):.2f}x it); the capture under no_grad, "
+              f"the bare forward's mode: {cpu(cap_ng)} (**{med(cap_ng.cpu) / med(bare.cpu):.2f}x** the bare forward)")
     if "weights-free" not in skip and not dev.startswith("cuda"):
-        bare, bare_grad, cap = weights_free_ratio(ns.repeats)
+        bare, bare_grad, cap, cap_ng = weights_free_ratio(ns.repeats)
         print()
         print(f"Llama-3.1-8B weights-free, CPU time: bare meta forward {cpu(bare)}, `trace_ids` {cpu(cap)} "
               f"(**{med(cap.cpu) / med(bare.cpu):.2f}x**; wall {fmt(cap)} vs {fmt(bare)}); the bare forward with "
-              f"grad on, as the capture runs it: {cpu(bare_grad)} ({med(cap.cpu) / med(bare_grad.cpu):.2f}x)")
+              f"grad on, as the capture runs it: {cpu(bare_grad)} ({med(cap.cpu) / med(bare_grad.cpu):.2f}x); "
+              f"`trace_ids` under no_grad, the bare forward's mode: {cpu(cap_ng)} "
+              f"(**{med(cap_ng.cpu) / med(bare.cpu):.2f}x**)")
     print()
     if dev.startswith("cuda"):
         print(f"GPU column: this run ({name}).")
