@@ -33,13 +33,30 @@ def test_the_clock_tells_one_session_from_the_others():
     assert not activity.anyone_waiting(recent_s=0.01)
 
 
-def test_a_full_collection_waits_until_the_sessions_pause(monkeypatch):
-    monkeypatch.setattr(heap, "QUIET_S", 0.3)
+def _full_collections_during(coro_fn) -> tuple[list[float], float]:
+    """Run `coro_fn()` on its own loop with Python's automatic collections off (only the ones asked for
+    run); the times full collections ended, and its result."""
     full: list[float] = []
 
     def on_gc(phase, info):
         if phase == "stop" and info["generation"] == 2:
             full.append(time.monotonic())
+
+    activity.uninstall()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.callbacks.append(on_gc)
+    try:
+        result = _run_on_own_loop(coro_fn)
+    finally:
+        gc.callbacks.remove(on_gc)
+        if was_enabled:
+            gc.enable()
+    return full, result
+
+
+def test_a_full_collection_waits_until_the_sessions_pause(monkeypatch):
+    monkeypatch.setattr(heap, "QUIET_S", 0.3)
 
     async def main() -> float:
         asked = time.monotonic()
@@ -52,16 +69,7 @@ def test_a_full_collection_waits_until_the_sessions_pause(monkeypatch):
         await asyncio.sleep(3.0)
         return paused
 
-    activity.uninstall()
-    was_enabled = gc.isenabled()
-    gc.disable()  # only the collection asked for here runs
-    gc.callbacks.append(on_gc)
-    try:
-        paused = _run_on_own_loop(main)
-    finally:
-        gc.callbacks.remove(on_gc)
-        if was_enabled:
-            gc.enable()
+    full, paused = _full_collections_during(main)
     assert len(full) == 1, full  # asked once, collected once
     assert full[0] >= paused + 0.25  # not while the session clicked, but once it had paused for QUIET_S
 
@@ -69,7 +77,6 @@ def test_a_full_collection_waits_until_the_sessions_pause(monkeypatch):
 def test_a_collection_waits_at_most_the_bound(monkeypatch):
     monkeypatch.setattr(heap, "QUIET_S", 0.3)
     monkeypatch.setattr(heap, "MAX_DEFER_S", 0.4)
-    full: list[float] = []
 
     async def main() -> float:
         asked = time.monotonic()
@@ -79,16 +86,7 @@ def test_a_collection_waits_at_most_the_bound(monkeypatch):
             await asyncio.sleep(0.05)
         return time.monotonic()
 
-    activity.uninstall()
-    was_enabled = gc.isenabled()
-    gc.disable()  # only the collection asked for here runs
-    gc.callbacks.append(cb := lambda phase, info: full.append(time.monotonic()) if phase == "stop" and info["generation"] == 2 else None)
-    try:
-        stopped = _run_on_own_loop(main)
-    finally:
-        gc.callbacks.remove(cb)
-        if was_enabled:
-            gc.enable()
+    full, stopped = _full_collections_during(main)
     assert full and full[0] < stopped  # the bound ran out while the session still clicked
 
 
