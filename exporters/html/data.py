@@ -51,8 +51,8 @@ def view_expansions(engine: LayoutEngine) -> list[frozenset[str]]:
     parent = engine.tree.parent_of
     seen: dict[frozenset[str], None] = {default: None}
     for key, group in engine.tree.groups.items():
-        if key == CANVAS or not key[0] or not (group.children or len(group.ops) > 1):
-            continue
+        if key == CANVAS or not key[0] or not (group.children or len(group.ops) > 1) or key[0] in engine.tree.spans:
+            continue  # a long forward's spans stay closed: one view each would grow the file with the forward
         chain, a = set(), key[0]
         while a:
             chain.add(a)

@@ -167,3 +167,18 @@ def test_labels_scale_with_zoom_hide_when_too_small_and_headers_stay_visible(bro
     assert k3 * 11 < 4.5 and shown3 == "none"
     assert not seen["errors"]
     page.close()
+
+
+def test_a_long_forward_opens_in_spans_and_its_ops_stay_searchable(browser, tmp_path):
+    from tests.models import long_loop
+
+    trace = tracer.trace(long_loop(), (torch.randn(2, 4),))
+    page, seen = open_offline(browser, write_html(trace, tmp_path / "long.html"), 1366, 768)
+    spans = [b for b in boxes(page) if b.startswith("mod:~")]
+    assert 2 <= len(spans) <= 256 and len(boxes(page)) <= 260  # spans of ops, not 2,100 boxes
+    label = trace.ops[len(trace.ops) // 2].label
+    page.fill("#search", label)
+    page.locator("#hits .hit.op").first.click()
+    assert page.locator("#right h2").inner_text().startswith(label)  # the inspector shows the op
+    assert not seen["errors"] and not seen["dialogs"] and not seen["blocked"]
+    page.close()
