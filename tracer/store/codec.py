@@ -10,7 +10,7 @@ import dataclasses
 import gc
 import math
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Generic, Iterator, Mapping, TypeVar
 
 import msgspec
 
@@ -18,11 +18,32 @@ from ..backward.document import BackwardDoc, to_doc
 from ..errors import TraceSaveFailedError, TraceStructureInvalidError
 from ..ir import ModuleScope, ModuleStack, Op, ParamRecord, Trace
 from ..provenance import Provenance
-from .format import MAX_JSON_DEPTH, MAX_JSON_INT
+from .columns import OpColumns, to_columns, to_ops
+from .format import MAX_JSON_DEPTH, MAX_JSON_INT, SCHEMA_VERSION
 
 
-class Body(msgspec.Struct, forbid_unknown_fields=True):
-    """The `trace` member of trace.json."""
+O = TypeVar("O")
+
+
+class Body(msgspec.Struct, Generic[O], forbid_unknown_fields=True):
+    """The `trace` member of trace.json: `Body[OpColumns]` in schema 3, `Body[tuple[Op, ...]]` in schema 2."""
+
+    model_class: str
+    ops: O
+    modules: tuple[ModuleScope, ...]
+    params: tuple[ParamRecord, ...]
+    provenance: dict[str, Any]
+    warnings: tuple[str, ...]
+    envelope: dict[str, Any] | None
+    backward: BackwardDoc | None = None  # from CaptureOptions(backward=True): structure and bytes, no gradients
+
+
+_BODY_TYPES = {3: Body[OpColumns], 2: Body[tuple[Op, ...]]}  # type: ignore[valid-type]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decoded trace body: its fields with the ops as records, and the columns they came from (schema 3)."""
 
     model_class: str
     ops: tuple[Op, ...]
@@ -31,7 +52,8 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
     provenance: dict[str, Any]
     warnings: tuple[str, ...]
     envelope: dict[str, Any] | None
-    backward: BackwardDoc | None = None  # from CaptureOptions(backward=True): structure and bytes, no gradients
+    backward: BackwardDoc | None
+    columns: Any  # OpColumns, or None for a schema-2 body
 
 
 def _encode_other(value: Any) -> Any:
@@ -130,44 +152,41 @@ def plain_json(value: Any, depth: int = 0) -> Any:
 
 
 def encode_body(trace: Trace, gradients: Any = None) -> bytes:
-    """The JSON bytes of a trace's structure (values, output and live calls are not part of it).
+    """The JSON bytes of a trace's structure in this build's schema (values, output and live calls are not part of it).
 
     `gradients`: the record of the backward's grads file (`tracer.store.grads`), when one was written.
 
     Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
     """
-    ops = trace.ops
-    # A dict msgspec would write as it is: made plain here. Other mappings (a capture's call templates)
-    # are made plain by the encoder's hook, with no new Op per op.
-    if any(isinstance(op.attrs, dict) and op.attrs for op in ops):
-        ops = tuple(dataclasses.replace(op, attrs=plain_json(op.attrs)) if isinstance(op.attrs, dict) and op.attrs
-                    else op for op in ops)
-    body = Body(model_class=trace.model_class, ops=ops, modules=tuple(trace.modules.values()),
-                params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
-                warnings=tuple(trace.warnings),
-                envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
-                backward=None if trace.backward is None else to_doc(trace.backward, gradients))
+    encoder = _BodyEncoder().encoder
+
+    def plain(value: Any) -> bytes:  # a dict msgspec would write as it is is made plain here; other mappings by the hook
+        return encoder.encode(plain_json(value) if isinstance(value, dict) and value else value)
+
     try:
-        raw = _without_gc(_BodyEncoder().encoder.encode, body)
+        body = Body(model_class=trace.model_class, ops=_without_gc(to_columns, trace.ops, plain),
+                    modules=tuple(trace.modules.values()), params=tuple(trace.params.values()),
+                    provenance=provenance_to_json(trace.provenance), warnings=tuple(trace.warnings),
+                    envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
+                    backward=None if trace.backward is None else to_doc(trace.backward, gradients))
+        return _without_gc(encoder.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
-    return raw.replace(_NO_DISTRIBUTED_FIELDS, b"}")  # an op's unset distributed fields take no bytes (defaults on load)
 
 
-# The last three Op fields when unset (tracer.distributed): JSON escapes quotes inside strings, so this
-# byte run can only be an op record's own tail.
-_NO_DISTRIBUTED_FIELDS = b',"layout":null,"collective":null,"rank":null}'
-
-
-def decode_body(raw: bytes, site: str) -> Body:
-    """Decode body bytes into IR records, refusing any field of the wrong type (site names its path)."""
+def decode_body(raw: bytes, site: str, schema: int = SCHEMA_VERSION) -> Decoded:
+    """Decode body bytes of `schema` into IR records, refusing any field of the wrong type (site names its path)."""
     try:
-        return _without_gc(msgspec.json.decode, raw, type=Body)
+        body = _without_gc(msgspec.json.decode, raw, type=_BODY_TYPES[schema])
     except msgspec.ValidationError as exc:
         raise TraceStructureInvalidError(f"{site}: {exc}".replace("`$", "`trace"), site=site) from None
     except (msgspec.DecodeError, RecursionError, ValueError, TypeError) as exc:
         raise TraceStructureInvalidError(f"{site} is not valid JSON ({exc.__class__.__name__}: {exc})",
                                          site=site) from None
+    columns = body.ops if schema >= 3 else None
+    ops = body.ops if columns is None else _without_gc(to_ops, columns, site)
+    return Decoded(body.model_class, ops, body.modules, body.params, body.provenance, body.warnings, body.envelope,
+                   body.backward, columns)
 
 
 def _envelope_json(envelope: Any) -> dict[str, Any]:
