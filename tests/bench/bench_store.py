@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import tracer  # noqa: E402
-from tracer.ir import Op  # noqa: E402
+from tracer.ir import ModuleStack, Op  # noqa: E402
 from tracer.store import save_trace  # noqa: E402
 from tests.bench._timing import Times  # noqa: E402
 
@@ -110,14 +110,27 @@ def json_libraries(trace: tracer.Trace, repeats: int) -> list[tuple[str, list[fl
     except ImportError:
         rows.append(("orjson", [], [], 0))
     else:
-        data = orjson.dumps(ops)
-        rows.append(("orjson", timed(lambda: orjson.dumps(ops), repeats),
+        def plain(value: object) -> object:  # a module stack as its pairs, a call template as its dict
+            return tuple(value) if isinstance(value, ModuleStack) else dict(value)  # type: ignore[call-overload]
+
+        data = orjson.dumps(ops, default=plain)
+        rows.append(("orjson", timed(lambda: orjson.dumps(ops, default=plain), repeats),
                      timed(lambda: to_ops(orjson.loads(data)), repeats), len(data)))
     import msgspec
 
     data = msgspec.json.encode(ops)
-    rows.append(("msgspec (chosen)", timed(lambda: msgspec.json.encode(ops), repeats),
+    rows.append(("msgspec, one object per op (schema 2)", timed(lambda: msgspec.json.encode(ops), repeats),
                  timed(lambda: msgspec.json.decode(data, type=tuple[Op, ...]), repeats), len(data)))
+    from tracer.store.codec import _BodyEncoder
+    from tracer.store.columns import OpColumns, to_columns, to_ops
+
+    def columns_encode() -> bytes:
+        body_encoder = _BodyEncoder()
+        return body_encoder.encoder.encode(to_columns(ops, body_encoder.text))
+
+    data = columns_encode()
+    rows.append(("msgspec, op columns and tables (schema 3, chosen)", timed(columns_encode, repeats),
+                 timed(lambda: to_ops(msgspec.json.decode(data, type=OpColumns), "bench"), repeats), len(data)))
     return rows
 
 

@@ -75,11 +75,12 @@ class _BodyEncoder:
 
     Templates are keyed by their JSON text: equal text means equal plain data, except that JSON writes
     NaN, infinities and None all as null, so a template whose text holds `null` is made plain on its own.
+    `text` gives a value's JSON as written (an op column's table is keyed by it).
     """
 
     def __init__(self) -> None:
         self._stacks: dict[int, msgspec.Raw] = {}  # by id: the stacks live as long as the trace being encoded
-        self._plain: dict[bytes, msgspec.Raw] = {}
+        self._plain: dict[bytes, bytes] = {}
         self._mapping: dict[type, bool] = {}
         self.encoder = msgspec.json.Encoder(enc_hook=self)
 
@@ -90,22 +91,35 @@ class _BodyEncoder:
             if hit is None:
                 hit = self._stacks[id(value)] = msgspec.Raw(_BARE.encode(value.as_tuple()))
             return hit
+        if not self._is_mapping(kind):
+            return _encode_other(value)
+        return msgspec.Raw(self.text(value))
+
+    def _is_mapping(self, kind: type) -> bool:
         mapping = self._mapping.get(kind)
         if mapping is None:
-            mapping = self._mapping[kind] = isinstance(value, Mapping)
-        if not mapping:
-            return _encode_other(value)
-        items = getattr(value, "items", None)  # a call template hands over its encoded dict's items at C speed
-        data = dict(items()) if callable(items) else dict(value)
+            mapping = self._mapping[kind] = issubclass(kind, Mapping)
+        return mapping
+
+    def text(self, value: Any) -> bytes:
+        """The JSON text `value` is written as (a mapping made plain, cached by its text)."""
+        kind = type(value)
+        if kind is dict:
+            data = value
+        elif self._is_mapping(kind):
+            items = getattr(value, "items", None)  # a call template hands over its encoded dict's items at C speed
+            data = dict(items()) if callable(items) else dict(value)
+        else:
+            return self.encoder.encode(value)
         try:
             text = _BARE.encode(data)
         except (TypeError, ValueError, OverflowError):
-            return plain_json(data)
+            return _BARE.encode(plain_json(data))
         if b"null" in text:
-            return plain_json(data)
+            return _BARE.encode(plain_json(data))
         hit = self._plain.get(text)
         if hit is None:
-            hit = self._plain[text] = msgspec.Raw(_BARE.encode(plain_json(data)))
+            hit = self._plain[text] = _BARE.encode(plain_json(data))
         return hit
 
 
@@ -158,13 +172,10 @@ def encode_body(trace: Trace, gradients: Any = None) -> bytes:
 
     Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
     """
-    encoder = _BodyEncoder().encoder
-
-    def plain(value: Any) -> bytes:  # a dict msgspec would write as it is is made plain here; other mappings by the hook
-        return encoder.encode(plain_json(value) if isinstance(value, dict) and value else value)
-
+    body_encoder = _BodyEncoder()
+    encoder = body_encoder.encoder
     try:
-        body = Body(model_class=trace.model_class, ops=_without_gc(to_columns, trace.ops, plain),
+        body = Body(model_class=trace.model_class, ops=_without_gc(to_columns, trace.ops, body_encoder.text),
                     modules=tuple(trace.modules.values()), params=tuple(trace.params.values()),
                     provenance=provenance_to_json(trace.provenance), warnings=tuple(trace.warnings),
                     envelope=None if trace.envelope is None else _envelope_json(trace.envelope),

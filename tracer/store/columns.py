@@ -26,6 +26,7 @@ T = TypeVar("T")
 INTERNED = frozenset({"kind", "func", "out", "module", "module_stack", "params", "buffer_writes", "source",
                       "io_path", "attrs"})
 _BY_TEXT = frozenset({"attrs"})  # unhashable (dicts): distinct by their JSON text
+_BY_VALUE = frozenset({"kind", "func", "module", "io_path", "params", "buffer_writes"})  # str or tuple: cheap to hash
 _FIELDS = tuple(f for f in dataclasses.fields(Op) if f.name != "index")
 _FIELD = {f.name: f for f in _FIELDS}
 _HINTS = typing.get_type_hints(Op)
@@ -67,27 +68,33 @@ def to_columns(ops: tuple[Op, ...], plain: Callable[[Any], bytes]) -> dict[str, 
     for f in _FIELDS:
         column = list(map(attrgetter(f.name), ops))
         if f.name in INTERNED:
-            doc[f.name] = _interned_by_text(column, plain) if f.name in _BY_TEXT else _interned(column, plain)
+            doc[f.name] = (_interned_by_text(column, plain) if f.name in _BY_TEXT
+                           else _interned(column, plain, f.name in _BY_VALUE))
         elif f.default is dataclasses.MISSING or column.count(f.default) != n:
             doc[f.name] = column
     return doc
 
 
-def _interned(column: list, plain: Callable[[Any], bytes]) -> dict[str, list]:
+def _interned(column: list, plain: Callable[[Any], bytes], by_value: bool) -> dict[str, list]:
+    """Distinct values of `column`: strings and tuples hashed directly; records (whose hash and equality run
+    in Python) by object first, as a capture shares its shapes, source lines and stacks, then by value."""
+    objects = column if by_value else dict(zip(map(id, column), column))  # the ops keep every value alive
     try:
-        table = list(dict.fromkeys(column))
+        position = dict.fromkeys(column if by_value else objects.values())
     except TypeError:  # an unhashable value where the IR has a hashable one: distinct by its JSON text
         return _interned_by_text(column, plain)
-    position = dict(zip(table, range(len(table))))
-    return {"table": table, "index": list(map(position.__getitem__, column))}
+    for i, value in enumerate(position):
+        position[value] = i
+    if by_value:
+        return {"table": list(position), "index": list(map(position.__getitem__, column))}
+    at_id = dict(zip(objects, map(position.__getitem__, objects.values())))
+    return {"table": list(position), "index": list(map(at_id.__getitem__, map(id, column)))}
 
 
 def _interned_by_text(column: list, plain: Callable[[Any], bytes]) -> dict[str, list]:
-    objects = dict(zip(map(id, column), column))  # the ops keep every value alive: ids are stable here
+    objects = dict(zip(map(id, column), column))
     table: dict[bytes, int] = {}
-    at_id = {}
-    for key, value in objects.items():
-        at_id[key] = table.setdefault(plain(value), len(table))
+    at_id = dict(zip(objects, (table.setdefault(text, len(table)) for text in map(plain, objects.values()))))
     return {"table": list(map(msgspec.Raw, table)), "index": list(map(at_id.__getitem__, map(id, column)))}
 
 
