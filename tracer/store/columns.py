@@ -1,7 +1,7 @@
 """Ops as columns (trace.json schema 3): one JSON list per Op field, repeated values as a table plus indices.
 
 An op-dense trace repeats a few tensor shapes, source lines, module stacks and call templates over
-100,000s of ops; written once each and referenced by index, the structure is about 8x smaller and
+100,000s of ops; written once each and referenced by index, such a structure is about 7x smaller and
 decodes into a few shared objects instead of a dozen per op. The columns are made from the Op
 dataclass's own fields and type annotations, so a new Op field is persisted and type-checked with no
 change here: a field with a default that every op holds is left out and read back as that default.

@@ -264,7 +264,7 @@ def _blocks(tensors: list[torch.Tensor], nbytes: int):
 
 
 # -- read -------------------------------------------------------------------------------
-class _Entry(msgspec.Struct):
+class _Entry(msgspec.Struct, gc=False):  # no cycles: strings and tuples of ints
     """One header entry (`__metadata__` decodes as an entry with no dtype and is skipped)."""
 
     dtype: str = ""
