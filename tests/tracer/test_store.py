@@ -312,3 +312,23 @@ def test_a_one_element_value_with_an_odd_stride_saves(tmp_path):
     digest = write_values({"x_1": one}, tmp_path / "v.safetensors")
     back = read_values(tmp_path / "v.safetensors", digest, {"x_1": tracer.TensorMeta((1,), "int64", "cpu")})
     assert torch.equal(back["x_1"], one)
+
+
+def test_repeated_values_are_written_once(tmp_path):
+    """Schema 3: an op-dense loop's shapes, source lines, stacks and call templates are table entries,
+    each op an index into them, and every column has one entry per op; the trace loads back equal."""
+    class Loop(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(100):
+                x = torch.tanh(x * 0.5 + 0.1)
+            return x
+
+    t = tracer.trace(Loop(), (torch.randn(2, 4),), capture=tracer.CaptureOptions(save="none"))
+    folder = t.save(tmp_path / "loop")
+    columns = json.loads((folder / STRUCTURE_FILE).read_bytes())["trace"]["ops"]
+    assert columns["count"] == len(t) == 302 and "index" not in columns  # input, 300 calls, output
+    assert len(columns["out"]["table"]) == 1 and len(columns["source"]["table"]) <= 2
+    assert len(columns["attrs"]["table"]) <= 4 and len(columns["module_stack"]["table"]) <= 2
+    assert all(len(c["index"] if isinstance(c, dict) else c) == 302 for k, c in columns.items() if k != "count")
+    assert "layout" not in columns and "rank" not in columns  # every op holds the default: left out
+    assert tracer.load(folder).ops == t.ops

@@ -141,19 +141,13 @@ def distinct_scopes(columns: Any) -> list[Scope]:
     """The distinct (module, module_call, module_stack) triples the ops run in."""
     n = columns.count
 
-    def indices(name: str) -> Iterable:
+    def at(name: str) -> Iterable[int]:  # each op's position in the table (a left-out column: its default, at 0)
         value = getattr(columns, name)
-        return repeat(0, n) if value is None else value.index if name in INTERNED else value
+        return repeat(0, n) if value is None else value.index
 
-    def lookup(name: str) -> Callable[[int], Any]:
-        value = getattr(columns, name)
-        if value is None:
-            return lambda _: _default(_FIELD[name])
-        return value.table.__getitem__ if name in INTERNED else (lambda x: x)
-
-    module, stack = lookup("module"), lookup("module_stack")
-    return [Scope(module(m), c, stack(s))
-            for m, c, s in set(zip(indices("module"), indices("module_call"), indices("module_stack")))]
+    modules, stacks = distinct(columns, "module"), distinct(columns, "module_stack")
+    calls = repeat(_default(_FIELD["module_call"]), n) if columns.module_call is None else columns.module_call
+    return [Scope(modules[m], c, stacks[s]) for m, c, s in set(zip(at("module"), calls, at("module_stack")))]
 
 
 def _bad(site: str, column: str, what: str) -> TraceStructureInvalidError:
