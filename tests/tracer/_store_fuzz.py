@@ -372,7 +372,7 @@ def mutate_folder(rng: random.Random, base: Base, folder: Path) -> str:
         fn = MUTATIONS[names.index(name)][1]
         try:
             result = fn(rng, body, values)
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError, StopIteration):
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError, StopIteration):
             steps.append(f"{name} (not applicable after the previous edit)")  # the mutator, not the store, gave up
             continue
         if isinstance(result, tuple):

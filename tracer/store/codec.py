@@ -1,8 +1,8 @@
 """Trace structure <-> JSON bytes with msgspec: IR dataclasses are encoded and decoded field by field.
 
-Decoding goes straight into the IR classes, so every field is type-checked against its annotation
-(a new Op field is persisted and checked with no change here); bounds and references are checked
-afterwards by `integrity`. Provenance goes through `provenance_to_json` / `provenance_from_json` alone.
+Decoding goes straight into the IR classes (the ops through their columns, `tracer.store.columns`), so
+every field is type-checked against its annotation (a new Op field is persisted and checked with no
+change here); bounds and references are checked afterwards by `integrity`. Provenance goes through `provenance_to_json` / `provenance_from_json` alone.
 """
 from __future__ import annotations
 
