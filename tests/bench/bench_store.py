@@ -128,7 +128,8 @@ def json_libraries(trace: tracer.Trace, repeats: int) -> list[tuple[str, list[fl
     rows.append(("msgspec, one object per op (schema 2)", timed(lambda: _ENCODER.encode(ops), repeats),
                  timed(lambda: msgspec.json.decode(data, type=tuple[Op, ...]), repeats), len(data)))
     from tracer.store.codec import _BodyEncoder
-    from tracer.store.columns import OpColumns, to_columns, to_ops
+    from tracer.store.columns import OpColumns, to_columns
+    from tracer.store.columns import to_ops as columns_to_ops
 
     def columns_encode() -> bytes:
         body_encoder = _BodyEncoder()
@@ -136,7 +137,7 @@ def json_libraries(trace: tracer.Trace, repeats: int) -> list[tuple[str, list[fl
 
     data = columns_encode()
     rows.append(("msgspec, op columns and tables (schema 3, chosen)", timed(columns_encode, repeats),
-                 timed(lambda: to_ops(msgspec.json.decode(data, type=OpColumns), "bench"), repeats), len(data)))
+                 timed(lambda: columns_to_ops(msgspec.json.decode(data, type=OpColumns), "bench"), repeats), len(data)))
     return rows
 
 
