@@ -3,6 +3,10 @@
 Run: `python tests/bench/bench_store.py [--ops 100000] [--repeats 5]`. The trace is a loop of
 `tanh(x * 0.5 + 0.1)` on a 2x4 tensor, then a Linear, captured with every value saved (one small
 tensor per op: the per-op costs dominate). Prints markdown rows for docs/benchmarks.md.
+
+`--ab OTHER_CHECKOUT [--rounds 3]`: save and load CPU time of this checkout's store against another
+checkout's (e.g. a worktree of an earlier commit), in subprocesses that alternate A, B, A, B, so both
+see the same machine load; on a shared machine the ratio is what to read.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import tracer  # noqa: E402
-from tracer.ir import Op  # noqa: E402
+from tracer.ir import ModuleStack, Op  # noqa: E402
 from tracer.store import save_trace  # noqa: E402
 from tests.bench._timing import Times  # noqa: E402
 
@@ -110,15 +114,73 @@ def json_libraries(trace: tracer.Trace, repeats: int) -> list[tuple[str, list[fl
     except ImportError:
         rows.append(("orjson", [], [], 0))
     else:
-        data = orjson.dumps(ops)
-        rows.append(("orjson", timed(lambda: orjson.dumps(ops), repeats),
+        def plain(value: object) -> object:  # a module stack as its pairs, a call template as its dict
+            return tuple(value) if isinstance(value, ModuleStack) else dict(value)  # type: ignore[call-overload]
+
+        data = orjson.dumps(ops, default=plain)
+        rows.append(("orjson", timed(lambda: orjson.dumps(ops, default=plain), repeats),
                      timed(lambda: to_ops(orjson.loads(data)), repeats), len(data)))
     import msgspec
 
-    data = msgspec.json.encode(ops)
-    rows.append(("msgspec (chosen)", timed(lambda: msgspec.json.encode(ops), repeats),
+    from tracer.store.codec import _ENCODER  # its hook writes module stacks and call templates as plain data
+
+    data = _ENCODER.encode(ops)
+    rows.append(("msgspec, one object per op (schema 2)", timed(lambda: _ENCODER.encode(ops), repeats),
                  timed(lambda: msgspec.json.decode(data, type=tuple[Op, ...]), repeats), len(data)))
+    from tracer.store.codec import _BodyEncoder
+    from tracer.store.columns import OpColumns, to_columns
+    from tracer.store.columns import to_ops as columns_to_ops
+
+    def columns_encode() -> bytes:
+        body_encoder = _BodyEncoder()
+        return body_encoder.encoder.encode(to_columns(ops, body_encoder.text))
+
+    data = columns_encode()
+    rows.append(("msgspec, op columns and tables (schema 3, chosen)", timed(columns_encode, repeats),
+                 timed(lambda: columns_to_ops(msgspec.json.decode(data, type=OpColumns), "bench"), repeats), len(data)))
     return rows
+
+
+_CHILD = r"""
+import gc, os, shutil, sys, tempfile, time
+import torch
+sys.path.insert(0, os.getcwd())
+import tracer
+from tests.bench.bench_store import TanhLoop
+n_ops, repeats = int(sys.argv[1]), int(sys.argv[2])
+trace = tracer.trace(TanhLoop(max(1, (n_ops - 4) // 3)), (torch.randn(2, 4, generator=torch.Generator().manual_seed(0)),))
+folder = os.path.join(tempfile.mkdtemp(prefix="tlx-bench-ab-"), "t")
+for _ in range(repeats):
+    shutil.rmtree(folder, ignore_errors=True)
+    gc.collect(); gc.disable(); cpu = time.process_time(); trace.save(folder); gc.collect(0)
+    save = time.process_time() - cpu; gc.enable()
+    gc.collect(); gc.disable(); cpu = time.process_time(); loaded = tracer.load(folder); gc.collect(0)
+    load = time.process_time() - cpu; gc.enable()
+    del loaded
+    print(f"{save} {load}", flush=True)
+shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+"""
+
+
+def alternate(other: Path, ops: int, rounds: int, repeats: int) -> None:
+    """Save and load CPU of this checkout (A) and `other` (B), in subprocesses alternating A, B per round."""
+    import subprocess
+
+    here = Path(__file__).resolve().parents[2]
+    runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+    for _ in range(rounds):
+        for name, root in (("A", here), ("B", other.resolve())):
+            out = subprocess.run([sys.executable, "-c", _CHILD, str(ops), str(repeats)], cwd=root, check=True,
+                                 capture_output=True, text=True).stdout
+            runs[name] += [tuple(map(float, line.split())) for line in out.splitlines() if line.strip()]
+    print(f"{ops:,} ops; A = {here}, B = {other}; {rounds} rounds x {repeats}; python {platform.python_version()}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end")
+    print("| checkout | save: CPU | load: CPU |")
+    print("|---|---|---|")
+    for name, pairs in runs.items():
+        save, load = [p[0] for p in pairs], [p[1] for p in pairs]
+        print(f"| {name} | {statistics.median(save):.3f} s ({min(save):.3f}-{max(save):.3f}) | "
+              f"{statistics.median(load):.3f} s ({min(load):.3f}-{max(load):.3f}) |")
 
 
 def main() -> None:
@@ -126,7 +188,12 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-json-compare", action="store_true")
+    parser.add_argument("--ab", type=Path, help="another checkout to alternate with (save and load CPU only)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.ab is not None:
+        alternate(args.ab, args.ops, args.rounds, args.repeats)
+        return
     model = TanhLoop(max(1, (args.ops - 4) // 3))
     trace = tracer.trace(model, (torch.randn(2, 4, generator=torch.Generator().manual_seed(0)),))
     work = Path(tempfile.mkdtemp(prefix="tlx-bench-store-"))

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 import tracer
+from tests.tracer._store_rows import op_rows, set_op_rows
 from tracer.digest import canonical_digest
 from tracer.errors import TracerError
 from tracer.store import STRUCTURE_FILE, VALUES_FILE
@@ -170,19 +171,21 @@ def m_list(rng, body, values):
     return f"list {how} at {'/'.join(map(str, path))}"
 
 
-def _strings(body: dict, key: str) -> list[str]:
-    return [m[key] for m in body["modules"]] if key == "address" else [o["label"] for o in body["ops"]]
-
-
 def m_reference(rng, body, values):
     """Point a reference somewhere it should not: unknown names, later ops, cycles in the module tree."""
-    addrs = _strings(body, "address") or [""]
-    labels = _strings(body, "label")
+    ops = op_rows(body)
     how = rng.choice(["child-cycle", "child-unknown", "child-root", "child-twice", "module-unknown", "stack-unknown",
                       "parent-later", "parent-unknown", "param-unknown", "call-output-unknown", "tie-self",
                       "drop-root", "stack-deep", "module-chain"])
+    _reference(rng, body, ops, how)
+    set_op_rows(body, ops)
+    return f"reference {how}"
+
+
+def _reference(rng, body, ops, how):
+    addrs = [m["address"] for m in body["modules"]] or [""]
+    labels = [o["label"] for o in ops]
     mods = body["modules"]
-    ops = [o for o in body["ops"]]
     op = rng.choice(ops)
     mod = rng.choice(mods)
     if how == "child-cycle" and mod["children"]:
@@ -227,12 +230,12 @@ def m_reference(rng, body, values):
             mods.append(parent)
         op["module_stack"] = [[m["address"], 0] for m in mods[-min(depth, 400):]]
         op["module"], op["module_call"] = op["module_stack"][-1][0], 0
-    return f"reference {how}"
 
 
 def m_shape(rng, body, values):
     """Shapes: negative, huge, too many dims, wrong types; in ops or params."""
-    target = rng.choice([o for o in body["ops"] if o.get("out")] + body["params"])
+    ops = op_rows(body)
+    target = rng.choice([o for o in ops if o.get("out")] + body["params"])
     shape = target["out"]["shape"] if "out" in target else target["shape"]
     how = rng.choice(["negative", "huge", "dims", "float", "string", "numel", "empty"])
     if how == "negative" and shape:
@@ -249,7 +252,30 @@ def m_shape(rng, body, values):
         shape[:] = [2**40, 2**40]
     else:
         shape.clear()
+    set_op_rows(body, ops)
     return f"shape {how}"
+
+
+def m_column(rng, body, values):
+    """The op columns (schema 3): an index past its table or negative, a column one short or long, the count."""
+    columns = body["ops"]
+    name = rng.choice(sorted(k for k in columns if k != "count"))
+    column = columns[name]
+    entries = column["index"] if isinstance(column, dict) else column
+    how = rng.choice(["past-table", "negative", "short", "long", "count", "null-column"])
+    if how == "past-table" and isinstance(column, dict) and entries:
+        entries[rng.randrange(len(entries))] = len(column["table"]) + rng.choice([0, 1, 2**40])
+    elif how == "negative" and isinstance(column, dict) and entries:
+        entries[rng.randrange(len(entries))] = -1
+    elif how == "short" and entries:
+        entries.pop()
+    elif how == "long":
+        entries.append(entries[0] if entries else 0)
+    elif how == "count":
+        columns["count"] = rng.choice([0, -1, columns["count"] + 1, 2**60])
+    else:
+        columns[name] = None
+    return f"column {name} {how}"
 
 
 def m_bytes(rng, body, values):
@@ -329,7 +355,7 @@ def m_envelope(rng, body, values):
 MUTATIONS: list[tuple[str, Callable, int]] = [
     ("value", m_value, 5), ("deep", m_deep, 2), ("drop_key", m_drop_key, 2), ("add_key", m_add_key, 1),
     ("list", m_list, 3), ("reference", m_reference, 5), ("shape", m_shape, 3), ("bytes", m_bytes, 2),
-    ("values", m_values, 3), ("envelope", m_envelope, 2),
+    ("values", m_values, 3), ("envelope", m_envelope, 2), ("column", m_column, 2),
 ]
 
 
@@ -346,7 +372,7 @@ def mutate_folder(rng: random.Random, base: Base, folder: Path) -> str:
         fn = MUTATIONS[names.index(name)][1]
         try:
             result = fn(rng, body, values)
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError, StopIteration):
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError, StopIteration):
             steps.append(f"{name} (not applicable after the previous edit)")  # the mutator, not the store, gave up
             continue
         if isinstance(result, tuple):

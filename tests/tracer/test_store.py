@@ -9,7 +9,7 @@ import torch
 import tracer
 from tests.models import tiny_gpt2
 from tracer import errors
-from tracer.store import STRUCTURE_FILE, VALUES_FILE
+from tracer.store import SCHEMA_VERSION, STRUCTURE_FILE, VALUES_FILE
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_missing_and_truncated(gpt2_trace, tmp_path):
 def test_tampered_structure_refuses(gpt2_trace, tmp_path):
     folder = _saved(gpt2_trace, tmp_path)
     doc = json.loads((folder / STRUCTURE_FILE).read_text())
-    doc["trace"]["ops"][3]["out"]["shape"][0] = 99
+    doc["trace"]["ops"]["out"]["table"][-1]["shape"][0] = 99
     (folder / STRUCTURE_FILE).write_text(json.dumps(doc))
     with pytest.raises(errors.TraceFileTamperedError) as e:
         tracer.load(folder)
@@ -108,7 +108,7 @@ def test_consistent_but_broken_graph_refuses(gpt2_trace, tmp_path):
 
     folder = _saved(gpt2_trace, tmp_path)
     doc = json.loads((folder / STRUCTURE_FILE).read_text())
-    doc["trace"]["ops"][2]["parents"] = [{"source": "no_such_op", "position": "0"}]
+    doc["trace"]["ops"]["parents"][2] = [{"source": "no_such_op", "position": "0"}]
     doc["digest"]["structure"] = _digest(doc["trace"])
     (folder / STRUCTURE_FILE).write_text(json.dumps(doc))
     with pytest.raises(errors.TraceFileCorruptError, match="no_such_op"):
@@ -207,11 +207,39 @@ def test_values_file_is_plain_safetensors(gpt2_trace, tmp_path):
 
 def test_schema_1_files_refuse_with_a_remedy(gpt2_trace, tmp_path):
     folder = _saved(gpt2_trace, tmp_path)
-    raw = (folder / STRUCTURE_FILE).read_bytes().replace(b'"schema_version":2', b'"schema_version":1', 1)
+    current = f'"schema_version":{SCHEMA_VERSION}'.encode()
+    raw = (folder / STRUCTURE_FILE).read_bytes().replace(current, b'"schema_version":1', 1)
     (folder / STRUCTURE_FILE).write_bytes(raw)
     with pytest.raises(errors.TraceSchemaError, match="schema version 1") as e:
         tracer.load(folder)
     assert "again" in e.value.remedy
+
+
+def test_schema_2_files_still_load(gpt2_trace, tmp_path):
+    """A folder written by the previous schema (one JSON object per op) loads to the same trace."""
+    import hashlib
+
+    from tests.tracer._store_rows import op_rows
+
+    folder = _saved(gpt2_trace, tmp_path)
+    doc = json.loads((folder / STRUCTURE_FILE).read_bytes())
+    doc["trace"]["ops"] = op_rows(doc["trace"])  # schema 2: every op a record with its index
+    body = json.dumps(doc["trace"], separators=(",", ":")).encode()
+    digests = {"structure": hashlib.sha256(body).hexdigest(), "values": doc["digest"]["values"]}
+    head = json.dumps({"format": doc["format"], "schema_version": 2, "digest": digests}, separators=(",", ":"))
+    (folder / STRUCTURE_FILE).write_bytes(head[:-1].encode() + b',"trace":' + body + b"}")
+    old = tracer.load(folder)
+    assert old.ops == gpt2_trace.ops and old.modules == gpt2_trace.modules
+    assert all(torch.equal(old.values[k], gpt2_trace.values[k]) for k in gpt2_trace.values)
+    resaved = old.save(tmp_path / "resaved")
+    assert json.loads((resaved / STRUCTURE_FILE).read_bytes())["schema_version"] == SCHEMA_VERSION
+    doc["trace"]["ops"][3]["index"] = 7  # and its checks still run
+    body = json.dumps(doc["trace"], separators=(",", ":")).encode()
+    digests["structure"] = hashlib.sha256(body).hexdigest()
+    head = json.dumps({"format": doc["format"], "schema_version": 2, "digest": digests}, separators=(",", ":"))
+    (folder / STRUCTURE_FILE).write_bytes(head[:-1].encode() + b',"trace":' + body + b"}")
+    with pytest.raises(errors.TraceStructureInvalidError, match=r"ops\[3\]"):
+        tracer.load(folder)
 
 
 def test_structure_file_written_once_and_byte_identical(gpt2_trace, tmp_path):
@@ -284,3 +312,23 @@ def test_a_one_element_value_with_an_odd_stride_saves(tmp_path):
     digest = write_values({"x_1": one}, tmp_path / "v.safetensors")
     back = read_values(tmp_path / "v.safetensors", digest, {"x_1": tracer.TensorMeta((1,), "int64", "cpu")})
     assert torch.equal(back["x_1"], one)
+
+
+def test_repeated_values_are_written_once(tmp_path):
+    """Schema 3: an op-dense loop's shapes, source lines, stacks and call templates are table entries,
+    each op an index into them, and every column has one entry per op; the trace loads back equal."""
+    class Loop(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(100):
+                x = torch.tanh(x * 0.5 + 0.1)
+            return x
+
+    t = tracer.trace(Loop(), (torch.randn(2, 4),), capture=tracer.CaptureOptions(save="none"))
+    folder = t.save(tmp_path / "loop")
+    columns = json.loads((folder / STRUCTURE_FILE).read_bytes())["trace"]["ops"]
+    assert columns["count"] == len(t) == 302 and "index" not in columns  # input, 300 calls, output
+    assert len(columns["out"]["table"]) == 1 and len(columns["source"]["table"]) <= 2
+    assert len(columns["attrs"]["table"]) <= 4 and len(columns["module_stack"]["table"]) <= 2
+    assert all(len(c["index"] if isinstance(c, dict) else c) == 302 for k, c in columns.items() if k != "count")
+    assert "layout" not in columns and "rank" not in columns  # every op holds the default: left out
+    assert tracer.load(folder).ops == t.ops

@@ -13,6 +13,7 @@ import tracer
 from tests.models import tiny_gpt2
 from tracer import errors
 from tracer.store import STRUCTURE_FILE, VALUES_FILE
+from tests.tracer._store_rows import op_rows, set_op_rows
 from tracer.store.document import frame
 
 
@@ -41,8 +42,11 @@ def _body(saved):
 
 
 def _edit(saved, tmp_path, edit, raw=None):
+    """`edit(body, ops)` with the ops as one dict each (`ops`), written back as columns."""
     body = _body(saved)
-    edit(body)
+    ops = op_rows(body)
+    edit(body, ops)
+    set_op_rows(body, ops)
     text = json.dumps(body, separators=(",", ":"))
     if raw is not None:
         text = text.replace('"@RAW@"', raw)
@@ -57,33 +61,33 @@ def _refuses(folder, cls=errors.TraceStructureInvalidError, match=None):
 
 
 def test_unchanged_resealed_copy_loads(saved, tmp_path):
-    assert tracer.load(_edit(saved, tmp_path, lambda b: None)).ops == tracer.load(saved).ops
+    assert tracer.load(_edit(saved, tmp_path, lambda b, ops: None)).ops == tracer.load(saved).ops
 
 
 @pytest.mark.parametrize("raw", ["Infinity", "-Infinity", "NaN", "9" * 4400, "1e400", "2.0", "true", "-1"])
 def test_bad_numbers_in_integer_fields_refuse(saved, tmp_path, raw):
-    def edit(b):
-        b["ops"][3]["func_call_id"] = "@RAW@"
+    def edit(b, ops):
+        ops[3]["func_call_id"] = "@RAW@"
     _refuses(_edit(saved, tmp_path, edit, raw), errors.TraceFileCorruptError)
 
 
 @pytest.mark.parametrize("depth", [65, 800, 1000, 5000])
 def test_deep_nesting_refuses(saved, tmp_path, depth):
-    def edit(b):
-        b["ops"][2]["attrs"] = {"x": "@RAW@"}
+    def edit(b, ops):
+        ops[2]["attrs"] = {"x": "@RAW@"}
     _refuses(_edit(saved, tmp_path, edit, "[" * depth + "]" * depth), errors.TraceFileCorruptError)
 
 
 def test_wrong_types_refuse_with_their_path(saved, tmp_path):
-    def edit(b):
-        b["ops"][5]["params"] = [{"a": 1}]
-    err = _refuses(_edit(saved, tmp_path, edit), match=r"ops\[5\]\.params")
+    def edit(b, ops):
+        ops[5]["params"] = [{"a": 1}]
+    err = _refuses(_edit(saved, tmp_path, edit), match=r"ops\.params")
     assert err.code == "trace_structure_invalid"
 
 
 @pytest.mark.parametrize("case", ["cycle", "unknown-child", "child-twice", "no-root", "not-sub-address", "unreachable"])
 def test_module_tree_must_be_a_tree(saved, tmp_path, case):
-    def edit(b):
+    def edit(b, ops):
         mods = {m["address"]: m for m in b["modules"]}
         if case == "cycle":
             mods["transformer.h.0"]["children"].append("transformer")
@@ -102,16 +106,16 @@ def test_module_tree_must_be_a_tree(saved, tmp_path, case):
 
 @pytest.mark.parametrize("shape", [[-1, 6], [2**60], [1] * 70, [2**40, 2**40]])
 def test_shapes_are_non_negative_and_bounded(saved, tmp_path, shape):
-    def edit(b):
-        b["ops"][4]["out"]["shape"] = shape
+    def edit(b, ops):
+        ops[4]["out"]["shape"] = shape
     _refuses(_edit(saved, tmp_path, edit), errors.TraceFileCorruptError)
 
 
 @pytest.mark.parametrize("case", ["op-module", "stack-module", "stack-nesting", "param", "call-output", "later-parent",
                                   "output-index", "tie-self"])
 def test_every_reference_resolves(saved, tmp_path, case):
-    def edit(b):
-        op = b["ops"][6]
+    def edit(b, ops):
+        op = ops[6]
         if case == "op-module":
             op["module"] = "nowhere"
         elif case == "stack-module":
@@ -123,7 +127,7 @@ def test_every_reference_resolves(saved, tmp_path, case):
         elif case == "call-output":
             b["modules"][1]["calls"][0]["outputs"] = ["ghost_1"]
         elif case == "later-parent":
-            op["parents"] = [{"source": b["ops"][-1]["label"], "position": "0"}]
+            op["parents"] = [{"source": ops[-1]["label"], "position": "0"}]
         elif case == "output-index":
             op["output_index"] = 3
         else:
@@ -132,8 +136,33 @@ def test_every_reference_resolves(saved, tmp_path, case):
     _refuses(_edit(saved, tmp_path, edit))
 
 
+@pytest.mark.parametrize("case", ["index-past-table", "negative-index", "short-column", "short-index", "count",
+                                  "unknown-column", "missing-label", "index-column"])
+def test_op_columns_must_line_up(saved, tmp_path, case):
+    """Schema 3 stores ops as columns: every column has one entry per op, every index lands in its table."""
+    body = _body(saved)
+    columns = body["ops"]
+    if case == "index-past-table":
+        columns["out"]["index"][4] = len(columns["out"]["table"])
+    elif case == "negative-index":
+        columns["kind"]["index"][2] = -1
+    elif case == "short-column":
+        columns["func_call_id"].pop()
+    elif case == "short-index":
+        columns["source"]["index"].pop()
+    elif case == "count":
+        columns["count"] += 1
+    elif case == "unknown-column":
+        columns["colour"] = ["red"] * columns["count"]
+    elif case == "missing-label":
+        del columns["label"]
+    else:  # the index is the op's position, never stored
+        columns["index"] = list(range(columns["count"]))
+    _refuses(_resealed(saved, tmp_path, json.dumps(body, separators=(",", ":")).encode()), match=r"ops")
+
+
 def test_free_form_values_must_be_plain(saved, tmp_path):
-    def edit(b):
+    def edit(b, ops):
         b["provenance"]["x"] = "@RAW@"
     _refuses(_edit(saved, tmp_path, edit, "1" * 30), errors.TraceFileCorruptError)
 
@@ -233,7 +262,7 @@ def test_deep_module_trees_load_up_to_the_limit_and_refuse_beyond(tmp_path):
     assert len(loaded.modules) == 151 and "Linear" in loaded.summary()
     compute_layout(loaded, default_expansion(loaded))
 
-    def chain(b):
+    def chain(b, ops):
         parent = b["modules"][-1]
         for k in range(MAX_MODULE_DEPTH):
             addr = f"{parent['address']}.d{k}"

@@ -1,8 +1,8 @@
 """Trace structure <-> JSON bytes with msgspec: IR dataclasses are encoded and decoded field by field.
 
-Decoding goes straight into the IR classes, so every field is type-checked against its annotation
-(a new Op field is persisted and checked with no change here); bounds and references are checked
-afterwards by `integrity`. Provenance goes through `provenance_to_json` / `provenance_from_json` alone.
+Decoding goes straight into the IR classes (the ops through their columns, `tracer.store.columns`), so
+every field is type-checked against its annotation (a new Op field is persisted and checked with no
+change here); bounds and references are checked afterwards by `integrity`. Provenance goes through `provenance_to_json` / `provenance_from_json` alone.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import dataclasses
 import gc
 import math
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Generic, Iterator, Mapping, TypeVar
 
 import msgspec
 
@@ -18,11 +18,32 @@ from ..backward.document import BackwardDoc, to_doc
 from ..errors import TraceSaveFailedError, TraceStructureInvalidError
 from ..ir import ModuleScope, ModuleStack, Op, ParamRecord, Trace
 from ..provenance import Provenance
-from .format import MAX_JSON_DEPTH, MAX_JSON_INT
+from .columns import OpColumns, to_columns, to_ops
+from .format import MAX_JSON_DEPTH, MAX_JSON_INT, SCHEMA_VERSION
 
 
-class Body(msgspec.Struct, forbid_unknown_fields=True):
-    """The `trace` member of trace.json."""
+O = TypeVar("O")
+
+
+class Body(msgspec.Struct, Generic[O], forbid_unknown_fields=True):
+    """The `trace` member of trace.json: `Body[OpColumns]` in schema 3, `Body[tuple[Op, ...]]` in schema 2."""
+
+    model_class: str
+    ops: O
+    modules: tuple[ModuleScope, ...]
+    params: tuple[ParamRecord, ...]
+    provenance: dict[str, Any]
+    warnings: tuple[str, ...]
+    envelope: dict[str, Any] | None
+    backward: BackwardDoc | None = None  # from CaptureOptions(backward=True): structure and bytes, no gradients
+
+
+_BODY_TYPES = {3: Body[OpColumns], 2: Body[tuple[Op, ...]]}  # type: ignore[valid-type]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decoded trace body: its fields with the ops as records, and the columns they came from (schema 3)."""
 
     model_class: str
     ops: tuple[Op, ...]
@@ -31,7 +52,8 @@ class Body(msgspec.Struct, forbid_unknown_fields=True):
     provenance: dict[str, Any]
     warnings: tuple[str, ...]
     envelope: dict[str, Any] | None
-    backward: BackwardDoc | None = None  # from CaptureOptions(backward=True): structure and bytes, no gradients
+    backward: BackwardDoc | None
+    columns: Any  # OpColumns, or None for a schema-2 body
 
 
 def _encode_other(value: Any) -> Any:
@@ -53,11 +75,12 @@ class _BodyEncoder:
 
     Templates are keyed by their JSON text: equal text means equal plain data, except that JSON writes
     NaN, infinities and None all as null, so a template whose text holds `null` is made plain on its own.
+    `text` gives a value's JSON as written (an op column's table is keyed by it).
     """
 
     def __init__(self) -> None:
         self._stacks: dict[int, msgspec.Raw] = {}  # by id: the stacks live as long as the trace being encoded
-        self._plain: dict[bytes, msgspec.Raw] = {}
+        self._plain: dict[bytes, bytes] = {}
         self._mapping: dict[type, bool] = {}
         self.encoder = msgspec.json.Encoder(enc_hook=self)
 
@@ -68,22 +91,35 @@ class _BodyEncoder:
             if hit is None:
                 hit = self._stacks[id(value)] = msgspec.Raw(_BARE.encode(value.as_tuple()))
             return hit
+        if not self._is_mapping(kind):
+            return _encode_other(value)
+        return msgspec.Raw(self.text(value))
+
+    def _is_mapping(self, kind: type) -> bool:
         mapping = self._mapping.get(kind)
         if mapping is None:
-            mapping = self._mapping[kind] = isinstance(value, Mapping)
-        if not mapping:
-            return _encode_other(value)
-        items = getattr(value, "items", None)  # a call template hands over its encoded dict's items at C speed
-        data = dict(items()) if callable(items) else dict(value)
+            mapping = self._mapping[kind] = issubclass(kind, Mapping)
+        return mapping
+
+    def text(self, value: Any) -> bytes:
+        """The JSON text `value` is written as (a mapping made plain, cached by its text)."""
+        kind = type(value)
+        if kind is dict:
+            data = value
+        elif self._is_mapping(kind):
+            items = getattr(value, "items", None)  # a call template hands over its encoded dict's items at C speed
+            data = dict(items()) if callable(items) else dict(value)
+        else:
+            return self.encoder.encode(value)
         try:
             text = _BARE.encode(data)
         except (TypeError, ValueError, OverflowError):
-            return plain_json(data)
+            return _BARE.encode(plain_json(data))
         if b"null" in text:
-            return plain_json(data)
+            return _BARE.encode(plain_json(data))
         hit = self._plain.get(text)
         if hit is None:
-            hit = self._plain[text] = msgspec.Raw(_BARE.encode(plain_json(data)))
+            hit = self._plain[text] = _BARE.encode(plain_json(data))
         return hit
 
 
@@ -130,44 +166,38 @@ def plain_json(value: Any, depth: int = 0) -> Any:
 
 
 def encode_body(trace: Trace, gradients: Any = None) -> bytes:
-    """The JSON bytes of a trace's structure (values, output and live calls are not part of it).
+    """The JSON bytes of a trace's structure in this build's schema (values, output and live calls are not part of it).
 
     `gradients`: the record of the backward's grads file (`tracer.store.grads`), when one was written.
 
     Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
     """
-    ops = trace.ops
-    # A dict msgspec would write as it is: made plain here. Other mappings (a capture's call templates)
-    # are made plain by the encoder's hook, with no new Op per op.
-    if any(isinstance(op.attrs, dict) and op.attrs for op in ops):
-        ops = tuple(dataclasses.replace(op, attrs=plain_json(op.attrs)) if isinstance(op.attrs, dict) and op.attrs
-                    else op for op in ops)
-    body = Body(model_class=trace.model_class, ops=ops, modules=tuple(trace.modules.values()),
-                params=tuple(trace.params.values()), provenance=provenance_to_json(trace.provenance),
-                warnings=tuple(trace.warnings),
-                envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
-                backward=None if trace.backward is None else to_doc(trace.backward, gradients))
+    body_encoder = _BodyEncoder()
+    encoder = body_encoder.encoder
     try:
-        raw = _without_gc(_BodyEncoder().encoder.encode, body)
+        body = Body(model_class=trace.model_class, ops=_without_gc(to_columns, trace.ops, body_encoder.text),
+                    modules=tuple(trace.modules.values()), params=tuple(trace.params.values()),
+                    provenance=provenance_to_json(trace.provenance), warnings=tuple(trace.warnings),
+                    envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
+                    backward=None if trace.backward is None else to_doc(trace.backward, gradients))
+        return _without_gc(encoder.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TraceSaveFailedError(f"the trace structure cannot be written as JSON ({exc})", site="trace") from None
-    return raw.replace(_NO_DISTRIBUTED_FIELDS, b"}")  # an op's unset distributed fields take no bytes (defaults on load)
 
 
-# The last three Op fields when unset (tracer.distributed): JSON escapes quotes inside strings, so this
-# byte run can only be an op record's own tail.
-_NO_DISTRIBUTED_FIELDS = b',"layout":null,"collective":null,"rank":null}'
-
-
-def decode_body(raw: bytes, site: str) -> Body:
-    """Decode body bytes into IR records, refusing any field of the wrong type (site names its path)."""
+def decode_body(raw: bytes, site: str, schema: int = SCHEMA_VERSION) -> Decoded:
+    """Decode body bytes of `schema` into IR records, refusing any field of the wrong type (site names its path)."""
     try:
-        return _without_gc(msgspec.json.decode, raw, type=Body)
+        body = _without_gc(msgspec.json.decode, raw, type=_BODY_TYPES[schema])
     except msgspec.ValidationError as exc:
         raise TraceStructureInvalidError(f"{site}: {exc}".replace("`$", "`trace"), site=site) from None
     except (msgspec.DecodeError, RecursionError, ValueError, TypeError) as exc:
         raise TraceStructureInvalidError(f"{site} is not valid JSON ({exc.__class__.__name__}: {exc})",
                                          site=site) from None
+    columns = body.ops if schema >= 3 else None
+    ops = body.ops if columns is None else _without_gc(to_ops, columns, site)
+    return Decoded(body.model_class, ops, body.modules, body.params, body.provenance, body.warnings, body.envelope,
+                   body.backward, columns)
 
 
 def _envelope_json(envelope: Any) -> dict[str, Any]:

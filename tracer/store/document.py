@@ -15,7 +15,7 @@ import msgspec
 
 from ..digest import canonical_digest
 from ..errors import TraceFileCorruptError, TraceFileTamperedError, TraceSchemaError
-from .format import FORMAT, SCHEMA_VERSION
+from .format import FORMAT, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
 
 
 class Digests(msgspec.Struct, forbid_unknown_fields=True):
@@ -45,19 +45,19 @@ def canonical_body_digest(body: Any) -> str:
     return canonical_digest(body)
 
 
-def unframe(raw: bytes, site: str) -> tuple[bytes, Digests]:
-    """Check the header and the structure digest; return the body bytes and the digests."""
+def unframe(raw: bytes, site: str) -> tuple[bytes, Digests, int]:
+    """Check the header and the structure digest; return the body bytes, the digests and the schema version."""
     header = _framed_header(raw) or _header(raw, site)
     try:
         digests = msgspec.convert(header.digest, Digests)
     except msgspec.ValidationError as exc:
         raise TraceFileCorruptError(f"{site} has a malformed digest record ({exc})", site=site) from None
-    prefix = _prefix(digests)
+    prefix = _prefix(digests, header.schema_version)
     if raw.startswith(prefix) and raw.endswith(b"}"):
         body = raw[len(prefix):-1]
         if hashlib.sha256(body).hexdigest() == digests.structure:
-            return body, digests
-    return _rewritten_body(raw, digests, site), digests
+            return body, digests, header.schema_version
+    return _rewritten_body(raw, digests, site), digests, header.schema_version
 
 
 def _framed_header(raw: bytes) -> _Header | None:
@@ -80,9 +80,10 @@ def _header(raw: bytes, site: str) -> _Header:
         raise TraceFileCorruptError(f"{site} is not valid JSON ({exc})", site=site) from None
     if header.format != FORMAT:
         raise TraceSchemaError(f"{site} is not a torchlens-explore trace", site=site)
-    if header.schema_version != SCHEMA_VERSION or type(header.schema_version) is not int:
+    if type(header.schema_version) is not int or header.schema_version not in READABLE_SCHEMA_VERSIONS:
+        readable = ", ".join(map(str, sorted(READABLE_SCHEMA_VERSIONS)))
         raise TraceSchemaError(f"schema version {header.schema_version!r} is not supported (this build reads "
-                               f"{SCHEMA_VERSION})", site=site, remedy="Save the trace again with this version.")
+                               f"{readable})", site=site, remedy="Save the trace again with this version.")
     return header
 
 
@@ -101,6 +102,6 @@ def _rewritten_body(raw: bytes, digests: Digests, site: str) -> bytes:
     return msgspec.json.encode(body)
 
 
-def _prefix(digests: Digests) -> bytes:
-    return (b'{"format":' + msgspec.json.encode(FORMAT) + b',"schema_version":' + msgspec.json.encode(SCHEMA_VERSION)
+def _prefix(digests: Digests, schema: int = SCHEMA_VERSION) -> bytes:
+    return (b'{"format":' + msgspec.json.encode(FORMAT) + b',"schema_version":' + msgspec.json.encode(schema)
             + b',"digest":' + msgspec.json.encode(digests) + b',"trace":')

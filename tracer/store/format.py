@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 FORMAT = "torchlens-explore.trace"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: ops as columns (tracer.store.columns); 2: one JSON object per op
+READABLE_SCHEMA_VERSIONS = frozenset({2, SCHEMA_VERSION})
 STRUCTURE_FILE = "trace.json"
 STRUCTURE_FILE_GZ = "trace.json.gz"
 VALUES_FILE = "values.safetensors"

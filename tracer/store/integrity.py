@@ -17,17 +17,20 @@ import msgspec
 
 from ..errors import TraceLimitError, TraceStructureInvalidError
 from ..ir import ModuleScope, Op, ParamRecord
+from .columns import distinct, distinct_scopes
 from .format import MAX_DIM, MAX_DIMS, MAX_INT, MAX_JSON_DEPTH, MAX_JSON_INT, MAX_MODULE_DEPTH, MAX_NUMEL
 
 
 def check_body(ops: tuple[Op, ...], modules: tuple[ModuleScope, ...], params: tuple[ParamRecord, ...],
-               provenance: Any, envelope: Any, site: str) -> tuple[dict[str, ModuleScope], dict[str, ParamRecord]]:
-    """Check everything; returns the modules and params keyed by address."""
+               provenance: Any, envelope: Any, site: str,
+               columns: Any = None) -> tuple[dict[str, ModuleScope], dict[str, ParamRecord]]:
+    """Check everything (`columns`: the ops' decoded columns, whose tables give each distinct value once);
+    returns the modules and params keyed by address."""
     params_by = _unique(params, "params", site)
     modules_by = _unique(modules, "modules", site)
     addresses = _param_addresses(params_by, site)
     _check_module_tree(modules_by, site)
-    position = _ops_look_right(ops, modules_by, addresses)
+    position = _ops_look_right(ops, modules_by, addresses, columns)
     if position is None:
         _check_ops(ops, modules_by, addresses, site)  # op by op, to name the first offending record
         raise _bad(site, "ops", "fail a structural check")
@@ -111,14 +114,16 @@ def _check_module_tree(modules: dict[str, ModuleScope], site: str) -> None:
         raise _bad(site, f"modules[{stray!r}]", "is not reachable from the root module")
 
 
-def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str]) -> dict[str, int] | None:
-    """Every op check of `_check_ops`, column by column (C-level iteration over 100,000s of ops).
+def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params: frozenset[str],
+                    columns: Any = None) -> dict[str, int] | None:
+    """Every op check of `_check_ops`, column by column (C-level iteration over 100,000s of ops), each
+    distinct value (shape, module stack, source line, call template) once.
 
     Returns each label's position when all hold, else None.
     """
     n = len(ops)
     position = dict(zip(map(_LABEL, ops), range(n)))
-    if len(position) != n or list(map(_INDEX, ops)) != list(range(n)):
+    if len(position) != n or (columns is None and list(map(_INDEX, ops)) != list(range(n))):
         return None
     sources = map(_EDGE_SOURCE, chain.from_iterable(map(_PARENTS_OF, ops)))
     readers = chain.from_iterable(map(repeat, range(n), map(len, map(_PARENTS_OF, ops))))
@@ -129,22 +134,30 @@ def _ops_look_right(ops: tuple[Op, ...], modules: dict[str, ModuleScope], params
               or min(out_idx) < 0 or any(map(operator.ge, out_idx, n_out))):
         return None
     try:
-        for shape in set(map(_SHAPE, filter(None, map(_OUT, ops)))):
+        for shape in set(map(_SHAPE, filter(None, _distinct(ops, columns, "out")))):
             _shape(shape, "", "")
         enclosing: dict = {}
-        for module, call, stack in set(zip(map(_MODULE, ops), map(_MODULE_CALL, ops), map(_STACK, ops))):
+        scopes = (set(zip(map(_MODULE, ops), map(_MODULE_CALL, ops), map(_STACK, ops))) if columns is None
+                  else distinct_scopes(columns))
+        for module, call, stack in scopes:
             _check_stack(stack, modules, enclosing, "", "")
             if (stack and (module, call) != stack[-1]) or (not stack and (module != "" or call != 0)):
                 return None
-        lines = list(map(_LINE, filter(None, map(_SOURCE, ops))))
+        lines = list(map(_LINE, filter(None, _distinct(ops, columns, "source"))))
         if lines and (min(lines) < 0 or max(lines) > MAX_INT):
             return None
-        for attrs in distinct_plain(filter(None, map(_ATTRS, ops))):
-            check_plain(attrs, "", "")
+        attrs = filter(None, map(_ATTRS, ops)) if columns is None else filter(None, distinct(columns, "attrs"))
+        for value in distinct_plain(attrs):
+            check_plain(value, "", "")
     except (TraceStructureInvalidError, TraceLimitError):
         return None
-    used = set().union(*map(_PARAMS, ops), *map(_WRITES, ops))
+    used = set().union(*_distinct(ops, columns, "params"), *_distinct(ops, columns, "buffer_writes"))
     return position if used <= params else None
+
+
+def _distinct(ops: tuple[Op, ...], columns: Any, name: str) -> Iterable[Any]:
+    """The distinct values of the ops' hashable field `name`: from its column's table when there is one."""
+    return set(map(attrgetter(name), ops)) if columns is None else distinct(columns, name)
 
 
 _PARENTS_OF, _EDGE_SOURCE, _SHAPE, _LINE = attrgetter("parents"), attrgetter("source"), attrgetter("shape"), attrgetter("line")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import EnvelopeTamperedError, TraceFileCorruptError, TraceFileTamperedError
 from ..ir import Trace
-from .codec import Body, decode_body, gc_paused, provenance_from_json
+from .codec import Decoded, decode_body, gc_paused, provenance_from_json
 from .document import unframe
 from .files import as_path, checked_file, read_structure, structure_file, trace_folder
 from .format import GRADS_FILE, VALUES_FILE
@@ -27,9 +27,10 @@ def _load(path: str | Path) -> Trace:
     folder = trace_folder(as_path(path, "tracer.load"))
     structure = checked_file(folder, structure_file(folder))
     site = str(structure)
-    body_bytes, digests = unframe(read_structure(structure), site)
-    body = decode_body(body_bytes, site)
-    modules, params = check_body(body.ops, body.modules, body.params, body.provenance, body.envelope, site)
+    body_bytes, digests, schema = unframe(read_structure(structure), site)
+    body = decode_body(body_bytes, site, schema)
+    modules, params = check_body(body.ops, body.modules, body.params, body.provenance, body.envelope, site,
+                                 body.columns)
     values = _values(folder, digests.values, body.ops)
     warnings = body.warnings
     if getattr(values, "dense_views", ()):  # a layout the values file could not keep: disclosed on the trace
@@ -42,7 +43,7 @@ def _load(path: str | Path) -> Trace:
     return trace
 
 
-def _backward(body: Body, folder: Path, site: str) -> Any:
+def _backward(body: Decoded, folder: Path, site: str) -> Any:
     if body.backward is None:
         read_grads(folder, None, folder / GRADS_FILE)  # refuses a grads file no backward records
         return None
@@ -54,7 +55,7 @@ def _backward(body: Body, folder: Path, site: str) -> Any:
     return dataclasses.replace(bw, grads=grads, param_grads=param_grads) if grads or param_grads else bw
 
 
-def _envelope(body: Body, site: str) -> Any:
+def _envelope(body: Decoded, site: str) -> Any:
     if body.envelope is None:
         return None
     from ..claims import envelope_from_dict

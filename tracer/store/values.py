@@ -22,14 +22,13 @@ import operator
 import os
 from collections import Counter
 from functools import lru_cache, partial
-from itertools import accumulate, groupby
+from itertools import accumulate, groupby, repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Mapping
 
 import msgspec
 import torch
-from torch._utils import _flatten_dense_tensors
 
 from ..errors import (TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError,
                       TraceSchemaError)
@@ -91,14 +90,18 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     header: dict[str, Any] = {}
     offset = 0
     for dtype, shape in order:
-        name, nbytes, listed = _NAMES[dtype], math.prod(shape) * dtype.itemsize, list(shape)
-        for label, _ in groups[(dtype, shape)]:
-            header[label] = {"dtype": name, "shape": listed, "data_offsets": [offset, offset + nbytes]}
-            offset += nbytes
+        name, nbytes, members = _NAMES[dtype], math.prod(shape) * dtype.itemsize, groups[(dtype, shape)]
+        end = offset + len(members) * nbytes
+        ranges = zip(range(offset, end, nbytes), range(offset + nbytes, end + nbytes, nbytes)) if nbytes else repeat(
+            (offset, offset), len(members))
+        header.update(zip(map(_FIRST, members), map(partial(_Written, name, shape), ranges)))  # C-level per tensor
+        offset = end
     header["__metadata__"] = {"format": FORMAT}
     in_file = [label for label in header if label != "__metadata__"]  # metadata in file order: a resave is identical
-    layouts = {label: list(facts[label][2]) for label in in_file
-               if label not in views and _layout(facts[label][1], facts[label][2]) == _KEPT}
+    layouts = {}
+    if any(_layout(shape, stride) == _KEPT for shape, stride in set(map(_SHAPE_STRIDE, facts.values()))):
+        layouts = {label: list(facts[label][2]) for label in in_file
+                   if label not in views and _layout(facts[label][1], facts[label][2]) == _KEPT}
     if layouts:
         header["__metadata__"]["strides"] = msgspec.json.encode(layouts).decode()
     if views or dense_views:
@@ -258,13 +261,21 @@ def _blocks(tensors: list[torch.Tensor], nbytes: int):
     step = max(1, _CHUNK_BYTES // nbytes)
     with torch.no_grad():
         for i in range(0, len(tensors), step):
-            flat = _flatten_dense_tensors(tensors[i:i + step]).cpu().contiguous()
+            flat = torch.stack(tensors[i:i + step]).cpu().contiguous()  # same shapes: one copy, row-major
             flat = flat.as_strided((flat.numel(),), (1,))  # a one-element tensor may carry any stride
             yield memoryview(flat.view(torch.uint8).numpy()).cast("B")
 
 
+class _Written(msgspec.Struct, gc=False):
+    """One header entry as written (encodes as the safetensors object `{dtype, shape, data_offsets}`)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]
+
+
 # -- read -------------------------------------------------------------------------------
-class _Entry(msgspec.Struct):
+class _Entry(msgspec.Struct, gc=False):  # no cycles: strings and tuples of ints
     """One header entry (`__metadata__` decodes as an entry with no dtype and is skipped)."""
 
     dtype: str = ""
@@ -454,3 +465,4 @@ def _recorded_layouts(text: str, site: str) -> dict[str, Any]:
 _DTYPE, _SHAPE, _OFFSETS, _FIRST, _SECOND = (attrgetter("dtype"), attrgetter("shape"), attrgetter("data_offsets"),
                                              itemgetter(0), itemgetter(1))
 _IS_NONE, _NOT_NONE = partial(operator.is_, None), partial(operator.is_not, None)
+_SHAPE_STRIDE = itemgetter(1, 2)  # of a value's facts
