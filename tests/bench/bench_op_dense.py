@@ -179,7 +179,7 @@ def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, Time
         rows.append(("tracer.load", timed(lambda: tracer.load(folder), device, repeats), n_ops))
         me = os.path.join(work, "me.json")
         rows.append(("Model Explorer export", timed(lambda: export(t, me), device, repeats), n_ops))
-        rows.append(("tracer.validate", timed(lambda: tracer.validate(t), device, max(1, repeats // 2)), n_ops))
+        rows.append(("tracer.validate", timed(lambda: tracer.validate(t), device, repeats), n_ops))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows

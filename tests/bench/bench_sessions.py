@@ -1,7 +1,7 @@
 """Another session's round trip while one session runs a heavy action, in Chromium against the real
 console script (a separate server process, as a user runs it).
 
-    .venv/bin/python tests/bench/bench_sessions.py [--config gpt2] [--runs 3] [--actions discharge,png,doctor,estimate]
+    .venv/bin/python tests/bench/bench_sessions.py [--config gpt2] [--runs 3] [--actions discharge,png,doctor,estimate,open]
 
 Session B's round trip: from Enter in the search box (an op label) to B's inspector showing that op,
 read at an animation frame in B's page (`performance.now()`); the server selects the op, opens its
@@ -120,7 +120,19 @@ def start_action(page, action: str) -> callable:
         page.locator(".tlx-twin-config-path input").press("Tab")
         click(page, "tlx-estimate")
         return lambda: "Estimate:" in page.evaluate(DEEP_TEXT, ".tlx-discharge-status")
+    if action == "open":  # a new page of the explorer (A reloads: the server builds and sends a session's page)
+        page.evaluate("() => { window.__tlx_old = true; location.reload(); }")
+        return lambda: _page_ready(page)
     raise SystemExit(f"unknown action {action!r}")
+
+
+def _page_ready(page) -> bool:
+    """Whether A's reloaded page is in place and finished: its graph drawn and the parts built after it
+    (overview, side tabs) in the page (False while the old page or nothing is there)."""
+    try:
+        return bool(page.evaluate("() => !window.__tlx_old && (" + READY + ")() && !!(" + DEEP_TEXT + ")('.tlx-discharge')"))
+    except Exception:  # the page is navigating: no context to evaluate in yet
+        return False
 
 
 def run_once(a, b, url: str, labels: list[str], action: str | None, limit: int) -> tuple[list[tuple], float, float]:
@@ -177,7 +189,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="gpt2")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--actions", default="discharge,png,doctor,estimate")
+    parser.add_argument("--actions", default="discharge,png,doctor,estimate,open")
     parser.add_argument("--idle-trips", type=int, default=12, help="round trips per idle run")
     parser.add_argument("--compare-root", default="", help="also serve the code of this checkout (e.g. the commit "
                         "before a change), interleaved with this one; its rows are marked 'other'")
