@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 
 def tiny_gpt2(n_layer: int = 2):
@@ -60,23 +61,25 @@ def looped_mlp(calls: int = 3, width: int = 16):
     return LoopedMLP().eval()
 
 
+class TanhLoop(nn.Module):
+    """`steps` rounds of `act(x * 0.5 + 0.1)` (three small ops each, tanh by default) on a 2x4 input, then a
+    Linear: every op in the root module's own forward (the op-dense forward of the benchmarks)."""
+
+    def __init__(self, steps: int, act=torch.tanh) -> None:
+        super().__init__()
+        self.steps, self.act = steps, act
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.steps):
+            x = self.act(x * 0.5 + 0.1)
+        return self.head(x)
+
+
 def op_dense_loop(steps: int = 33_333):
-    """`steps` iterations of `tanh(x * 0.5 + 0.1)` on the input (2x4), then a Linear: 3 small ops a step,
-    all in the root module's own forward (100,002 ops for the default, inputs and output included)."""
-    from torch import nn
-
-    class OpDenseLoop(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.head = nn.Linear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            for _ in range(steps):
-                x = torch.tanh(x * 0.5 + 0.1)
-            return self.head(x)
-
+    """A seeded `TanhLoop` (100,002 ops for the default, inputs and output included)."""
     torch.manual_seed(0)
-    return OpDenseLoop().eval()
+    return TanhLoop(steps).eval()
 
 
 def long_loop():

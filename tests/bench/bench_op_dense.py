@@ -30,20 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import tracer  # noqa: E402
 from tests.bench._memory import reset_peak, status_kb  # noqa: E402
 from tests.bench._timing import Times  # noqa: E402
-
-
-class Loop(nn.Module):
-    """`steps` iterations of `tanh(x * 0.5 + 0.1)` on a 2x4 tensor, then a Linear: 3 ops a step."""
-
-    def __init__(self, steps: int) -> None:
-        super().__init__()
-        self.steps = steps
-        self.head = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.steps):
-            x = torch.tanh(x * 0.5 + 0.1)
-        return self.head(x)
+from tests.models import TanhLoop  # noqa: E402
 
 
 class Nest(nn.Module):
@@ -145,7 +132,7 @@ def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, Time
 
     steps = max(1, (n_ops - 3) // 3)
     torch.manual_seed(0)
-    model = Loop(steps).to(device).eval()
+    model = TanhLoop(steps).to(device).eval()
     x = torch.randn(2, 4, device=device)
     rows: list[tuple[str, Times, int]] = []
 
@@ -187,7 +174,7 @@ def op_dense_rows(n_ops: int, device: str, repeats: int) -> list[tuple[str, Time
 
 def million_rss(device: str) -> tuple[float, int]:
     """Seconds and peak RSS added (MB) of one 1,000,000-op capture with save="none"."""
-    model = Loop(333_333).to(device).eval()
+    model = TanhLoop(333_333).to(device).eval()
     x = torch.randn(2, 4, device=device)
     reset_peak()
     base = status_kb("VmRSS")

@@ -31,20 +31,7 @@ import tracer  # noqa: E402
 from tracer.ir import ModuleStack, Op  # noqa: E402
 from tracer.store import save_trace  # noqa: E402
 from tests.bench._timing import Times  # noqa: E402
-
-
-class TanhLoop(torch.nn.Module):
-    """`steps` rounds of tanh(x * 0.5 + 0.1) (three ops each), then a Linear."""
-
-    def __init__(self, steps: int) -> None:
-        super().__init__()
-        self.steps = steps
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.steps):
-            x = torch.tanh(x * 0.5 + 0.1)
-        return self.lin(x)
+from tests.models import TanhLoop  # noqa: E402  (bench_store.TanhLoop: the --ab script imports it from here)
 
 
 def timed(fn: Callable[[], object], repeats: int, before: Callable[[], object] | None = None) -> Times:

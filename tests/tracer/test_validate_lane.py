@@ -10,26 +10,12 @@ import torch
 from torch import nn
 
 import tracer
-from tests.models import tiny_gpt2
+from tests.models import TanhLoop, tiny_gpt2
 from tracer.ir import Edge, Trace
 from tracer.replay.batch import equal_each, equal_rows, noisy_each, same
 
 validate_module = importlib.import_module("tracer.replay.validate")
 lane_module = importlib.import_module("tracer.replay.lane")
-
-
-class Loop(nn.Module):
-    """`steps` iterations of a few pointwise ops on a small tensor (what the lane stacks), then a Linear."""
-
-    def __init__(self, steps: int, act=torch.tanh) -> None:
-        super().__init__()
-        self.steps, self.act = steps, act
-        self.head = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _ in range(self.steps):
-            x = self.act(x * 0.5 + 0.1)
-        return self.head(x)
 
 
 class DeadEdges(nn.Module):
@@ -66,7 +52,7 @@ def _same_report(trace: Trace, monkeypatch: pytest.MonkeyPatch, **kwargs) -> dic
 
 @pytest.mark.parametrize("act", [torch.tanh, torch.sigmoid, nn.functional.gelu])
 def test_lane_report_equals_the_full_checks(act, monkeypatch):
-    t = tracer.trace(Loop(150, act).eval(), (torch.randn(2, 4),))
+    t = tracer.trace(TanhLoop(150, act).eval(), (torch.randn(2, 4),))
     report = _same_report(t, monkeypatch)
     assert report["passed"] and report["ops_exact"] == len(t.ops) - 2  # every call bit-exact (sigmoid: alone)
     assert report["edges_carrying"] == report["edges_checked"] == len(t.ops) - 2
@@ -81,13 +67,13 @@ def test_lane_stacks_the_pointwise_calls(monkeypatch):
         return original(replayer, ops, members, key, gen, perturb, found)
 
     monkeypatch.setattr(lane_module, "_replay_stacked", spy)
-    t = tracer.trace(Loop(150).eval(), (torch.randn(2, 4),))
+    t = tracer.trace(TanhLoop(150).eval(), (torch.randn(2, 4),))
     assert validate_module.validation_report(t).passed
     assert sum(stacked) == 450 and max(stacked) > 100  # mul, add and tanh calls, each kind replayed together
 
 
 def test_forged_value_inside_a_stacked_group_fails_at_that_op(monkeypatch):
-    t = tracer.trace(Loop(150).eval(), (torch.randn(2, 4),))
+    t = tracer.trace(TanhLoop(150).eval(), (torch.randn(2, 4),))
     victim = [op for op in t.ops if op.kind == "tanh"][70]
     t.values[victim.label] = t.values[victim.label].clone()
     t.values[victim.label][1, 2] = torch.nextafter(t.values[victim.label][1, 2], torch.tensor(9.0))  # one ulp off
@@ -97,7 +83,7 @@ def test_forged_value_inside_a_stacked_group_fails_at_that_op(monkeypatch):
 
 
 def test_rewired_edge_inside_a_stacked_group_fails(monkeypatch):
-    t = tracer.trace(Loop(150).eval(), (torch.randn(2, 4),))
+    t = tracer.trace(TanhLoop(150).eval(), (torch.randn(2, 4),))
     muls = [op for op in t.ops if op.kind == "mul"]
     victim, wrong_parent = muls[90], muls[40]  # same shape and dtype: only the values tell
     forged_op = dataclasses.replace(victim, parents=(Edge(wrong_parent.label, "0"),))
@@ -133,7 +119,7 @@ def test_real_model_and_its_loaded_copy_match_the_full_checks(monkeypatch, tmp_p
 
 
 def test_no_perturb_reports_match(monkeypatch):
-    t = tracer.trace(Loop(60).eval(), (torch.randn(2, 4),))
+    t = tracer.trace(TanhLoop(60).eval(), (torch.randn(2, 4),))
     report = _same_report(t, monkeypatch, perturb=False)
     assert report["passed"] and report["edges_checked"] == 0
 
