@@ -70,6 +70,14 @@ def anyone_waiting(recent_s: float = RECENT_S) -> bool:
     return others_waiting(None, recent_s)
 
 
+def wait_until_quiet(max_s: float, step_s: float = 0.1) -> None:
+    """Sleep (on a worker thread) while any session waits on the server, at most `max_s` in all."""
+    waited = 0.0
+    while waited < max_s and anyone_waiting():
+        time.sleep(step_s)
+        waited += step_s
+
+
 def session_of(doc: Any) -> str | None:
     """The id of the session serving `doc`, or None outside a served session."""
     context = getattr(doc, "session_context", None)

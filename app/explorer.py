@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import threading
-import time
 from typing import Any, Callable
 
 import panel as pn
@@ -32,7 +31,7 @@ from .views.tree import ModuleTree
 HOST = "127.0.0.1"
 LEFT_PX = 300
 RIGHT_PX = 400
-GIVE_WAY_S, MAX_GIVE_WAY_S = 0.1, 10.0  # the next page waits while sessions wait on the server, at most this long
+MAX_GIVE_WAY_S = 10.0  # the next page waits while sessions wait on the server, at most this long
 REFILL_DELAY_S = 2.0  # the next page is built this long after one is taken, not while that page is being sent
 
 # The tabs under the inspector, in order: (title, a panel class taking state=). Add a tab by adding a row.
@@ -77,10 +76,7 @@ class PagePool:
 
     def _refill(self, delay_s: float = 0.0) -> None:
         def build() -> None:
-            given_way = 0.0
-            while given_way < MAX_GIVE_WAY_S and activity.anyone_waiting():  # a page's click goes first
-                time.sleep(GIVE_WAY_S)
-                given_way += GIVE_WAY_S
+            activity.wait_until_quiet(MAX_GIVE_WAY_S)  # a page's click goes first
             parts = PageParts(self.loaded)
             with self._lock:
                 self._ready = parts

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any
 
 
 def freeze_long_lived() -> int:

@@ -77,8 +77,7 @@ class GroupTree:
         for g in self.groups.values():
             g.children.sort(key=lambda k: self.groups[k].first)
         self.spans: frozenset[str] = frozenset()
-        if any(len(g.ops) + len(g.children) > SPAN_LIMIT for key, g in self.groups.items() if key != CANVAS):
-            self._split_into_spans()
+        self._split_into_spans()
         self._finish(CANVAS)
 
     # -- building ------------------------------------------------------------
@@ -122,8 +121,11 @@ class GroupTree:
     def _split_into_spans(self) -> None:
         """Give every group with more than `SPAN_LIMIT` direct items spans of consecutive items instead
         (balanced: b spans of b^k items, each split again), so no view draws more than the limit in one
-        group; then re-derive every op's chain of groups."""
-        for key in [k for k, g in self.groups.items() if k != CANVAS and len(g.ops) + len(g.children) > SPAN_LIMIT]:
+        group; then re-derive every op's chain of groups. Nothing happens when no group is that large."""
+        crowded = [k for k, g in self.groups.items() if k != CANVAS and len(g.ops) + len(g.children) > SPAN_LIMIT]
+        if not crowded:
+            return
+        for key in crowded:
             self._span(key, self.items(key))
         path_to: dict[GroupKey, tuple[GroupKey, ...]] = {CANVAS: ()}
 
