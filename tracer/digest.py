@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -11,6 +12,16 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def canonical_object_json(parts: Mapping[str, str]) -> str:
+    """`canonical_json` of a dict with string keys, made from each value's canonical JSON text."""
+    return "{" + ",".join(f"{json.dumps(k)}:{parts[k]}" for k in sorted(parts)) + "}"
+
+
+def text_digest(text: str) -> str:
+    """SHA-256 (hex) of a canonical JSON text."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def canonical_digest(value: Any) -> str:
     """SHA-256 (hex) of `canonical_json(value)`."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    return text_digest(canonical_json(value))

@@ -124,7 +124,7 @@ def _labels(records: list) -> list[str]:
 def _meta(raw: tuple, cache: dict) -> TensorMeta:
     """The TensorMeta of a raw (shape, dtype, device, grad) tuple, cached by the tuple's id."""
     shape, dtype, device, rg = raw
-    hit = cache[id(raw)] = new_meta(tuple(shape), _dtype_text(dtype), str(device), rg)
+    hit = cache[id(raw)] = new_meta(shape=tuple(shape), dtype=_dtype_text(dtype), device=str(device), requires_grad=rg)
     return hit
 
 
@@ -144,7 +144,7 @@ def _site(raw: tuple | None, cache: dict) -> SourceSite | None:
     if raw is None:
         return None
     code, offset = raw
-    hit = cache[id(raw)] = new_site(_short_path(code.co_filename), line_at(code, offset), code.co_name)
+    hit = cache[id(raw)] = new_site(file=_short_path(code.co_filename), line=line_at(code, offset), function=code.co_name)
     return hit
 
 
@@ -182,28 +182,24 @@ def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScop
                          if path is not None and path.rpartition(".")[0] == addr)
         made = session.module_calls.get(addr, ())
         calls = tuple([
-            new_module_call(c, tuple([labels[i] for i in ins]), tuple([labels[i] for i in outs]),
-                            first if first <= last else -1, last if first <= last else -1)
+            new_module_call(call=c, inputs=tuple([labels[i] for i in ins]), outputs=tuple([labels[i] for i in outs]),
+                            first_op=first if first <= last else -1, last_op=last if first <= last else -1)
             for c, ins, outs, first, last in (sorted(made) if len(made) > 1 else made)
         ])
-        scopes[addr] = new_module_scope(addr, type(module).__name__, tuple(own_params.get(addr, ())), children, calls,
-                                        module.training)
+        scopes[addr] = new_module_scope(address=addr, class_name=type(module).__name__,
+                                        params=tuple(own_params.get(addr, ())), children=children, calls=calls,
+                                        training=module.training)
     return scopes
 
 
 def _params(session: CaptureSession) -> dict[str, ParamRecord]:
     model, tied, every = session.model, session.tied, session.every
     records: dict[str, ParamRecord] = {}
-    devices: dict[torch.device, str] = {}
     buffers = dict(named_state(model, "_buffers", remove_duplicate=False, modules=every))
     tensors = dict(named_state(model, "_parameters", remove_duplicate=False, modules=every))
     tensors.update(buffers)
     for addr, others in tied.items():
         t = tensors[addr]
-        device = t.device
-        text = devices.get(device)
-        if text is None:
-            text = devices[device] = str(device)
-        records[addr] = new_param(addr, tuple(t.shape), _dtype_text(t.dtype), text, bool(t.requires_grad),
-                                  addr in buffers, tuple(others))
+        records[addr] = new_param(address=addr, shape=tuple(t.shape), dtype=_dtype_text(t.dtype), device=str(t.device),
+                                  requires_grad=bool(t.requires_grad), is_buffer=addr in buffers, tied=tuple(others))
     return records

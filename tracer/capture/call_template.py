@@ -36,11 +36,6 @@ _PLAIN = frozenset({int, str, bool, type(None)})  # JSON as they are (floats may
 _POS = tuple(str(i) for i in range(16))
 
 
-def scrub_args(args: tuple) -> tuple:
-    """`args` with each top-level tensor replaced by `TENSOR` (the hot path's whole cost)."""
-    return tuple([TENSOR if isinstance(a, _Tensor) else a for a in args])
-
-
 def scrub_deep(args: tuple) -> tuple:
     """`args` with tensors inside lists and tuples replaced too (calls such as `cat`)."""
     return tuple([_scrub(a) for a in args])
@@ -86,7 +81,7 @@ def _detach_call(source: tuple, snapshots: Mapping[int, str], edges: Container[s
             {k: _detach(v, snapshots, edges, k) for k, v in kwargs.items()} if kwargs else {})
 
 
-_ATOMS = frozenset({int, float, str, bool, type(None)})  # arguments `_detach` returns as they are
+_ATOMS = _PLAIN | {float}  # arguments `_detach` returns as they are
 
 
 def _detach(a: Any, snapshots: Mapping[int, str], edges: Container[str], position: str) -> Any:
@@ -107,10 +102,7 @@ class CallTemplate(Mapping):
     """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
 
     __slots__ = ("_func", "_args", "_kwargs", "_parents", "_params", "_encoded")
-
-    def __init__(self, func: Any, args: tuple, kwargs: dict, parents: tuple, params: tuple) -> None:
-        self._func, self._args, self._kwargs, self._parents, self._params = func, args, kwargs, parents, params
-        self._encoded: dict[str, Any] | None = None
+    # Made only by `call_templates`, which sets the slots itself (no __init__ frame for 100,000s of them).
 
     def _data(self) -> dict[str, Any]:
         if self._encoded is None:
@@ -180,7 +172,7 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
                 func, args, kwargs = _detach_call(live, snapshots, [pos for _p, pos in rec[f_parents]])
             else:
                 func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
-            last = _new(CallTemplate)  # CallTemplate(...) without its __init__ frame (100,000s of them)
+            last = _new(CallTemplate)
             last._func, last._args, last._kwargs, last._parents, last._params = \
                 func, args, kwargs, rec[f_parents], rec[f_params]
             last._encoded = None

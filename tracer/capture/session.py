@@ -2,8 +2,8 @@
 
 Nothing is patched globally. The session installs forward hooks on the model's modules
 and enters a function mode; both are removed in a `finally`, so the model and torch are
-as they were afterwards, also when the forward raises. The hot path (`on_call`) appends
-raw tuples; labels, metadata strings and Op records are made once, in `finish`.
+as they were afterwards, also when the forward raises. The hot path (`__torch_function__`)
+appends raw tuples; labels, metadata strings and Op records are made once, after the forward.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
 from ..ir import EMPTY_STACK, ModuleStack
 from .call_template import TENSOR, scrub_deep, scrub_kwargs
-from .collector import fewer_collections
 from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
 from .walk import first_visits, iter_tensors, named_modules, named_state, shallow_tensors
 
@@ -178,7 +177,7 @@ class CaptureSession(TorchFunctionMode):
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
-            with fewer_collections(), grad_context, recorder, \
+            with grad_context, recorder, \
                     (witness if witness is not None else contextlib.nullcontext()), \
                     _boundaries.function_boundaries(self):  # Function.apply, restored on exit
                 output = self.model(*args, **kwargs)
@@ -396,7 +395,7 @@ class CaptureSession(TorchFunctionMode):
         if inplace:
             target = kwargs.get("out") if isinstance(kwargs.get("out"), _Tensor) else (
                 args[0] if args and isinstance(args[0], _Tensor) else _written_kwarg(kwargs))
-            if target is not None and self.save_values:
+            if target is not None and save:
                 self._protect(target)
                 if id(target) in param_ids:  # a write into a parameter or buffer: keep its value before
                     before = target.detach().clone()

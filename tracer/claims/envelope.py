@@ -6,8 +6,6 @@ or records REFUTED with the first structural contradiction. A loaded envelope is
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -16,7 +14,7 @@ from typing import Any, Mapping
 from .join import TABLES, claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
-from ..digest import canonical_digest, canonical_json
+from ..digest import canonical_digest, canonical_json, canonical_object_json, text_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
@@ -91,14 +89,14 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
         },
         "twin": twin,
         "claims": table,
-        "claim_digests": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in texts.items()},
+        "claim_digests": {name: text_digest(text) for name, text in texts.items()},
         "ladder_state": HYPOTHESIS,
         "discharge": None,
         "plan_checks": [],
         "history": [{"event": "sealed", "at": _now(), "ladder_state": HYPOTHESIS}],
         "schema": ENVELOPE_SCHEMA,
     }
-    return _seal(body, encoded={"claims": _object_text(texts)})
+    return _seal(body, encoded={"claims": canonical_object_json(texts)})
 
 
 def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
@@ -286,8 +284,8 @@ def _seal(body: dict[str, Any], encoded: Mapping[str, str] | None = None) -> Evi
     body = {k: v for k, v in body.items() if k != "digest"}
     with gc_paused():  # 10,000s of small acyclic containers for an 8B model's claims
         if encoded:  # the same text as canonical_json(body), without encoding those values again
-            digest = hashlib.sha256(_object_text({k: encoded[k] if k in encoded else canonical_json(v)
-                                                  for k, v in body.items()}).encode()).hexdigest()
+            digest = text_digest(canonical_object_json({k: encoded[k] if k in encoded else canonical_json(v)
+                                                        for k, v in body.items()}))
         else:
             digest = _digest(body)
         return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
@@ -299,11 +297,6 @@ def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any]) -> E
     body = {**plain, **{k: _thaw(v) for k, v in changes.items()}}
     body["history"] = [*plain["history"], entry]
     return _seal(body)
-
-
-def _object_text(parts: Mapping[str, str]) -> str:
-    """`canonical_json` of a dict with string keys, from each value's canonical JSON text (keys sorted, compact)."""
-    return "{" + ",".join(f"{json.dumps(k)}:{parts[k]}" for k in sorted(parts)) + "}"
 
 
 def _digest(body: Mapping[str, Any]) -> str:

@@ -23,15 +23,16 @@ MAX_RECORDED_READS = 200  # resolved reads recorded one by one; beyond, only cou
 
 def is_python_call(args: tuple, kwargs: dict) -> bool:
     """True when every argument is Python data or a dtype, device, size or name: no tensor, no foreign array."""
-    return all(_plain(a) for a in args) and all(_plain(a) for a in kwargs.values())
+    return all(is_plain(a) for a in args) and all(is_plain(a) for a in kwargs.values())
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
+def is_plain(value: Any, depth: int = 0) -> bool:
+    """True for Python data or a dtype, device, layout or memory format (lists and tuples looked into)."""
     if value is None or isinstance(value, (bool, int, float, complex, str, torch.dtype, torch.device,
                                            torch.layout, torch.memory_format)):
         return True
     if isinstance(value, (list, tuple)) and depth < 4:  # torch.Size is a tuple
-        return all(_plain(v, depth + 1) for v in value)
+        return all(is_plain(v, depth + 1) for v in value)
     return False
 
 

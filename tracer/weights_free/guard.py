@@ -19,7 +19,7 @@ from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
 from . import known_values as kv
 from . import meta_fallbacks
-from .constants import ConstantLedger, is_python_call
+from .constants import ConstantLedger, is_plain
 from .neutral_reads import neutral_read
 from .simulated_device import SimulatedDevice
 
@@ -267,7 +267,7 @@ def _mixed_devices(info: FuncInfo, real: Tensor, origin: dict | None, session: C
 def _scan(args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[list[Tensor], int, bool, bool]:
     """In one pass over the arguments (top level, and inside a list/tuple): the tensors not on meta, the
     number of tensors, whether a meta tensor among them has a known value, and whether
-    every argument is Python data (`is_python_call`)."""
+    every argument is Python data (`constants.is_plain`)."""
     reals: list[Tensor] = []
     n = 0
     known = False
@@ -281,7 +281,7 @@ def _scan(args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[list[Tenso
                     reals.append(b)
                 elif not known and ledger.value_of(b) is not None:
                     known = True
-        if python_only and not is_python_call((a,), {}):
+        if python_only and not is_plain(a):
             python_only = False
     return reals, n, known, python_only
 
