@@ -57,7 +57,12 @@ def available(trace: Trace) -> tuple[str, ...]:
     """The built-in overlays this trace can show (activation statistics only with saved values; saved-for-
     backward bytes with a backward, gradient norms with its saved gradients)."""
     return (STRUCTURE_OVERLAYS + (VALUE_OVERLAYS if trace.values else ()) + backward_overlays(trace)
-            + (COMM_OVERLAYS if comm_bytes(trace) else ()))
+            + (COMM_OVERLAYS if _has_collectives(trace) else ()))
+
+
+def _has_collectives(trace: Trace) -> bool:
+    """Whether any op is a collective (only a sharded trace's can be: the others are not scanned)."""
+    return bool(trace.provenance.distributed) and any(op.collective is not None for op in trace.ops)
 
 
 def backward_overlays(trace: Trace) -> tuple[str, ...]:

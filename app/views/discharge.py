@@ -15,7 +15,7 @@ from .. import twin
 from ..ladder import report_rows
 from ..sources import shipped_configs
 from ..state import ExplorerState
-from .docsync import BackgroundJob, Report, refusal_html, run_in_background, text_html
+from .docsync import BackgroundJob, Report, is_served, refusal_html, run_in_background, text_html
 from .steps import fill_in_steps
 
 
@@ -80,7 +80,8 @@ class DischargePanel(pn.viewable.Viewer):
         super().__init__(**params)
         loaded = self.state.loaded
         observed = self.state.trace.ladder_state == "OBSERVED"
-        served = pn.state.curdoc is not None and getattr(pn.state.curdoc, "session_context", None) is not None
+        served = is_served(pn.state.curdoc)
+        self._finding = False  # the comparable configs are being found on a thread (the status says so)
         # the first served page of a process reads every shipped config once (0.3-0.7 s): on a thread, not the loop
         later = served and not observed and not comparable_known(self.state.trace)
         names = [] if observed or later else comparable_configs(self.state.trace, list(shipped_configs()))
@@ -118,6 +119,7 @@ class DischargePanel(pn.viewable.Viewer):
         elif later:
             self.go.disabled = self.estimate_button.disabled = True
             self.say("Finding the shipped configs comparable with this trace...")
+            self._finding = True
             structure = self.state.trace
             run_in_background(pn.state.curdoc, lambda: comparable_configs(structure, list(shipped_configs())),
                               self._offer, lambda exc: self.status.param.update(object=refusal_html(exc)),
@@ -137,7 +139,8 @@ class DischargePanel(pn.viewable.Viewer):
         if not names and not custom:
             self.say(f"No shipped config is the one this {self.state.trace.model_class} was captured from. Type that "
                      "config file under 'or a local config path', or open it with: torchlens-explore PATH/config.json")
-        elif "Finding the shipped" in self.status.object:
+        elif self._finding:
+            self._finding = False
             self.say("")
 
     @property

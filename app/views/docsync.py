@@ -17,9 +17,14 @@ class Cancelled(Exception):
     """Raised inside background work at its next step once the user pressed Cancel."""
 
 
+def is_served(doc: Any) -> bool:
+    """Whether `doc` is the document of a served session (else code runs outside a server: tests, notebooks)."""
+    return doc is not None and getattr(doc, "session_context", None) is not None
+
+
 def call_on_document(doc: Any, fn: Callable[[], Any], delay_ms: int = 0) -> None:
     """Run `fn` on `doc`'s next tick (or `delay_ms` later) when it is being served, otherwise right away."""
-    if doc is None or getattr(doc, "session_context", None) is None:
+    if not is_served(doc):
         fn()
         return
 

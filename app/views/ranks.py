@@ -97,9 +97,10 @@ OPEN_COLLECTIVES_UP_TO = 16  # a view with at most this many collectives opens t
 
 def collective_frames(trace: Any) -> frozenset[str]:
     """The modules (and their ancestors) holding a collective, when there are few enough to open them all."""
-    modules = {op.module for op in trace.ops if op.collective is not None}
-    if not modules or len([op for op in trace.ops if op.collective is not None]) > OPEN_COLLECTIVES_UP_TO:
+    collectives = [op for op in trace.ops if op.collective is not None]
+    if not collectives or len(collectives) > OPEN_COLLECTIVES_UP_TO:
         return frozenset()
+    modules = {op.module for op in collectives}
     opened = {""}
     for address in modules:
         parts = address.split(".") if address else []

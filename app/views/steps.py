@@ -8,7 +8,7 @@ from typing import Any
 import panel as pn
 
 from ..activity import others_waiting, session_of
-from .docsync import call_on_document
+from .docsync import call_on_document, is_served
 
 
 class Built:
@@ -32,7 +32,7 @@ def fill_in_steps(column: Any, items: list[Any], per_step: int = PER_STEP) -> No
     the current served document (all at once outside a served session). An item that is a `Built`
     is made at its own tick."""
     doc = pn.state.curdoc
-    if doc is None or getattr(doc, "session_context", None) is None:
+    if not is_served(doc):
         column.extend([_made(item) for item in items])
         return
     pending = list(items)

@@ -20,23 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import DistributedReplayUnsupportedError
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 
-CHECKS = ("shape", "value", "replay")  # RankFinding.check: a collective's shape or value, a local op's replay
-
-
 @dataclass(frozen=True, slots=True)
 class RankFinding:
-    """One op that fails a check: `check` is one of `CHECKS`."""
+    """One op that fails a check: `check` is "shape" or "value" (a collective) or "replay" (a local op)."""
 
     label: str
     check: str
     message: str
-
-
-CollectiveFinding = RankFinding  # the name this record had before local replay was added
 
 
 @dataclass(slots=True)
@@ -90,6 +85,8 @@ def validate_rank(trace: Trace, *, replay: bool = True) -> RankValidationReport:
 # -- local ops ---------------------------------------------------------------------------------
 def _replay_local_ops(trace: Trace, report: RankValidationReport) -> None:
     from ..replay import ReplayError, Replayer
+    from ..replay.batch import same
+    from ..replay.edges import max_abs
     from ..replay.offline import NotReplayable
 
     replayer = Replayer(trace)
@@ -105,7 +102,7 @@ def _replay_local_ops(trace: Trace, report: RankValidationReport) -> None:
             report.replay_not_checked.append((op.label, f"the value of its parent {missing[0]} was not saved"))
             continue
         try:
-            with _no_communication():
+            with _NoCommunication():
                 got = _plain(replayer.run(op, _as_dtensors(replayer, op)))
         except NotReplayable as exc:
             report.replay_not_checked.append((op.label, str(exc)))
@@ -123,10 +120,10 @@ def _replay_local_ops(trace: Trace, report: RankValidationReport) -> None:
             report.ops_nondeterministic += 1
             if got.dtype != recorded.dtype:
                 report.findings.append(RankFinding(op.label, "replay", f"replayed it is {got.dtype}, recorded {recorded.dtype}"))
-        elif _equal(got, recorded):
+        elif same(got, recorded):
             report.ops_exact += 1
         else:
-            diff = (got.double() - recorded.double()).abs().max().item() if got.is_floating_point() else float("nan")
+            diff = max_abs(got, recorded)
             report.findings.append(RankFinding(op.label, "replay", f"replayed from its saved parents it differs from the "
                                                                    f"recorded value (max |diff| {diff:.3g})"))
 
@@ -150,32 +147,16 @@ _COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd", "c10d
 _LOCAL_HELPERS = ("wait_tensor", "_wrap_tensor_autograd")  # in those namespaces, but they send nothing
 
 
-def _no_communication_mode() -> type:
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _NoCommunication(TorchDispatchMode):
+    """Lets DTensor lower its op first (NotImplemented), then refuses any collective the lowering issues."""
 
-    class NoCommunication(TorchDispatchMode):
-        """Lets DTensor lower its op first (NotImplemented), then refuses any collective the lowering issues."""
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if any(getattr(t, "__name__", "") == "DTensor" for t in types):
-                return NotImplemented
-            if getattr(func, "namespace", "") in _COLLECTIVE_NAMESPACES and func._opname not in _LOCAL_HELPERS:
-                raise WouldCommunicate(f"DTensor would redistribute an input across ranks inside the op "
-                                       f"({func}); one rank cannot replay that alone")
-            return func(*args, **(kwargs or {}))
-
-    return NoCommunication
-
-
-_MODE: Any = None  # the mode class, made on first use (torch.utils._python_dispatch imported lazily)
-
-
-def _no_communication() -> Any:
-    """A fresh dispatch mode (a context manager) refusing collectives (see `_no_communication_mode`)."""
-    global _MODE
-    if _MODE is None:
-        _MODE = _no_communication_mode()
-    return _MODE()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(getattr(t, "__name__", "") == "DTensor" for t in types):
+            return NotImplemented
+        if getattr(func, "namespace", "") in _COLLECTIVE_NAMESPACES and func._opname not in _LOCAL_HELPERS:
+            raise WouldCommunicate(f"DTensor would redistribute an input across ranks inside the op "
+                                   f"({func}); one rank cannot replay that alone")
+        return func(*args, **(kwargs or {}))
 
 
 def _as_dtensors(replayer: Any, op: Op) -> dict[str, Any]:
@@ -186,9 +167,12 @@ def _as_dtensors(replayer: Any, op: Op) -> dict[str, Any]:
         _func, args, kwargs = replayer.call_of(op)
     except Exception:
         return {}
+    from ..replay.edges import call_tensors
+
+    live_at = dict(call_tensors(args, kwargs))
     out = {}
     for e in op.parents:
-        live = _arg_at(args, kwargs, e.position)
+        live = live_at.get(e.position)
         value = replayer.values.get(e.source)
         if is_dtensor(live) and isinstance(value, torch.Tensor) and not is_dtensor(value):
             from torch.distributed.tensor import DTensor
@@ -196,16 +180,6 @@ def _as_dtensors(replayer: Any, op: Op) -> dict[str, Any]:
             out[e.position] = DTensor.from_local(value, live.device_mesh, live.placements, run_check=False,
                                                  shape=live.shape, stride=live.stride())
     return out
-
-
-def _arg_at(args: tuple, kwargs: dict, position: str) -> Any:
-    """The live argument at a recorded position ("0", "1.2" for an item of a list argument, or a keyword)."""
-    head, _, item = position.partition(".")
-    try:
-        value = args[int(head)] if head.isdigit() else kwargs.get(position)
-        return value[int(item)] if item else value
-    except (IndexError, TypeError, ValueError, KeyError):
-        return None
 
 
 def _local(a: Any) -> Any:
@@ -220,13 +194,6 @@ def _plain(t: Any) -> Any:
         t = t.trigger_wait()
         t = getattr(t, "elem", t)
     return t
-
-
-def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype != b.dtype:
-        return False
-    return bool(torch.equal(a, b)) or (a.is_floating_point() and bool(torch.equal(a.isnan(), b.isnan()))
-                                       and bool(torch.equal(a.nan_to_num(), b.nan_to_num())))
 
 
 # -- collectives ---------------------------------------------------------------------------------

@@ -18,12 +18,10 @@ loaded from a file replays from its stored call templates (see `offline`).
 """
 from __future__ import annotations
 
-import gc
 import time
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -31,6 +29,7 @@ from torch import nn
 from ..errors import (DistributedReplayUnsupportedError, ReplayMismatchError, ReplayUnavailableError,
                       StructureOnlyValidationError, TraceInvariantError,
                       TracerError, ValidationFailedError, ValidationScopeError, ValuesMissingError)
+from ..capture.collector import fewer_collections
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 from .edges import Baseline, EdgeVerdict, call_tensors, check_edge, check_edges, max_abs, same
 from .interpreter import NotReplayable, ReplayError, context, is_nondeterministic
@@ -163,24 +162,10 @@ def validation_report(trace: Trace, scope: str = "forward", *, perturb: bool = T
 
 def _report(trace: Trace, scope: str, perturb: bool, params: Mapping[str, torch.Tensor] | None) -> ValidationReport:
     started = time.perf_counter()
-    with _existing_objects_frozen():
+    with fewer_collections():  # collections while validating scan only what validation makes
         report = _checked(trace, scope, perturb, params)
     report.seconds = time.perf_counter() - started
     return report
-
-
-@contextmanager
-def _existing_objects_frozen() -> Iterator[None]:
-    """Keep the cyclic GC off every object that exists already (a big trace holds millions), so a collection
-    while validating scans only what validation makes (left alone where the process froze objects itself)."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _checked(trace: Trace, scope: str, perturb: bool, params: Mapping[str, torch.Tensor] | None) -> ValidationReport:
@@ -294,7 +279,7 @@ def _check_call(replayer: ReceivingReplayer, ops: list[Op], report: ValidationRe
         else:
             _compare_inexact(replayer, op, got, want, report, baselines)
     if perturb and not random:
-        _record_edges(replayer, ops, report, gen, baselines)
+        _record(report, check_edges(replayer, ops, gen, baselines))
 
 
 def _finish_exact_call(replayer: ReceivingReplayer, ops: list[Op], carrying: frozenset[str],
@@ -350,11 +335,6 @@ def _subsets(items: list[str]) -> list[tuple[str, ...]]:
     from itertools import combinations
 
     return [c for n in range(len(items), 0, -1) for c in combinations(items, n)]
-
-
-def _record_edges(replayer: ReceivingReplayer, ops: list[Op], report: ValidationReport, gen: torch.Generator,
-                  baselines: dict[str, Baseline]) -> None:
-    _record(report, check_edges(replayer, ops, gen, baselines))
 
 
 def _record(report: ValidationReport, verdicts: Iterable[EdgeVerdict]) -> None:
