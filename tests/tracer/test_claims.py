@@ -78,6 +78,9 @@ def test_one_changed_layer_is_refuted_at_that_layer():
     assert c["claimed_count"] == len(st) and c["observed_count"] == len(rt) and len(st) != len(rt)
     assert c["reason"] == "record counts differ" and c["field"] in ("kind", "func")
     assert c["claimed_row"][1] == "relu"
+    # the contradiction reads as JSON does (lists), though the claim rows it came from are tuples
+    assert type(c["claimed_row"]) is list and type(c["observed_row"][4]) is list
+    assert c == json.loads(json.dumps(c))
 
 
 def _refusal_changes_nothing(st, rt):
@@ -161,6 +164,36 @@ def test_sealed_digests_are_those_of_the_canonical_json():
     d = st.envelope.to_dict()
     assert d["claim_digests"] == claims.join.table_digests(d["claims"])
     assert d["digest"] == canonical_digest({k: v for k, v in d.items() if k != "digest"})
+
+
+def test_rows_json_is_the_canonical_json_of_the_8b_claim_table():
+    """Sealing encodes claim tables with msgspec: byte for byte the canonical (json module) text."""
+    from tracer.bridges.transformers import build_meta_model, load_config, trace_ids
+    from tracer.digest import canonical_json, canonical_rows_json
+
+    with torch.no_grad():
+        st = trace_ids(build_meta_model(load_config("llama-3.1-8b")), (1, 8))
+    table = claims.join.claim_table(st)
+    assert {name: len(rows) for name, rows in table.items()} == st.envelope.counts and len(table["ops"]) > 1000
+    for name, rows in table.items():
+        text = canonical_rows_json(rows)
+        assert text == canonical_json(rows) == canonical_json(json.loads(text))
+    assert dict(st.envelope.claims) == table  # sealed as built: frozen rows, nothing copied
+    assert all(type(row) is tuple and type(row[4]) is tuple for row in st.envelope.claims["ops"])
+
+
+@pytest.mark.parametrize("value", [
+    [["a", 1, None, True, False, -3, 2**70, -(2**64)], (), [], {}],
+    {"b": [1, {"d": 2, "c": [3]}], "a": None, "B": "x", "aa": 1, "a a": 2, "_": 3, "~": 4},
+    ["quote \" and backslash \\", "slash /", "tab\t nl\n cr\r", "\x00\x1f\x7f"],
+    ["".join(map(chr, range(128))), {chr(i) * 2: i for i in range(128)}],  # every ASCII character, in keys too
+    ["non-ASCII: é", "日本", "\u2028", "\U0001F600"], {"é": 1, "e": 2}, {"key\u00ff": [1]},  # json escapes these
+    [type("Text", (str,), {})("a str subclass")], [type("Count", (int,), {})(5)],  # msgspec refuses: json's text
+])
+def test_rows_json_equals_canonical_json_on_edge_values(value):
+    from tracer.digest import canonical_json, canonical_rows_json
+
+    assert canonical_rows_json(value) == canonical_json(value)
 
 
 def test_envelope_from_dict_verifies_the_digest_and_resets_to_hypothesis():

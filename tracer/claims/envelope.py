@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from .join import TABLES, claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
-from ..digest import canonical_digest, canonical_json, canonical_object_json, text_digest
+from ..digest import canonical_digest, canonical_json, canonical_object_json, canonical_rows_json, text_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
@@ -74,8 +74,8 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
     twin = _thaw(trace.provenance.twin or {})
     twin["simulated_device"] = (trace.provenance.options or {}).get("simulate_device")  # what the model saw
-    table = claim_table(trace)
-    texts = {name: canonical_json(table[name]) for name, _fields in TABLES}  # each table encoded once
+    table = claim_table(trace)  # built frozen: sealed as it is
+    texts = {name: canonical_rows_json(table[name]) for name, _fields in TABLES}  # each table encoded once, no floats
     body = {
         "mode": "structure_only",
         "substrate": "meta",
@@ -96,7 +96,7 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
         "history": [{"event": "sealed", "at": _now(), "ladder_state": HYPOTHESIS}],
         "schema": ENVELOPE_SCHEMA,
     }
-    return _seal(body, encoded={"claims": canonical_object_json(texts)})
+    return _seal(body, encoded={"claims": canonical_object_json(texts)}, frozen={"claims": MappingProxyType(table)})
 
 
 def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
@@ -172,14 +172,15 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
         raise DischargePreflightError(f"the twins are not comparable: {names} differ", site="discharge_against(real)",
                                       mismatches=mismatches)
     observed = claim_table(real)
-    claimed = plain["claims"]
-    contradiction = join(claimed, observed, plain=True)  # both sides are plain JSON shapes already
+    claimed = env.claims
+    contradiction = join(claimed, observed, plain=True)  # both sides are frozen rows (tuples)
     folded = None
     if contradiction is not None:
         refolded, folded = folded_join(claimed, observed)
         if refolded is None:  # the only differences lie in constant-only subgraphs (a cache on one side)
             contradiction = None
         else:
+            contradiction = plain_json(contradiction)  # rows and fields as lists, as JSON reads them back
             _add_sites(contradiction, structure, real)
             contradiction["simulated_device"] = plain["twin"].get("simulated_device")
             folded = None
@@ -279,8 +280,10 @@ def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:
 
 
 # -- sealing ------------------------------------------------------------------------------
-def _seal(body: dict[str, Any], encoded: Mapping[str, str] | None = None) -> EvidenceEnvelope:
-    """`body` frozen and sealed; `encoded` holds canonical JSON texts of some of its values, already made."""
+def _seal(body: dict[str, Any], encoded: Mapping[str, str] | None = None,
+          frozen: Mapping[str, Any] | None = None) -> EvidenceEnvelope:
+    """`body` frozen and sealed; `encoded` holds canonical JSON texts of some of its values, already made,
+    `frozen` read-only forms of some of its values, already made (stored as they are)."""
     body = {k: v for k, v in body.items() if k != "digest"}
     with gc_paused():  # 10,000s of small acyclic containers for an 8B model's claims
         if encoded:  # the same text as canonical_json(body), without encoding those values again
@@ -288,7 +291,8 @@ def _seal(body: dict[str, Any], encoded: Mapping[str, str] | None = None) -> Evi
                                                         for k, v in body.items()}))
         else:
             digest = _digest(body)
-        return EvidenceEnvelope(**{k: _freeze(v) for k, v in body.items()}, digest=digest)
+        frozen = frozen or {}
+        return EvidenceEnvelope(**{k: frozen[k] if k in frozen else _freeze(v) for k, v in body.items()}, digest=digest)
 
 
 def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any]) -> EvidenceEnvelope:

@@ -25,20 +25,31 @@ FOLDED_OP_FIELDS = OP_FIELDS[1:]  # labels follow kind counts, which folding cha
 _RANDOM_KINDS = ("rand", "normal", "bernoulli", "multinomial", "uniform", "exponential", "poisson", "dropout")
 
 
-def claim_table(trace: Trace) -> dict[str, list[list[Any]]]:
-    """The trace's claims as JSON-shaped rows: one per op, parameter/buffer and module."""
+def claim_table(trace: Trace) -> dict[str, tuple[tuple[Any, ...], ...]]:
+    """The trace's claims as read-only JSON-shaped rows (tuples): one per op, parameter/buffer and module.
+
+    Built frozen, so sealing stores it as it is; the trace's own tuples (shapes, params, children) are
+    shared, anything else of theirs becomes a tuple.
+    """
     ops = []
+    append = ops.append
     for op in trace.ops:
-        out = op.out
-        ops.append([
-            op.label, op.kind, op.func, op.module_address,
-            [[e.source, e.position] for e in op.parents],
-            list(out.shape) if out is not None else None, out.dtype if out is not None else None,
-            list(op.params), op.output_index, op.num_outputs,
-        ])
-    params = [[r.address, list(r.shape), r.dtype, r.is_buffer, list(r.tied)] for r in trace.params.values()]
-    modules = [[m.address, m.class_name, list(m.children)] for m in trace.modules.values()]
-    return {"ops": ops, "params": params, "modules": modules}
+        out, params = op.out, op.params
+        if out is None:
+            shape = dtype = None
+        else:
+            shape, dtype = out.shape, out.dtype
+            if type(shape) is not tuple:
+                shape = tuple(shape)
+        append((op.label, op.kind, op.func, op.module_address, tuple([(e.source, e.position) for e in op.parents]),
+                shape, dtype, params if type(params) is tuple else tuple(params), op.output_index, op.num_outputs))
+    params = tuple([(r.address, _tuple(r.shape), r.dtype, r.is_buffer, _tuple(r.tied)) for r in trace.params.values()])
+    modules = tuple([(m.address, m.class_name, _tuple(m.children)) for m in trace.modules.values()])
+    return {"ops": tuple(ops), "params": params, "modules": modules}
+
+
+def _tuple(items: Any) -> tuple:
+    return items if type(items) is tuple else tuple(items)
 
 
 def table_digests(table: dict[str, Sequence]) -> dict[str, str]:
@@ -48,7 +59,7 @@ def table_digests(table: dict[str, Sequence]) -> dict[str, str]:
 
 def join(claimed: dict[str, Sequence], observed: dict[str, Sequence], *, plain: bool = False) -> dict[str, Any] | None:
     """None when every claim holds; else the first structural contradiction, named (`plain`: both tables
-    are JSON shapes already, lists not tuples, as `claim_table` and a thawed envelope give them)."""
+    hold rows of one shape already, as `claim_table` and a sealed envelope's claims give them: tuples)."""
     for name, fields in TABLES:
         a, b = (claimed[name], observed[name]) if plain else (_norm(claimed[name]), _norm(observed[name]))
         if len(a) != len(b):
