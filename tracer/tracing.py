@@ -18,7 +18,7 @@ from .capture.collector import fewer_collections
 from .capture.exclusive import exclusive_capture
 from .capture.guards import chain
 from .capture.session import CallGuard, CaptureSession
-from .capture.walk import iter_tensors, named_modules, named_state
+from .capture.walk import iter_tensors, named_modules, params_and_buffers
 from .claims.envelope import seal_new_envelope
 from .claims.twin import describe_twin
 from .errors import InvalidInputError
@@ -50,15 +50,17 @@ def trace(
     args_t = _as_args(args)
     kwargs = dict(input_kwargs or {})
     walked = named_modules(model, remove_duplicate=False)  # once per capture: linear at any nesting depth
-    distributed = admit_distributed(model, args_t, kwargs, modules=walked, structure_only=capture.structure_only,
+    state = params_and_buffers(model, modules=walked)  # read by each admission below, walked once
+    distributed = admit_distributed(model, args_t, kwargs, modules=walked, state=state[0] + state[1],
+                                    structure_only=capture.structure_only,
                                     backward=capture.backward or loss is not None)  # None outside a process group
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
-    any_meta = _any_meta(model, args_t, kwargs, walked)
+    any_meta = _any_meta(args_t, kwargs, state)
     if not capture.structure_only and any_meta and _offloaded(model):
         admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence
     elif capture.structure_only or any_meta:
-        guard, admission = admit_structure_only(model, args_t, kwargs, capture)
+        guard, admission = admit_structure_only(model, args_t, kwargs, capture, state=state)
     twin = describe_twin(model, args_t, kwargs, modules=walked)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
     backward = _backward_recorder(capture, loss)
@@ -144,8 +146,8 @@ def _as_args(args: Any) -> tuple:
     )
 
 
-def _any_meta(model: nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], walked: list) -> bool:
-    if any(t.is_meta for table in ("_parameters", "_buffers") for _, t in named_state(model, table, modules=walked)):
+def _any_meta(args: Sequence[Any], kwargs: Mapping[str, Any], state: tuple[list, list]) -> bool:
+    if any(t.is_meta for table in state for _, t in table):
         return True
     return any(t.is_meta for _, t in iter_tensors([list(args), dict(kwargs)]))
 

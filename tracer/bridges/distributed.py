@@ -51,11 +51,13 @@ def _named_state(model: nn.Module, modules: list | None) -> Iterator[tuple[str, 
 
 
 def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str, Any] | None = None,
-                         *, modules: list | None = None) -> dict[str, Any] | None:
-    """What makes `model` (and its inputs) distributed: kinds, tensors, placements; None if nothing."""
+                         *, modules: list | None = None, state: list | None = None) -> dict[str, Any] | None:
+    """What makes `model` (and its inputs) distributed: kinds, tensors, placements; None if nothing.
+
+    `state` is the model's named parameters then buffers, already listed (else walked here)."""
     from ..capture.walk import iter_tensors
 
-    dtensors = [(name, t) for name, t in _named_state(model, modules) if is_dtensor(t)]
+    dtensors = [(name, t) for name, t in (_named_state(model, modules) if state is None else state) if is_dtensor(t)]
     dtensors += [(path, t) for path, t in iter_tensors([list(args), dict(kwargs or {})], "inputs") if is_dtensor(t)]
     tp_plan = _tp_plan(model)
     sharded = [(name, t) for name, t in dtensors if any(type(p).__name__ == "Shard" for p in t.placements)]
@@ -78,13 +80,13 @@ def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str
 
 
 def admit_distributed(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, modules: list | None = None,
-                      structure_only: bool = False, backward: bool = False) -> Any:
+                      state: list | None = None, structure_only: bool = False, backward: bool = False) -> Any:
     """A `tracer.distributed` guard when the capture runs in a process group or on DTensors, else None.
 
     What is not tested is refused with `DistributedCaptureUnsupportedError`, before anything is
     installed: DTensors without an initialized process group, pipeline-parallel stages, a backward and a structure-only capture of a sharded model.
     """
-    found = distributed_findings(model, args, kwargs, modules=modules)
+    found = distributed_findings(model, args, kwargs, modules=modules, state=state)
     group = _process_group_initialized()
     if found is None and not group:
         return None

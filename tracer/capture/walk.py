@@ -113,3 +113,10 @@ def named_state(model: nn.Module, table: str, *, remove_duplicate: bool = True,
                 seen.add(id(t))
             found.append((f"{prefix}.{name}" if prefix else name, t))
     return found
+
+
+def params_and_buffers(model: nn.Module, *, modules: list[tuple[str, nn.Module]] | None = None
+                       ) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, torch.Tensor]]]:
+    """`(named_parameters(), named_buffers())` as lists, from one module walk (`named_state`'s `modules`)."""
+    walked = modules if modules is not None else named_modules(model, remove_duplicate=False)
+    return named_state(model, "_parameters", modules=walked), named_state(model, "_buffers", modules=walked)

@@ -5,13 +5,13 @@ It only reads the model and inputs; a refusal changes nothing.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
 from ..bridges.distributed import is_dtensor, simulated_mesh_active
-from ..capture.walk import iter_tensors
+from ..capture.walk import iter_tensors, params_and_buffers
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
                       UnsupportedTensorStateError)
@@ -30,10 +30,12 @@ LEGACY_CONSTRUCTOR_REMEDY = (
 )
 
 
-def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], capture: Any
-                         ) -> tuple[StructureOnlyGuard | None, dict[str, Any]]:
-    """Admit a capture involving meta tensors: `(guard, admission record)`, or raise an AdmissionError."""
-    state = list(_state(model))
+def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], capture: Any, *,
+                         state: tuple[list, list] | None = None) -> tuple[StructureOnlyGuard | None, dict[str, Any]]:
+    """Admit a capture involving meta tensors: `(guard, admission record)`, or raise an AdmissionError.
+
+    `state` is `capture.walk.params_and_buffers(model)`, already made (else made here)."""
+    state = _state(model, state)
     inputs = input_tensors(args, kwargs)
     for name, t in state + inputs:
         _check_tensor_state(name, t)
@@ -96,11 +98,10 @@ def input_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, tor
     return list(iter_tensors(list(args), "args")) + list(iter_tensors(dict(kwargs), "kwargs"))
 
 
-def _state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    for name, p in model.named_parameters():
-        yield f"param:{name}", p
-    for name, b in model.named_buffers():
-        yield f"buffer:{name}", b
+def _state(model: nn.Module, state: tuple[list, list] | None) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer, named `param:<address>` / `buffer:<address>`, in torch's order."""
+    params, buffers = params_and_buffers(model) if state is None else state
+    return [(f"param:{name}", p) for name, p in params] + [(f"buffer:{name}", b) for name, b in buffers]
 
 
 def _check_tensor_state(name: str, t: torch.Tensor) -> None:
