@@ -371,3 +371,17 @@ def test_membership_test_on_a_meta_tensor_is_a_value_read():
     with pytest.raises(errors.ValueDependentBranchError) as info:
         tracer.trace(model, (torch.zeros(2, 4, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
     assert "__contains__" in info.value.message
+
+
+def test_one_state_walk_lists_what_torch_lists():
+    """Admission reads `params_and_buffers` (one walk, shared by trace's other admissions): torch's names and order,
+    tied weights and a module reached twice counted once."""
+    from tracer.capture.walk import named_modules, params_and_buffers
+
+    model = tiny_gpt2()
+    model.extra = model.transformer.h[0]  # the same block under a second address
+    model.register_buffer("scale", torch.ones(1))
+    params, buffers = params_and_buffers(model, modules=named_modules(model, remove_duplicate=False))
+    assert [(n, id(t)) for n, t in params] == [(n, id(t)) for n, t in model.named_parameters()]
+    assert [(n, id(t)) for n, t in buffers] == [(n, id(t)) for n, t in model.named_buffers()]
+    assert (params, buffers) == params_and_buffers(model) and len(params) < len(dict(model.named_parameters(remove_duplicate=False)))
