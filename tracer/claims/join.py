@@ -34,15 +34,20 @@ def claim_table(trace: Trace) -> dict[str, tuple[tuple[Any, ...], ...]]:
     ops = []
     append = ops.append
     for op in trace.ops:
-        out, params = op.out, op.params
+        out, params, parents = op.out, op.params, op.parents
         if out is None:
             shape = dtype = None
         else:
             shape, dtype = out.shape, out.dtype
             if type(shape) is not tuple:
                 shape = tuple(shape)
-        append((op.label, op.kind, op.func, op.module_address, tuple([(e.source, e.position) for e in op.parents]),
-                shape, dtype, params if type(params) is tuple else tuple(params), op.output_index, op.num_outputs))
+        if len(parents) == 1:  # most ops: no comprehension to run
+            edge = parents[0]
+            edges: tuple = ((edge.source, edge.position),)
+        else:
+            edges = tuple([(e.source, e.position) for e in parents])
+        append((op.label, op.kind, op.func, op.module_address, edges, shape, dtype,
+                params if type(params) is tuple else tuple(params), op.output_index, op.num_outputs))
     params = tuple([(r.address, _tuple(r.shape), r.dtype, r.is_buffer, _tuple(r.tied)) for r in trace.params.values()])
     modules = tuple([(m.address, m.class_name, _tuple(m.children)) for m in trace.modules.values()])
     return {"ops": tuple(ops), "params": params, "modules": modules}
