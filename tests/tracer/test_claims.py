@@ -179,7 +179,12 @@ def test_rows_json_is_the_canonical_json_of_the_8b_claim_table():
         text = canonical_rows_json(rows)
         assert text == canonical_json(rows) == canonical_json(json.loads(text))
     assert dict(st.envelope.claims) == table  # sealed as built: frozen rows, nothing copied
-    assert all(type(row) is tuple and type(row[4]) is tuple for row in st.envelope.claims["ops"])
+    stack = list(st.envelope.claims.values())  # read-only all the way down: tuples and leaves only
+    while stack:
+        item = stack.pop()
+        assert type(item) in (tuple, str, int, bool, type(None)), type(item)
+        if type(item) is tuple:
+            stack.extend(item)
 
 
 @pytest.mark.parametrize("value", [
@@ -224,6 +229,9 @@ def test_save_load_round_trip_is_hypothesis_again_and_can_be_rediscarged(tmp_pat
     assert back.envelope.plan_checks[0]["entries"][0]["status"] == "fits"  # the plan audit is saved with it
     assert "HYPOTHESIS" in repr(back)
     assert back.discharge_against(rt).state == "CORROBORATED"
+    rt.save(str(tmp_path / "r"))  # the real side loaded from a file: its claim rows are the live trace's
+    assert claims.join.claim_table(tracer.load(str(tmp_path / "r"))) == claims.join.claim_table(rt)
+    assert st.discharge_against(tracer.load(str(tmp_path / "r"))).state == "CORROBORATED"
 
 
 def test_tampered_envelope_in_a_saved_file_refuses(tmp_path):
