@@ -166,6 +166,23 @@ def test_sealed_digests_are_those_of_the_canonical_json():
     assert d["digest"] == canonical_digest({k: v for k, v in d.items() if k != "digest"})
 
 
+def test_evolved_and_loaded_envelopes_keep_the_claims_and_canonical_digests():
+    """Evolving reuses the sealed claims and their text (not encoded again); every digest is still the canonical one,
+    also for an envelope made outside sealing (dataclasses.replace keeps no text)."""
+    from tracer.digest import canonical_digest
+
+    st, rt = pair(tiny_llama, IDS)
+    env = st.envelope
+    checked = [env.evolve("plan_checked", plan_checks=[{"ok": True}]), st.discharge_against(rt).envelope,
+               claims.envelope_from_dict(env.to_dict()), dataclasses.replace(env, outcome="captured").evolve("again")]
+    for new in checked:
+        d = new.to_dict()
+        assert d["digest"] == canonical_digest({k: v for k, v in d.items() if k != "digest"})
+        assert d["claims"] == env.to_dict()["claims"] and new.claims == env.claims
+    assert checked[0].claims is env.claims and checked[1].claims is env.claims  # shared, frozen
+    assert checked[2].evolve("x").claims is checked[2].claims
+
+
 def test_rows_json_is_the_canonical_json_of_the_8b_claim_table():
     """Sealing encodes claim tables with msgspec: byte for byte the canonical (json module) text."""
     from tracer.bridges.transformers import build_meta_model, load_config, trace_ids

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from .join import TABLES, claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
 from .twin import twin_mismatches
-from ..digest import canonical_digest, canonical_json, canonical_object_json, canonical_rows_json, text_digest
+from ..digest import canonical_json, canonical_object_json, canonical_rows_json, text_digest
 from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
                      SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
@@ -54,11 +54,13 @@ class EvidenceEnvelope:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, digest included (what the store saves)."""
-        return {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
+        plain = _plain_but_claims(self)
+        plain["claims"] = _thaw(self.claims)
+        return plain
 
     def evolve(self, event: str, **changes: Any) -> "EvidenceEnvelope":
         """A new sealed envelope with `changes` applied and `event` appended to its history."""
-        return _evolved(self.to_dict(), event, changes)
+        return _evolved(_plain_but_claims(self), event, changes, source=self)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -107,12 +109,14 @@ def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
         raise EnvelopeTamperedError(f"the evidence envelope has the wrong fields ({got})", site="envelope",
                                     expected=sorted(names))
     body = _thaw({k: v for k, v in data.items() if k != "digest"})
-    if data.get("schema") != ENVELOPE_SCHEMA or _digest(body) != data.get("digest"):
+    texts = {k: canonical_json(v) for k, v in body.items()}  # each value encoded once: checked, then sealed
+    computed = text_digest(canonical_object_json(texts))
+    if data.get("schema") != ENVELOPE_SCHEMA or computed != data.get("digest"):
         raise EnvelopeTamperedError("the evidence envelope does not match its digest", site="envelope",
-                                    recorded=data.get("digest"), computed=_digest(body))
+                                    recorded=data.get("digest"), computed=computed)
     if data["ladder_state"] not in LADDER_STATES or table_digests(data["claims"]) != dict(data["claim_digests"]):
         raise EnvelopeTamperedError("the evidence envelope's claim table is inconsistent", site="envelope")
-    loaded = _seal(dict(body))
+    loaded = _seal(body, encoded=texts)
     return loaded.evolve("loaded", ladder_state=HYPOTHESIS, discharge=None)
 
 
@@ -164,7 +168,7 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     if not observed_twin:
         raise DischargePreflightError("the real trace records no twin descriptor (config, versions, modes, inputs)",
                                       site="discharge_against(real)", mismatches=[{"field": "twin", "real": None}])
-    plain = env.to_dict()  # one pass over the frozen envelope: the join and the new envelope read it
+    plain = _plain_but_claims(env)  # the claims are joined frozen and kept as they are
     _check_device(plain["twin"], observed_twin)
     mismatches = twin_mismatches(plain["twin"], observed_twin)
     if mismatches:
@@ -189,7 +193,7 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
                                          "captured_at": real.provenance.captured_at,
                                          "claim_digests": table_digests(observed)},
               "contradiction": contradiction, "constants_folded": folded}
-    new = _evolved(plain, "discharged", {"ladder_state": state, "discharge": record})
+    new = _evolved(plain, "discharged", {"ladder_state": state, "discharge": record}, source=env)
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
                            contradiction=contradiction, envelope_digest=new.digest, envelope=new, folded=folded)
@@ -283,29 +287,41 @@ def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:
 def _seal(body: dict[str, Any], encoded: Mapping[str, str] | None = None,
           frozen: Mapping[str, Any] | None = None) -> EvidenceEnvelope:
     """`body` frozen and sealed; `encoded` holds canonical JSON texts of some of its values, already made,
-    `frozen` read-only forms of some of its values, already made (stored as they are)."""
-    body = {k: v for k, v in body.items() if k != "digest"}
+    `frozen` read-only forms of some of its values, already made (stored as they are).
+
+    The digest is that of `canonical_json(body)`, composed from each value's text; the claims' text is
+    kept on the envelope (`_CLAIMS_TEXT`, not a field) so that `evolve` need not encode them again.
+    """
+    encoded, frozen = encoded or {}, frozen or {}
+    texts = {k: encoded[k] if k in encoded else canonical_json(v) for k, v in body.items() if k != "digest"}
+    digest = text_digest(canonical_object_json(texts))
     with gc_paused():  # 10,000s of small acyclic containers for an 8B model's claims
-        if encoded:  # the same text as canonical_json(body), without encoding those values again
-            digest = text_digest(canonical_object_json({k: encoded[k] if k in encoded else canonical_json(v)
-                                                        for k, v in body.items()}))
-        else:
-            digest = _digest(body)
-        frozen = frozen or {}
-        return EvidenceEnvelope(**{k: frozen[k] if k in frozen else _freeze(v) for k, v in body.items()}, digest=digest)
+        envelope = EvidenceEnvelope(**{k: frozen[k] if k in frozen else _freeze(body[k]) for k in texts}, digest=digest)
+    object.__setattr__(envelope, _CLAIMS_TEXT, texts["claims"])
+    return envelope
 
 
-def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any]) -> EvidenceEnvelope:
-    """A new sealed envelope from a plain (thawed) body, `changes` applied and `event` appended to its history."""
+_CLAIMS_TEXT = "_claims_text"  # an instance attribute outside the dataclass fields: not saved, not compared
+
+
+def _plain_but_claims(envelope: EvidenceEnvelope) -> dict[str, Any]:
+    """`to_dict()` without thawing the claims (they stay the envelope's frozen rows)."""
+    return {f.name: envelope.claims if f.name == "claims" else _thaw(getattr(envelope, f.name)) for f in fields(envelope)}
+
+
+def _evolved(plain: dict[str, Any], event: str, changes: Mapping[str, Any], *,
+             source: EvidenceEnvelope) -> EvidenceEnvelope:
+    """A new sealed envelope from `source`'s thawed body (`plain`: its claims still `source`'s frozen rows),
+    `changes` applied and `event` appended to its history; unchanged claims are kept, not encoded again."""
     entry = {"event": event, "at": _now(), "ladder_state": changes.get("ladder_state", plain["ladder_state"])}
     body = {**plain, **{k: _thaw(v) for k, v in changes.items()}}
     body["history"] = [*plain["history"], entry]
-    return _seal(body)
-
-
-def _digest(body: Mapping[str, Any]) -> str:
-    """The digest of a plain body (JSON values only: a frozen one is thawed first)."""
-    return canonical_digest(body)
+    text = getattr(source, _CLAIMS_TEXT, None)  # None: an envelope not made by _seal (a dataclasses.replace)
+    if "claims" in changes or text is None:
+        if "claims" not in changes:
+            body["claims"] = _thaw(source.claims)
+        return _seal(body)
+    return _seal(body, encoded={"claims": text}, frozen={"claims": source.claims})
 
 
 # Leaves and plain lists, tuples and dicts are told by exact type first: the claim table of an 8B
