@@ -4,8 +4,10 @@ Run: `python tests/bench/bench_op_dense.py [--sizes 10000,100000,1000000] [--dev
 Prints markdown tables for docs/benchmarks.md. The floor is a bare `TorchFunctionMode` that only
 appends each call to a list, measured in the same run, in turns with the bare forward and the captures
 (each sample repeats a short forward until it takes about MIN_SAMPLE_CPU seconds of CPU, and reports the time
-per forward); ratios are the figures to read. The
-1,000,000-op row captures with `save="none"` only (and reports the peak RSS it reached).
+per forward); ratios are the figures to read. For GPT-2 small and the 8B weights-free model it also
+times the mechanism's floors: a pass-through function mode, the bare recorder, and a pass-through mode
+with a no-op pre- and post-hook on every module (what observing every call costs before anything is
+recorded). The 1,000,000-op row captures with `save="none"` only (and reports the peak RSS it reached).
 """
 from __future__ import annotations
 
@@ -185,54 +187,97 @@ def million_rss(device: str) -> tuple[float, int]:
     return took, (status_kb("VmHWM") - base) // 1024
 
 
-def gpt2_ratio(device: str, repeats: int) -> tuple[Times, Times, Times, Times, Times]:
-    """Bare forward (no_grad, and with grad on as a capture outside no_grad runs it), bare recorder (no_grad)
-    and capture (save=none; with grad on, and under no_grad like the bare forward) of GPT-2 small on 8 ids."""
+class PassThrough(TorchFunctionMode):
+    """The function mode's own cost: every call passes through, nothing is recorded."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _no_op_pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    return None
+
+
+def _no_op_post(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+    return None
+
+
+def mechanism_floor(model: nn.Module, run: Callable[[], object]) -> Callable[[], None]:
+    """`run` under a pass-through function mode with a no-op pre- and post-hook on every module, registered
+    and removed around it as a capture does (same kinds: with kwargs, the post-hook always called): what
+    observing every torch call and every module call costs before anything is recorded."""
+    modules = [m for _, m in model.named_modules(remove_duplicate=False)]
+
+    def floor() -> None:
+        handles = []
+        try:
+            for m in modules:
+                handles.append(m.register_forward_pre_hook(_no_op_pre, with_kwargs=True))
+                handles.append(m.register_forward_hook(_no_op_post, with_kwargs=True, always_call=True))
+            with PassThrough():
+                run()
+        finally:
+            for h in handles:
+                h.remove()
+    return floor
+
+
+def model_cases(model: nn.Module, forward: Callable[[], object], capture: Callable[[], object]
+                ) -> dict[str, Callable[[], object]]:
+    """The cases a model ratio is read from, all but the grad-on pair under no_grad (the bare forward's mode)."""
+    def no_grad(fn: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad():
+                fn()
+        return run
+
+    def under(mode: type[TorchFunctionMode]) -> Callable[[], None]:
+        def run() -> None:
+            with mode():
+                forward()
+        return run
+
+    return {"bare forward": no_grad(forward),
+            "function mode, pass-through": no_grad(under(PassThrough)),
+            "bare recorder": no_grad(under(BareRecorder)),
+            "mode + module hooks, no-op (the mechanism's floor)": no_grad(mechanism_floor(model, forward)),
+            "capture": no_grad(capture),
+            "bare forward, grad on": forward,
+            "capture, grad on": capture}
+
+
+def gpt2_ratio(device: str, repeats: int) -> dict[str, Times]:
+    """GPT-2 small on 8 ids: the bare forward, the mechanism's floors and the capture (save=none), in turns."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config()).to(device).eval()
     ids = torch.randint(0, 50257, (1, 8), device=device)
-
-    def bare() -> None:
-        with torch.no_grad():
-            model(ids)
-
-    def recorder() -> None:
-        with torch.no_grad(), BareRecorder():
-            model(ids)
-
     none = tracer.CaptureOptions(save="none")
-
-    def capture_no_grad() -> None:
-        with torch.no_grad():
-            tracer.trace(model, (ids,), capture=none)
-
-    times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids), "recorder": recorder,
-                            "capture": lambda: tracer.trace(model, (ids,), capture=none),
-                            "capture, no_grad": capture_no_grad}, device, repeats, MIN_SAMPLE_CPU)
-    return times["bare"], times["bare, grad on"], times["recorder"], times["capture"], times["capture, no_grad"]
+    cases = model_cases(model, lambda: model(ids), lambda: tracer.trace(model, (ids,), capture=none))
+    return timed_in_turns(cases, device, repeats, MIN_SAMPLE_CPU)
 
 
-def weights_free_ratio(repeats: int) -> tuple[Times, Times, Times, Times]:
-    """Bare meta forward of the shipped Llama-3.1-8B config (under no_grad, and with grad on as the capture
-    runs it) against its weights-free capture of the same model."""
+def weights_free_ratio(repeats: int) -> dict[str, Times]:
+    """The shipped Llama-3.1-8B config on the meta device: its bare meta forward, the mechanism's floors and
+    its weights-free capture (`trace_ids`), in turns."""
     from tracer.bridges.transformers import build_meta_model, load_config, trace_ids
 
     model = build_meta_model(load_config("llama-3.1-8b"))
     ids = torch.zeros((1, 8), dtype=torch.long, device="meta")
-    def bare() -> None:
-        with torch.no_grad():
-            model(ids)
+    cases = model_cases(model, lambda: model(ids), lambda: trace_ids(model, (1, 8)))
+    return timed_in_turns(cases, "cpu", repeats, MIN_SAMPLE_CPU)
 
-    def capture_no_grad() -> None:
-        with torch.no_grad():
-            trace_ids(model, (1, 8))
 
-    times = timed_in_turns({"bare": bare, "bare, grad on": lambda: model(ids),
-                            "capture": lambda: trace_ids(model, (1, 8)), "capture, no_grad": capture_no_grad},
-                           "cpu", repeats, MIN_SAMPLE_CPU)
-    return times["bare"], times["bare, grad on"], times["capture"], times["capture, no_grad"]
+def ratio_table(title: str, times: dict[str, Times]) -> list[str]:
+    """Markdown rows: each case's CPU and wall time and both as a ratio to the bare (no_grad) forward."""
+    med = statistics.median
+    bare = times["bare forward"]
+    lines = [f"| {title} | CPU | ratio (CPU) | wall | ratio (wall) |", "|---|---|---|---|---|"]
+    for case, t in times.items():
+        lines.append(f"| {case} | {cpu(t)} | **{med(t.cpu) / med(bare.cpu):.2f}x** | {fmt(t)} | "
+                     f"{med(t) / med(bare):.2f}x |")
+    return lines
 
 
 def nest_rows(depths: tuple[int, ...], repeats: int) -> list[tuple[int, Times, Times, Times]]:
@@ -308,22 +353,11 @@ def main() -> None:
         for depth, bare_t, cap, summ in nest_rows((3_000, 10_000), ns.repeats):
             print(f"| {depth:,} | {cpu(bare_t)} | {fmt(cap)} | {cpu(cap)} | {cpu(summ)} |")
     if "gpt2" not in skip:
-        bare, bare_grad, rec, cap, cap_ng = gpt2_ratio(dev, ns.repeats)
         print()
-        print(f"GPT-2 small, 8 ids, {dev}, CPU time: bare {cpu(bare)}, bare recorder {cpu(rec)} "
-              f"({med(rec.cpu) / med(bare.cpu):.2f}x), capture save=none {cpu(cap)} "
-              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x** the bare forward; wall {fmt(cap)} vs {fmt(bare)}); the bare "
-              f"forward with grad on, as the capture runs it: {cpu(bare_grad)} ({med(bare_grad.cpu) / med(bare.cpu):.2f}x "
-              f"the bare forward; capture {med(cap.cpu) / med(bare_grad.cpu):.2f}x it); the capture under no_grad, "
-              f"the bare forward's mode: {cpu(cap_ng)} (**{med(cap_ng.cpu) / med(bare.cpu):.2f}x** the bare forward)")
+        print("\n".join(ratio_table(f"GPT-2 small, 8 ids, {dev}", gpt2_ratio(dev, ns.repeats))))
     if "weights-free" not in skip and not dev.startswith("cuda"):
-        bare, bare_grad, cap, cap_ng = weights_free_ratio(ns.repeats)
         print()
-        print(f"Llama-3.1-8B weights-free, CPU time: bare meta forward {cpu(bare)}, `trace_ids` {cpu(cap)} "
-              f"(**{med(cap.cpu) / med(bare.cpu):.2f}x**; wall {fmt(cap)} vs {fmt(bare)}); the bare forward with "
-              f"grad on, as the capture runs it: {cpu(bare_grad)} ({med(cap.cpu) / med(bare_grad.cpu):.2f}x); "
-              f"`trace_ids` under no_grad, the bare forward's mode: {cpu(cap_ng)} "
-              f"(**{med(cap_ng.cpu) / med(bare.cpu):.2f}x**)")
+        print("\n".join(ratio_table("Llama-3.1-8B weights-free (meta)", weights_free_ratio(ns.repeats))))
     print()
     if dev.startswith("cuda"):
         print(f"GPU column: this run ({name}).")

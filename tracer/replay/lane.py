@@ -101,33 +101,37 @@ def _stack_key(replayer: ReceivingReplayer, ops: list[Op], call: tuple) -> tuple
     if len(ops) != 1 or op.inplace or op.buffer_writes or op.out is None or not is_pointwise(func):
         return None
     shape, values = op.out.shape, replayer.values
-    parents = {e.position: e.source for e in op.parents}
+    edges = op.parents
+    parents = {e.position: e.source for e in edges}
     key: list[Any] = [func, shape, op.out.dtype]
+    found = 0
     for position, a in _arguments(args, kwargs):
         source = parents.get(position)
         if source is not None:
             v = values[source]
-            if type(v) is not _Tensor or v.shape != shape or v.layout is not torch.strided or v.numel() > SMALL:
+            if type(v) is not _Tensor or v.shape != shape or v.layout is not _STRIDED or v.numel() > SMALL:
                 return None
             key.append(("edge", position, v.dtype, v.device))
+            found += 1
         elif isinstance(a, _Tensor):
             key.append(("tensor", position, id(a)))
         elif type(a) in _SCALARS:
             key.append(("value", position, type(a), repr(a)))  # 1, 1.0 and True, 0.0 and -0.0 stay apart
         else:
             return None
-    if sum(1 for k in key[3:] if k[0] == "edge") != len(op.parents):
+    if found != len(edges):
         return None  # a parent inside a list argument (cat, stack), or two at one position: not stacked
     return tuple(key)
 
 
+_STRIDED = torch.strided
 _POSITIONS = tuple(str(i) for i in range(64))
 
 
 def _arguments(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     """Every top-level argument with its position ("0", "1", ... or the keyword)."""
-    named = list(zip(_POSITIONS, args)) if len(args) <= len(_POSITIONS) else [(str(i), a) for i, a in enumerate(args)]
-    return named + list(kwargs.items()) if kwargs else named
+    named = zip(_POSITIONS, args) if len(args) <= len(_POSITIONS) else ((str(i), a) for i, a in enumerate(args))
+    return [*named, *kwargs.items()] if kwargs else list(named)
 
 
 def _replay_stacked(replayer: ReceivingReplayer, ops: list[Op], members: list[int], key: tuple,
