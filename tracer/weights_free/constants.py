@@ -19,6 +19,9 @@ from torch import Tensor
 FROM_PYTHON_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"})
 MAX_KNOWN_NUMEL = 4_000_000  # live elements of real constants and known values together, per capture
 MAX_RECORDED_READS = 200  # resolved reads recorded one by one; beyond, only counted
+# Tensor types whose `is_meta` answers as `device.type == "meta"` does (a subclass may override `device`)
+PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+_SEQ = (list, tuple)
 
 
 def is_python_call(args: tuple, kwargs: dict) -> bool:
@@ -119,6 +122,29 @@ class ConstantLedger:
         return release
 
     # -- known values -------------------------------------------------------------------------
+    def scan(self, args: tuple, kwargs: dict) -> tuple[list[Tensor], int, bool, bool]:
+        """In one pass over a call's arguments (top level, and inside a list/tuple): the tensors not on
+        meta, the number of tensors, whether a meta tensor among them has a known value, and whether
+        every argument is Python data (`is_plain`)."""
+        reals: list[Tensor] = []
+        n = 0
+        known = False
+        python_only = True
+        live = self._known
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            for b in a if type(a) in _SEQ else (a,):  # one level of list/tuple nesting is looked into
+                if isinstance(b, Tensor):
+                    n += 1
+                    python_only = False
+                    if not (b.is_meta if type(b) in PLAIN_TENSORS else b.device.type == "meta"):
+                        reals.append(b)
+                    elif live and not known:  # as `value_of(b) is not None`, inline
+                        hit = live.get(id(b))
+                        known = hit is not None and hit[0]() is b
+            if python_only and not is_plain(a):
+                python_only = False
+        return reals, n, known, python_only
+
     def value_of(self, t: Tensor) -> Tensor | None:
         """The known value of `t` (a CPU tensor), or None when its value depends on weights or inputs."""
         hit = self._known.get(id(t))

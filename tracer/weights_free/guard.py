@@ -19,7 +19,7 @@ from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
 from . import known_values as kv
 from . import meta_fallbacks
-from .constants import ConstantLedger, is_plain
+from .constants import FROM_PYTHON_DATA, PLAIN_TENSORS, ConstantLedger
 from .neutral_reads import neutral_read
 from .simulated_device import SimulatedDevice
 
@@ -32,6 +32,7 @@ TRANSFORMERS_VALUE_REMEDY = (
 )
 _REFUSED_READS = frozenset({"numpy", "array"})  # a tensor leaving torch: not answered even when known
 _VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answered as ordinary known ops
+_MAYBE_RANDOM = kv.RANDOM | kv.DROPOUTS  # the kinds `known_values.is_random` can answer True for
 
 
 class StructureOnlyGuard(CallGuard):
@@ -90,42 +91,49 @@ class StructureOnlyGuard(CallGuard):
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
         ledger = self.constants
-        reals, n_tensors, any_known, python_only = _scan(args, kwargs, ledger)  # one pass over the arguments
+        reals, n_tensors, any_known, python_only = ledger.scan(args, kwargs)  # one pass over the arguments
         kind = info.kind
-        # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
-        on_meta = self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
-        factory = not reals and python_only  # torch.arange(n), torch.div(7, 2), torch.randn(3)
-        self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
-        real = next((t for t in reals if not ledger.holds(t)), None)
-        if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
-            return self._with_stand_ins(info, func, args, kwargs, session)
-        if real is not None:
-            raise RealTensorInStructureCaptureError(
-                f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
-                f"structure-only capture: a real tensor reached the forward without being an input, "
-                f"parameter or buffer (a plain module attribute or a global?)",
-                site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
-                module=_module_of(session),
-                remedy=self._real_tensor_remedy(real),
-            )
+        factory = python_only  # no tensor at all: torch.arange(n), torch.div(7, 2), torch.randn(3)
+        # `makes_constant` is False for a call with no real tensor that is neither Python-data-only nor
+        # one of FROM_PYTHON_DATA: the common meta call skips it
+        self._constant_call = bool(reals or factory or info.qualname in FROM_PYTHON_DATA) and \
+            ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
+        if reals:
+            real = next((t for t in reals if not ledger.holds(t)), None)
+            if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
+                return self._with_stand_ins(info, func, args, kwargs, session)
+            if real is not None:
+                raise RealTensorInStructureCaptureError(
+                    f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
+                    f"structure-only capture: a real tensor reached the forward without being an input, "
+                    f"parameter or buffer (a plain module attribute or a global?)",
+                    site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
+                    module=_module_of(session),
+                    remedy=self._real_tensor_remedy(real),
+                )
         if self._constant_call:
             self._values = _values_kind(kind, args, kwargs, ledger)
         self._mixed = next((t for t in reals if t.dim() > 0), None) if reals and len(reals) < n_tensors \
             else None  # a constant made on a real device meets meta tensors
         if info.value_read and kind not in _VALUE_OPS and kv.reads_values(kind, args, kwargs):
             return self._answer_read(info, func, args, kwargs, session)
-        if kv.is_random(kind, args, kwargs):
+        if kind in _MAYBE_RANDOM and kv.is_random(kind, args, kwargs):
             self._forget_written(info, args, kwargs)
-            return on_meta
+            return self._on_meta(kind, func, args, kwargs)
         known = None
         if any_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
             known = kv.values_for(kind, args, kwargs, ledger)
         if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
-            self._forget_written(info, args, kwargs)
-            return on_meta
-        return self._propagating(info, func, args, kwargs, known, on_meta or func)
+            if info.inplace or kwargs:  # else nothing is written (`_written`): nothing to forget
+                self._forget_written(info, args, kwargs)
+            return self._on_meta(kind, func, args, kwargs)
+        return self._propagating(info, func, args, kwargs, known, self._on_meta(kind, func, args, kwargs) or func)
+
+    def _on_meta(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Callable | None:
+        """The call as run: device arguments naming the simulated device go to meta (None: `func` as is)."""
+        return self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
 
     # -- known values ---------------------------------------------------------------------------
     def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple,
@@ -242,6 +250,8 @@ class StructureOnlyGuard(CallGuard):
 
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for t in outputs:
+            if type(t) in PLAIN_TENSORS and t.is_meta:  # as `device.type == "meta"`, cheaper
+                continue
             if t.device.type != "meta" and not (
                     self._constant_call and self.constants.admit(t, info.qualname, session.site_text(), self._values)):
                 raise RealTensorInStructureCaptureError(
@@ -262,28 +272,6 @@ def _mixed_devices(info: FuncInfo, real: Tensor, origin: dict | None, session: C
         f"{tuple(real.shape)}) with meta tensors and failed: the constant is not on the model's device",
         site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
         made_by=origin["call"] if origin else None, module=_module_of(session))
-
-
-def _scan(args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[list[Tensor], int, bool, bool]:
-    """In one pass over the arguments (top level, and inside a list/tuple): the tensors not on meta, the
-    number of tensors, whether a meta tensor among them has a known value, and whether
-    every argument is Python data (`constants.is_plain`)."""
-    reals: list[Tensor] = []
-    n = 0
-    known = False
-    python_only = True
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        for b in a if type(a) in (list, tuple) else (a,):  # one level of list/tuple nesting is looked into
-            if isinstance(b, Tensor):
-                n += 1
-                python_only = False
-                if b.device.type != "meta":
-                    reals.append(b)
-                elif not known and ledger.value_of(b) is not None:
-                    known = True
-        if python_only and not is_plain(a):
-            python_only = False
-    return reals, n, known, python_only
 
 
 def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> str:

@@ -31,6 +31,8 @@ _FLAGS = {_BASE.is_cpu: "cpu", _BASE.is_cuda: "cuda", _BASE.is_meta: "meta", _BA
 _GETTER = type(_BASE.device.__get__)  # how torch hands a property read to a function mode (method-wrapper)
 _MOVES = frozenset({"cpu", "cuda", "mps", "xpu"})  # Tensor methods that move to a device type by name
 _DEVICE_ARGS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+_NAMES_DEVICE = _MOVES | _DEVICE_ARGS  # kinds whose positional arguments can name a device
+_GET_DEVICE = _BASE.get_device
 
 
 def parse_simulated_device(value: Any) -> str | None:
@@ -105,7 +107,7 @@ class SimulatedDevice:
     def answer(self, func: Any, args: tuple) -> Any:
         """The simulated answer to a device read of a meta tensor, or `_NOT_A_READ`."""
         if type(func) is not _GETTER:  # a device read is a property getter, or get_device()
-            return self.index if func is _BASE.get_device and _is_meta(args) else _NOT_A_READ
+            return self.index if func is _GET_DEVICE and _is_meta(args) else _NOT_A_READ
         owner = func.__self__
         if owner is _BASE.device:
             return self.device if _is_meta(args) else _NOT_A_READ
@@ -132,6 +134,8 @@ class SimulatedDevice:
     def on_meta(self, kind: str, func: Callable, args: tuple, kwargs: dict) -> Callable | None:
         """`func` with its device arguments that name the simulated device put on meta, or None
         when the call names no device."""
+        if kind not in _NAMES_DEVICE and (not kwargs or kwargs.get("device") is None):
+            return None  # no device argument: the common call, answered without looking further
         if kind in _MOVES and args and isinstance(args[0], Tensor) and args[0].is_meta:
             if kind == self.type:  # x.cpu() while simulating the cpu: the tensor stays where it is
                 return lambda *a, **k: a[0].to(META)
@@ -181,9 +185,10 @@ class _DeviceReads(TorchFunctionMode):
         self.simulated = simulated
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        answer = self.simulated.answer(func, args)
-        if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
-            return answer
+        if type(func) is _GETTER or func is _GET_DEVICE:  # else `answer` is _NOT_A_READ: not asked
+            answer = self.simulated.answer(func, args)
+            if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
+                return answer
         kwargs = kwargs or {}
         if _in_transform() is not None:  # inside torch.vmap the capture runs calls unguarded: map here
             on_meta = self.simulated.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
