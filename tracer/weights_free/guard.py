@@ -41,6 +41,8 @@ class StructureOnlyGuard(CallGuard):
     def __init__(self, model: nn.Module, admission: dict[str, Any], *, simulate_device: str | None = None) -> None:
         self.admission = admission
         self.simulated = SimulatedDevice(simulate_device) if simulate_device else None
+        # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
+        self._on_meta = self.simulated.on_meta if self.simulated is not None else _as_called
         self.transformers = type(model).__module__.startswith("transformers")
         config = getattr(model, "config", None)
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
@@ -130,10 +132,6 @@ class StructureOnlyGuard(CallGuard):
                 self._forget_written(info, args, kwargs)
             return self._on_meta(kind, func, args, kwargs)
         return self._propagating(info, func, args, kwargs, known, self._on_meta(kind, func, args, kwargs) or func)
-
-    def _on_meta(self, kind: str, func: Any, args: tuple, kwargs: dict) -> Callable | None:
-        """The call as run: device arguments naming the simulated device go to meta (None: `func` as is)."""
-        return self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
 
     # -- known values ---------------------------------------------------------------------------
     def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple,
@@ -272,6 +270,11 @@ def _mixed_devices(info: FuncInfo, real: Tensor, origin: dict | None, session: C
         f"{tuple(real.shape)}) with meta tensors and failed: the constant is not on the model's device",
         site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
         made_by=origin["call"] if origin else None, module=_module_of(session))
+
+
+def _as_called(_kind: str, _func: Any, _args: tuple, _kwargs: dict) -> None:
+    """Without a simulated device every call runs as the model made it."""
+    return None
 
 
 def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> str:
