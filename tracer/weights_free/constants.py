@@ -124,26 +124,34 @@ class ConstantLedger:
     # -- known values -------------------------------------------------------------------------
     def scan(self, args: tuple, kwargs: dict) -> tuple[list[Tensor], int, bool, bool]:
         """In one pass over a call's arguments (top level, and inside a list/tuple): the tensors not on
-        meta, the number of tensors, whether a meta tensor among them has a known value, and whether
-        every argument is Python data (`is_plain`)."""
+        meta, the number of tensors, whether the first meta tensor has a known value (a call's value is
+        known only when every tensor it reads has one), and whether every argument is Python data (`is_plain`)."""
         reals: list[Tensor] = []
         n = 0
-        known = False
+        first = None  # the first meta tensor
         python_only = True
-        live = self._known
         for a in (*args, *kwargs.values()) if kwargs else args:
-            for b in a if type(a) in _SEQ else (a,):  # one level of list/tuple nesting is looked into
-                if isinstance(b, Tensor):
-                    n += 1
-                    python_only = False
-                    if not (b.is_meta if type(b) in PLAIN_TENSORS else b.device.type == "meta"):
-                        reals.append(b)
-                    elif live and not known:  # as `value_of(b) is not None`, inline
-                        hit = live.get(id(b))
-                        known = hit is not None and hit[0]() is b
+            if isinstance(a, Tensor):
+                n += 1
+                python_only = False
+                if not (a.is_meta if type(a) in PLAIN_TENSORS else a.device.type == "meta"):
+                    reals.append(a)
+                elif first is None:
+                    first = a
+                continue
+            if type(a) in _SEQ:  # one level of list/tuple nesting is looked into
+                for b in a:
+                    if isinstance(b, Tensor):
+                        n += 1
+                        python_only = False
+                        if not (b.is_meta if type(b) in PLAIN_TENSORS else b.device.type == "meta"):
+                            reals.append(b)
+                        elif first is None:
+                            first = b
             if python_only and not is_plain(a):
                 python_only = False
-        return reals, n, known, python_only
+        hit = self._known.get(id(first)) if first is not None else None  # as `value_of(first) is not None`
+        return reals, n, hit is not None and hit[0]() is first, python_only
 
     def value_of(self, t: Tensor) -> Tensor | None:
         """The known value of `t` (a CPU tensor), or None when its value depends on weights or inputs."""

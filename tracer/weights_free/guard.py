@@ -33,6 +33,10 @@ TRANSFORMERS_VALUE_REMEDY = (
 _REFUSED_READS = frozenset({"numpy", "array"})  # a tensor leaving torch: not answered even when known
 _VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answered as ordinary known ops
 _MAYBE_RANDOM = kv.RANDOM | kv.DROPOUTS  # the kinds `known_values.is_random` can answer True for
+# kinds checked in full even on meta tensors with nothing known: random draws, calls that read only their
+# first tensor's shape (its value may be known without it)
+_SCRUTINIZED = _MAYBE_RANDOM | kv.SHAPE_ONLY_FIRST
+_VALUE_UNKNOWN = object()  # `_checked`: the output's value is not known, the call runs as made (on meta)
 
 
 class StructureOnlyGuard(CallGuard):
@@ -92,12 +96,29 @@ class StructureOnlyGuard(CallGuard):
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
-        ledger = self.constants
-        reals, n_tensors, any_known, python_only = ledger.scan(args, kwargs)  # one pass over the arguments
+        reals, n_tensors, first_known, python_only = self.constants.scan(args, kwargs)  # one pass over the arguments
         kind = info.kind
-        factory = python_only  # no tensor at all: torch.arange(n), torch.div(7, 2), torch.randn(3)
-        # `makes_constant` is False for a call with no real tensor that is neither Python-data-only nor
-        # one of FROM_PYTHON_DATA: the common meta call skips it
+        if reals or python_only or first_known or info.value_read or kind in _SCRUTINIZED \
+                or info.qualname in FROM_PYTHON_DATA:
+            checked = self._checked(info, func, args, kwargs, session, reals, n_tensors, first_known, python_only)
+            if checked is not _VALUE_UNKNOWN:
+                return checked
+        else:  # the common call: meta tensors, none with a known value; no read, nothing random, no constant made
+            self._constant_call = False
+            self._mixed = None
+        if info.inplace or "out" in kwargs or "inplace" in kwargs:  # else `_written` is None: nothing to forget
+            self._forget_written(info, args, kwargs)
+        return self._on_meta(kind, func, args, kwargs)
+
+    def _checked(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession,
+                 reals: list[Tensor], n_tensors: int, first_known: bool, factory: bool) -> Any:
+        """The call's checks beyond the common case: real tensors (refused, or meta stand-ins), constants made,
+        value reads (answered or refused) and known values carried; `_VALUE_UNKNOWN` when none applies and the
+        call runs as made (on meta)."""
+        ledger = self.constants
+        kind = info.kind
+        # `factory`: no tensor at all (torch.arange(n), torch.div(7, 2), torch.randn(3)); without a real tensor
+        # or one of those, only a call of FROM_PYTHON_DATA can make a constant
         self._constant_call = bool(reals or factory or info.qualname in FROM_PYTHON_DATA) and \
             ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
         if reals:
@@ -120,17 +141,14 @@ class StructureOnlyGuard(CallGuard):
         if info.value_read and kind not in _VALUE_OPS and kv.reads_values(kind, args, kwargs):
             return self._answer_read(info, func, args, kwargs, session)
         if kind in _MAYBE_RANDOM and kv.is_random(kind, args, kwargs):
-            self._forget_written(info, args, kwargs)
-            return self._on_meta(kind, func, args, kwargs)
+            return _VALUE_UNKNOWN
         known = None
-        if any_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
+        if first_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
             known = kv.values_for(kind, args, kwargs, ledger)
         if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
-            if info.inplace or kwargs:  # else nothing is written (`_written`): nothing to forget
-                self._forget_written(info, args, kwargs)
-            return self._on_meta(kind, func, args, kwargs)
+            return _VALUE_UNKNOWN
         return self._propagating(info, func, args, kwargs, known, self._on_meta(kind, func, args, kwargs) or func)
 
     # -- known values ---------------------------------------------------------------------------
