@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..bridges.distributed import is_dtensor, simulated_mesh_active
-from ..capture.walk import iter_tensors
+from ..capture.walk import iter_tensors, named_modules, named_state
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
                       UnsupportedTensorStateError)
@@ -97,9 +97,11 @@ def input_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, tor
 
 
 def _state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    for name, p in model.named_parameters():
+    """`named_parameters()` then `named_buffers()`, tagged, from one walk of the modules."""
+    walked = named_modules(model)
+    for name, p in named_state(model, "_parameters", modules=walked):
         yield f"param:{name}", p
-    for name, b in model.named_buffers():
+    for name, b in named_state(model, "_buffers", modules=walked):
         yield f"buffer:{name}", b
 
 

@@ -31,7 +31,7 @@ _FLAGS = {_BASE.is_cpu: "cpu", _BASE.is_cuda: "cuda", _BASE.is_meta: "meta", _BA
 _GETTER = type(_BASE.device.__get__)  # how torch hands a property read to a function mode (method-wrapper)
 _MOVES = frozenset({"cpu", "cuda", "mps", "xpu"})  # Tensor methods that move to a device type by name
 _DEVICE_ARGS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
-_NAMES_DEVICE = _MOVES | _DEVICE_ARGS  # kinds whose positional arguments can name a device
+NAMES_DEVICE = _MOVES | _DEVICE_ARGS  # kinds that can name a device without a `device=` keyword
 _GET_DEVICE = _BASE.get_device
 
 
@@ -133,8 +133,8 @@ class SimulatedDevice:
 
     def on_meta(self, kind: str, func: Callable, args: tuple, kwargs: dict) -> Callable | None:
         """`func` with its device arguments that name the simulated device put on meta, or None
-        when the call names no device."""
-        if kind not in _NAMES_DEVICE and (not kwargs or kwargs.get("device") is None):
+        when the call names no device (always for a kind outside NAMES_DEVICE without a `device=` keyword)."""
+        if kind not in NAMES_DEVICE and (not kwargs or kwargs.get("device") is None):
             return None  # no device argument: the common call, answered without looking further
         if kind in _MOVES and args and isinstance(args[0], Tensor) and args[0].is_meta:
             if kind == self.type:  # x.cpu() while simulating the cpu: the tensor stays where it is
