@@ -37,6 +37,7 @@ _MAYBE_RANDOM = kv.RANDOM | kv.DROPOUTS  # the kinds `known_values.is_random` ca
 # first tensor's shape (its value may be known without it)
 _SCRUTINIZED = _MAYBE_RANDOM | kv.SHAPE_ONLY_FIRST
 _VALUE_UNKNOWN = object()  # `_checked`: the output's value is not known, the call runs as made (on meta)
+_NOT_ASKED = object()  # `_values_kind`: `values_for` was not asked
 
 
 class StructureOnlyGuard(CallGuard):
@@ -136,8 +137,9 @@ class StructureOnlyGuard(CallGuard):
                     module=_module_of(session),
                     remedy=self._real_tensor_remedy(real),
                 )
+        asked = _NOT_ASKED  # `values_for` of this call, when already asked (the ledger is unchanged until it is used)
         if self._constant_call:
-            self._values = _values_kind(kind, args, kwargs, ledger)
+            self._values, asked = _values_kind(kind, args, kwargs, ledger)
         self._mixed = next((t for t in reals if t.dim() > 0), None) if reals and len(reals) < n_tensors \
             else None  # a constant made on a real device meets meta tensors
         if info.value_read and kind not in _VALUE_OPS and kv.reads_values(kind, args, kwargs):
@@ -146,7 +148,7 @@ class StructureOnlyGuard(CallGuard):
             return _VALUE_UNKNOWN
         known = None
         if first_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
-            known = kv.values_for(kind, args, kwargs, ledger)
+            known = kv.values_for(kind, args, kwargs, ledger) if asked is _NOT_ASKED else asked
         if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
@@ -297,13 +299,15 @@ def _as_called(_kind: str, _func: Any, _args: tuple, _kwargs: dict) -> None:
     return None
 
 
-def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> str:
-    """What the values of a real tensor made by this call are: constant, random, uninitialized or unknown."""
+def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[str, Any]:
+    """What the values of a real tensor made by this call are (constant, random, uninitialized or unknown),
+    and `values_for`'s answer when it was asked (else `_NOT_ASKED`)."""
     if kv.is_random(kind, args, kwargs):
-        return "random"
+        return "random", _NOT_ASKED
     if kind in kv.UNINITIALIZED:
-        return "uninitialized"
-    return "constant" if kv.values_for(kind, args, kwargs, ledger) is not None else "unknown"
+        return "uninitialized", _NOT_ASKED
+    known = kv.values_for(kind, args, kwargs, ledger)
+    return ("constant" if known is not None else "unknown"), known
 
 
 def _written(info: FuncInfo, args: tuple, kwargs: dict) -> Tensor | None:
