@@ -131,6 +131,10 @@ class SimulatedDevice:
             return self.type == "cuda" and value == self.device.index
         return False
 
+    def _names_positional(self, value: Any) -> bool:
+        """A positional argument after the tensor that names the simulated device (an int there is not a device)."""
+        return not isinstance(value, int) and self.names_it(value)
+
     def on_meta(self, kind: str, func: Callable, args: tuple, kwargs: dict) -> Callable | None:
         """`func` with its device arguments that name the simulated device put on meta, or None
         when the call names no device (always for a kind outside NAMES_DEVICE without a `device=` keyword)."""
@@ -145,9 +149,8 @@ class SimulatedDevice:
         if device is not None and self.names_it(device):
             mapped_kwargs = {**kwargs, "device": META}
         mapped_args = args
-        if kind in _DEVICE_ARGS:
-            mapped_args = tuple(META if i > 0 and self.names_it(a) and not isinstance(a, int) else a
-                                for i, a in enumerate(args))
+        if kind in _DEVICE_ARGS and any(self._names_positional(a) for a in args[1:]):  # x.to(torch.float32): none
+            mapped_args = (*args[:1], *(META if self._names_positional(a) else a for a in args[1:]))
         if mapped_args is args and mapped_kwargs is kwargs:
             return None
         return lambda *_a, **_k: func(*mapped_args, **mapped_kwargs)
