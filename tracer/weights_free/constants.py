@@ -132,22 +132,21 @@ class ConstantLedger:
         python_only = True
         for a in (*args, *kwargs.values()) if kwargs else args:
             if isinstance(a, Tensor):
-                n += 1
-                python_only = False
-                if not (a.is_meta if type(a) in PLAIN_TENSORS else a.device.type == "meta"):
-                    reals.append(a)
-                elif first is None:
-                    first = a
+                inner = (a,)
+            elif type(a) in _SEQ:  # one level of list/tuple nesting is looked into
+                inner = a
+            else:
+                if python_only and not is_plain(a):
+                    python_only = False
                 continue
-            if type(a) in _SEQ:  # one level of list/tuple nesting is looked into
-                for b in a:
-                    if isinstance(b, Tensor):
-                        n += 1
-                        python_only = False
-                        if not (b.is_meta if type(b) in PLAIN_TENSORS else b.device.type == "meta"):
-                            reals.append(b)
-                        elif first is None:
-                            first = b
+            for b in inner:
+                if isinstance(b, Tensor):
+                    n += 1
+                    python_only = False
+                    if not (b.is_meta if type(b) in PLAIN_TENSORS else b.device.type == "meta"):
+                        reals.append(b)
+                    elif first is None:
+                        first = b
             if python_only and not is_plain(a):
                 python_only = False
         hit = self._known.get(id(first)) if first is not None else None  # as `value_of(first) is not None`
