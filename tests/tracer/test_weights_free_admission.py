@@ -177,6 +177,32 @@ def test_real_tensor_entering_as_a_plain_attribute_refuses_at_its_line():
     assert err.findings["device"] == "cpu" and "register_buffer" in err.remedy
 
 
+class RepeatedThenStray(nn.Module):
+    """Many plain meta calls of one function, then the same function on a stray real tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        for _ in range(50):
+            y = y * 1.5  # the guard's common case: meta tensors only, nothing known
+        return y * self.table  # REPEATED_STRAY_LINE
+
+
+def test_many_plain_meta_calls_of_a_function_skip_no_refusal():
+    # the guard's fast exits are decided per call from its arguments, never remembered per function
+    with torch.device("meta"):
+        model = RepeatedThenStray()
+    model.table = torch.ones(4)
+    err = refuse(model, (torch.empty(2, 4, device="meta"),), capture=SO_SEES_META)
+    assert isinstance(err, errors.RealTensorInStructureCaptureError) and err.code == "real_tensor_mid_forward"
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# REPEATED_STRAY_LINE" in text)
+    assert err.site.startswith(f"{__file__}:{line} in forward")
+    assert err.findings["call"] == "torch.Tensor.mul" and err.findings["shape"] == (4,)
+
+
 class Windowed(nn.Module):
     """Makes constants from Python numbers inside forward, as transformers' sliding-window cache does."""
 

@@ -19,6 +19,9 @@ from torch import Tensor
 FROM_PYTHON_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"})
 MAX_KNOWN_NUMEL = 4_000_000  # live elements of real constants and known values together, per capture
 MAX_RECORDED_READS = 200  # resolved reads recorded one by one; beyond, only counted
+# Tensor types whose `is_meta` answers as `device.type == "meta"` does (a subclass may override `device`)
+PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+_SEQ = (list, tuple)
 
 
 def is_python_call(args: tuple, kwargs: dict) -> bool:
@@ -119,6 +122,36 @@ class ConstantLedger:
         return release
 
     # -- known values -------------------------------------------------------------------------
+    def scan(self, args: tuple, kwargs: dict) -> tuple[list[Tensor], int, bool, bool]:
+        """In one pass over a call's arguments (top level, and inside a list/tuple): the tensors not on
+        meta, the number of tensors, whether the first meta tensor has a known value (a call's value is
+        known only when every tensor it reads has one), and whether every argument is Python data (`is_plain`)."""
+        reals: list[Tensor] = []
+        n = 0
+        first = None  # the first meta tensor
+        python_only = True
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(a, Tensor):
+                inner = (a,)
+            elif type(a) in _SEQ:  # one level of list/tuple nesting is looked into
+                inner = a
+            else:
+                if python_only and not is_plain(a):
+                    python_only = False
+                continue
+            for b in inner:
+                if isinstance(b, Tensor):
+                    n += 1
+                    python_only = False
+                    if not (b.is_meta if type(b) in PLAIN_TENSORS else b.device.type == "meta"):
+                        reals.append(b)
+                    elif first is None:
+                        first = b
+            if python_only and not is_plain(a):
+                python_only = False
+        hit = self._known.get(id(first)) if first is not None else None  # as `value_of(first) is not None`
+        return reals, n, hit is not None and hit[0]() is first, python_only
+
     def value_of(self, t: Tensor) -> Tensor | None:
         """The known value of `t` (a CPU tensor), or None when its value depends on weights or inputs."""
         hit = self._known.get(id(t))

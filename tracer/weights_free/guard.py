@@ -19,9 +19,9 @@ from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
 from . import known_values as kv
 from . import meta_fallbacks
-from .constants import ConstantLedger, is_plain
+from .constants import FROM_PYTHON_DATA, PLAIN_TENSORS, ConstantLedger
 from .neutral_reads import neutral_read
-from .simulated_device import SimulatedDevice
+from .simulated_device import NAMES_DEVICE, SimulatedDevice
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
@@ -32,6 +32,12 @@ TRANSFORMERS_VALUE_REMEDY = (
 )
 _REFUSED_READS = frozenset({"numpy", "array"})  # a tensor leaving torch: not answered even when known
 _VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answered as ordinary known ops
+_MAYBE_RANDOM = kv.RANDOM | kv.DROPOUTS  # the kinds `known_values.is_random` can answer True for
+# kinds checked in full even on meta tensors with nothing known: random draws, calls that read only their
+# first tensor's shape (its value may be known without it)
+_SCRUTINIZED = _MAYBE_RANDOM | kv.SHAPE_ONLY_FIRST
+_VALUE_UNKNOWN = object()  # `_checked`: the output's value is not known, the call runs as made (on meta)
+_NOT_ASKED = object()  # `_values_kind`: `values_for` was not asked
 
 
 class StructureOnlyGuard(CallGuard):
@@ -40,6 +46,8 @@ class StructureOnlyGuard(CallGuard):
     def __init__(self, model: nn.Module, admission: dict[str, Any], *, simulate_device: str | None = None) -> None:
         self.admission = admission
         self.simulated = SimulatedDevice(simulate_device) if simulate_device else None
+        # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
+        self._on_meta = self.simulated.on_meta if self.simulated is not None else _as_called
         self.transformers = type(model).__module__.startswith("transformers")
         config = getattr(model, "config", None)
         self.attn = getattr(config, "_attn_implementation", None) if config is not None else None
@@ -89,43 +97,63 @@ class StructureOnlyGuard(CallGuard):
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
-        ledger = self.constants
-        reals, n_tensors, any_known, python_only = _scan(args, kwargs, ledger)  # one pass over the arguments
+        reals, n_tensors, first_known, python_only = self.constants.scan(args, kwargs)  # one pass over the arguments
         kind = info.kind
-        # the call as run: device arguments naming the simulated device go to meta (None: `func` as is)
-        on_meta = self.simulated.on_meta(kind, func, args, kwargs) if self.simulated is not None else None
-        factory = not reals and python_only  # torch.arange(n), torch.div(7, 2), torch.randn(3)
-        self._constant_call = ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
-        real = next((t for t in reals if not ledger.holds(t)), None)
-        if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
-            return self._with_stand_ins(info, func, args, kwargs, session)
-        if real is not None:
-            raise RealTensorInStructureCaptureError(
-                f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
-                f"structure-only capture: a real tensor reached the forward without being an input, "
-                f"parameter or buffer (a plain module attribute or a global?)",
-                site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
-                module=_module_of(session),
-                remedy=self._real_tensor_remedy(real),
-            )
+        if reals or python_only or first_known or info.value_read or kind in _SCRUTINIZED \
+                or info.qualname in FROM_PYTHON_DATA:
+            checked = self._checked(info, func, args, kwargs, session, reals, n_tensors, first_known, python_only)
+            if checked is not _VALUE_UNKNOWN:
+                return checked
+        else:  # the common call: meta tensors, none with a known value; no read, nothing random, no constant made
+            self._constant_call = False
+            self._mixed = None
+        if info.inplace or "out" in kwargs or "inplace" in kwargs:  # else `_written` is None: nothing to forget
+            self._forget_written(info, args, kwargs)
+        if kind in NAMES_DEVICE or "device" in kwargs:  # else `on_meta` is None: the call names no device
+            return self._on_meta(kind, func, args, kwargs)
+        return None
+
+    def _checked(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession,
+                 reals: list[Tensor], n_tensors: int, first_known: bool, factory: bool) -> Any:
+        """The call's checks beyond the common case: real tensors (refused, or meta stand-ins), constants made,
+        value reads (answered or refused) and known values carried; `_VALUE_UNKNOWN` when none applies and the
+        call runs as made (on meta)."""
+        ledger = self.constants
+        kind = info.kind
+        # `factory`: no tensor at all (torch.arange(n), torch.div(7, 2), torch.randn(3)); without a real tensor
+        # or one of those, only a call of FROM_PYTHON_DATA can make a constant
+        self._constant_call = bool(reals or factory or info.qualname in FROM_PYTHON_DATA) and \
+            ledger.makes_constant(info.qualname, args, kwargs, reals, factory=factory)
+        if reals:
+            real = next((t for t in reals if not ledger.holds(t)), None)
+            if real is not None and self.simulated is not None and real.device.type == self.simulated.type:
+                return self._with_stand_ins(info, func, args, kwargs, session)
+            if real is not None:
+                raise RealTensorInStructureCaptureError(
+                    f"{info.qualname} received a tensor on {real.device} (shape {tuple(real.shape)}) during a "
+                    f"structure-only capture: a real tensor reached the forward without being an input, "
+                    f"parameter or buffer (a plain module attribute or a global?)",
+                    site=session.site_text(), call=info.qualname, device=str(real.device), shape=tuple(real.shape),
+                    module=_module_of(session),
+                    remedy=self._real_tensor_remedy(real),
+                )
+        asked = _NOT_ASKED  # `values_for` of this call, when already asked (the ledger is unchanged until it is used)
         if self._constant_call:
-            self._values = _values_kind(kind, args, kwargs, ledger)
+            self._values, asked = _values_kind(kind, args, kwargs, ledger)
         self._mixed = next((t for t in reals if t.dim() > 0), None) if reals and len(reals) < n_tensors \
             else None  # a constant made on a real device meets meta tensors
         if info.value_read and kind not in _VALUE_OPS and kv.reads_values(kind, args, kwargs):
             return self._answer_read(info, func, args, kwargs, session)
-        if kv.is_random(kind, args, kwargs):
-            self._forget_written(info, args, kwargs)
-            return on_meta
+        if kind in _MAYBE_RANDOM and kv.is_random(kind, args, kwargs):
+            return _VALUE_UNKNOWN
         known = None
-        if any_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
-            known = kv.values_for(kind, args, kwargs, ledger)
+        if first_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
+            known = kv.values_for(kind, args, kwargs, ledger) if asked is _NOT_ASKED else asked
         if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
                 self._refuse_read(info, session)
-            self._forget_written(info, args, kwargs)
-            return on_meta
-        return self._propagating(info, func, args, kwargs, known, on_meta or func)
+            return _VALUE_UNKNOWN
+        return self._propagating(info, func, args, kwargs, known, self._on_meta(kind, func, args, kwargs) or func)
 
     # -- known values ---------------------------------------------------------------------------
     def _propagating(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, known: tuple,
@@ -242,6 +270,8 @@ class StructureOnlyGuard(CallGuard):
 
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for t in outputs:
+            if type(t) in PLAIN_TENSORS and t.is_meta:  # as `device.type == "meta"`, cheaper
+                continue
             if t.device.type != "meta" and not (
                     self._constant_call and self.constants.admit(t, info.qualname, session.site_text(), self._values)):
                 raise RealTensorInStructureCaptureError(
@@ -264,35 +294,20 @@ def _mixed_devices(info: FuncInfo, real: Tensor, origin: dict | None, session: C
         made_by=origin["call"] if origin else None, module=_module_of(session))
 
 
-def _scan(args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[list[Tensor], int, bool, bool]:
-    """In one pass over the arguments (top level, and inside a list/tuple): the tensors not on meta, the
-    number of tensors, whether a meta tensor among them has a known value, and whether
-    every argument is Python data (`constants.is_plain`)."""
-    reals: list[Tensor] = []
-    n = 0
-    known = False
-    python_only = True
-    for a in (*args, *kwargs.values()) if kwargs else args:
-        for b in a if type(a) in (list, tuple) else (a,):  # one level of list/tuple nesting is looked into
-            if isinstance(b, Tensor):
-                n += 1
-                python_only = False
-                if b.device.type != "meta":
-                    reals.append(b)
-                elif not known and ledger.value_of(b) is not None:
-                    known = True
-        if python_only and not is_plain(a):
-            python_only = False
-    return reals, n, known, python_only
+def _as_called(_kind: str, _func: Any, _args: tuple, _kwargs: dict) -> None:
+    """Without a simulated device every call runs as the model made it."""
+    return None
 
 
-def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> str:
-    """What the values of a real tensor made by this call are: constant, random, uninitialized or unknown."""
+def _values_kind(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[str, Any]:
+    """What the values of a real tensor made by this call are (constant, random, uninitialized or unknown),
+    and `values_for`'s answer when it was asked (else `_NOT_ASKED`)."""
     if kv.is_random(kind, args, kwargs):
-        return "random"
+        return "random", _NOT_ASKED
     if kind in kv.UNINITIALIZED:
-        return "uninitialized"
-    return "constant" if kv.values_for(kind, args, kwargs, ledger) is not None else "unknown"
+        return "uninitialized", _NOT_ASKED
+    known = kv.values_for(kind, args, kwargs, ledger)
+    return ("constant" if known is not None else "unknown"), known
 
 
 def _written(info: FuncInfo, args: tuple, kwargs: dict) -> Tensor | None:

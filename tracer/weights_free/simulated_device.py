@@ -31,6 +31,8 @@ _FLAGS = {_BASE.is_cpu: "cpu", _BASE.is_cuda: "cuda", _BASE.is_meta: "meta", _BA
 _GETTER = type(_BASE.device.__get__)  # how torch hands a property read to a function mode (method-wrapper)
 _MOVES = frozenset({"cpu", "cuda", "mps", "xpu"})  # Tensor methods that move to a device type by name
 _DEVICE_ARGS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
+NAMES_DEVICE = _MOVES | _DEVICE_ARGS  # kinds that can name a device without a `device=` keyword
+_GET_DEVICE = _BASE.get_device
 
 
 def parse_simulated_device(value: Any) -> str | None:
@@ -105,7 +107,7 @@ class SimulatedDevice:
     def answer(self, func: Any, args: tuple) -> Any:
         """The simulated answer to a device read of a meta tensor, or `_NOT_A_READ`."""
         if type(func) is not _GETTER:  # a device read is a property getter, or get_device()
-            return self.index if func is _BASE.get_device and _is_meta(args) else _NOT_A_READ
+            return self.index if func is _GET_DEVICE and _is_meta(args) else _NOT_A_READ
         owner = func.__self__
         if owner is _BASE.device:
             return self.device if _is_meta(args) else _NOT_A_READ
@@ -129,9 +131,15 @@ class SimulatedDevice:
             return self.type == "cuda" and value == self.device.index
         return False
 
+    def _names_positional(self, value: Any) -> bool:
+        """A positional argument after the tensor that names the simulated device (an int there is not a device)."""
+        return not isinstance(value, int) and self.names_it(value)
+
     def on_meta(self, kind: str, func: Callable, args: tuple, kwargs: dict) -> Callable | None:
         """`func` with its device arguments that name the simulated device put on meta, or None
-        when the call names no device."""
+        when the call names no device (always for a kind outside NAMES_DEVICE without a `device=` keyword)."""
+        if kind not in NAMES_DEVICE and (not kwargs or kwargs.get("device") is None):
+            return None  # no device argument: the common call, answered without looking further
         if kind in _MOVES and args and isinstance(args[0], Tensor) and args[0].is_meta:
             if kind == self.type:  # x.cpu() while simulating the cpu: the tensor stays where it is
                 return lambda *a, **k: a[0].to(META)
@@ -141,9 +149,8 @@ class SimulatedDevice:
         if device is not None and self.names_it(device):
             mapped_kwargs = {**kwargs, "device": META}
         mapped_args = args
-        if kind in _DEVICE_ARGS:
-            mapped_args = tuple(META if i > 0 and self.names_it(a) and not isinstance(a, int) else a
-                                for i, a in enumerate(args))
+        if kind in _DEVICE_ARGS and any(self._names_positional(a) for a in args[1:]):  # x.to(torch.float32): none
+            mapped_args = (*args[:1], *(META if self._names_positional(a) else a for a in args[1:]))
         if mapped_args is args and mapped_kwargs is kwargs:
             return None
         return lambda *_a, **_k: func(*mapped_args, **mapped_kwargs)
@@ -181,9 +188,10 @@ class _DeviceReads(TorchFunctionMode):
         self.simulated = simulated
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        answer = self.simulated.answer(func, args)
-        if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
-            return answer
+        if type(func) is _GETTER or func is _GET_DEVICE:  # else `answer` is _NOT_A_READ: not asked
+            answer = self.simulated.answer(func, args)
+            if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
+                return answer
         kwargs = kwargs or {}
         if _in_transform() is not None:  # inside torch.vmap the capture runs calls unguarded: map here
             on_meta = self.simulated.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
