@@ -73,7 +73,10 @@ def trace(
         saving = backward.saving()
     grad_context = torch.no_grad() if capture.inference_only else contextlib.nullcontext()
     started = time.perf_counter()
-    device_reads = guard.device_reads(model) if guard is not None else contextlib.nullcontext()  # simulate_device
+    # simulate_device: the session's own mode answers the model's device reads, or (beside a witness census,
+    # whose mode sits between) a second function mode does
+    device_reads = guard.device_reads(model, None if capture.witness else session) if guard is not None \
+        else contextlib.nullcontext()
     # The heap as it was stays frozen from the forward to the sealed trace (capture.collector): collections
     # triggered by the records, ops and claims walk only what this capture made.
     with fewer_collections():

@@ -174,6 +174,8 @@ class FusedCall:
         if recorder is None or torch._C._len_torch_function_stack() != 1 \
                 or torch._C._get_function_stack_at(0) is not recorder:
             return False  # another mode would still turn the fused path off
+        if getattr(self.session, "simulated", None) is not None:
+            return False  # under a simulated device the fused path stays off, as while a second mode answered its reads
         self.mode = torch._C._pop_torch_function_stack()
         if isinstance(self.module, nn.TransformerEncoderLayer):
             for m in self.module.modules():

@@ -123,6 +123,9 @@ class CaptureSession(TorchFunctionMode):
         self.transform_warned = False
         self.fast_paths: list[dict[str, str]] = []  # fused paths the plain forward takes and capture did not
         self.recorder: TorchFunctionMode | None = None
+        # A weights-free capture's simulated device (tracer.weights_free.simulated_device), when this
+        # session's own mode answers its device reads and runs its unrecorded calls: one function mode, not two.
+        self.simulated: Any = None
         self.snapshots: dict[int, str] = {}  # id of a pre-write copy of a buffer -> the buffer's address
         self.call_counter = 0
         self.stack: ModuleStack = EMPTY_STACK  # linked: entering a module is O(1) at any depth
@@ -340,8 +343,13 @@ class CaptureSession(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
-        if self.suspended:  # inside a bridged hook: run, do not record
-            return func(*args, **kwargs)
+        simulated = self.simulated
+        if simulated is not None:  # a weights-free capture's simulated device answers the model's device reads
+            answer = simulated.read(func, args, sys._getframe(1))
+            if answer is not None:
+                return answer
+        if self.suspended:  # inside a bridged hook or an autograd Function's forward: run, do not record
+            return func(*args, **kwargs) if simulated is None else simulated.call(func, args, kwargs)
         if _in_functorch_transform() is not None:  # inside torch.vmap/grad: wrapped tensors must not escape
             return self._transform_call(func, args, kwargs)
         try:
@@ -475,7 +483,7 @@ class CaptureSession(TorchFunctionMode):
             self.warnings.append(
                 "calls inside a functorch transform (torch.vmap, torch.func.grad) are not recorded op by op; "
                 "what the transform returns enters the trace as a constant (no edge to the tensors it read)")
-        return func(*args, **kwargs)
+        return func(*args, **kwargs) if self.simulated is None else self.simulated.call(func, args, kwargs)
 
     def _arg(self, t, pos, parents, params, watched, tmap, param_ids):
         tid = id(t)

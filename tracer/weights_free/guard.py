@@ -91,9 +91,14 @@ class StructureOnlyGuard(CallGuard):
         inner = self.before_call(info, func, swapped_args, swapped_kwargs, session) or func
         return lambda *_a, **_k: inner(*swapped_args, **swapped_kwargs)
 
-    def device_reads(self, model: nn.Module) -> Any:
-        """A context for the forward: the model sees the simulated device (a no-op without one)."""
-        return self.simulated.reads(model) if self.simulated is not None else contextlib.nullcontext()
+    def device_reads(self, model: nn.Module, session: CaptureSession | None = None) -> Any:
+        """A context for the forward: the model sees the simulated device (a no-op without one). With
+        `session`, that session's own function mode answers the reads (`CaptureSession.simulated`)."""
+        if self.simulated is None:
+            return contextlib.nullcontext()
+        if session is not None:
+            session.simulated = self.simulated
+        return self.simulated.reads(model, mode=session is None)
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:

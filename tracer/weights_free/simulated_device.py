@@ -4,9 +4,11 @@ Model code that branches on a tensor's device (`x.device.type in ("cpu", "mps")`
 the branch it would take on the simulated device, so the hypothesis describes the computation a
 real twin on that device runs. Two parts:
 
-- `reads`: a function mode pushed inside the capture's own for the forward; it answers
-  `Tensor.device`, `is_cpu`/`is_cuda`/`is_meta`/`is_mps`/`is_xpu` and `get_device()` of meta tensors
-  with the simulated device (reads are metadata: they are never recorded).
+- `read` / `call`: the capture's own function mode answers `Tensor.device`,
+  `is_cpu`/`is_cuda`/`is_meta`/`is_mps`/`is_xpu` and `get_device()` of meta tensors with the simulated
+  device (reads are metadata: they are never recorded), and runs the calls it does not record as the
+  device would. `reads` wraps the forward (a runtime query refused typed); beside a witness census,
+  whose mode sits between, it pushes a second function mode that answers them instead.
 - `on_meta`: used by the structure-only guard; a call whose device arguments name the simulated
   device (`device="cpu"`, `.to(torch.device("cpu"))`, `.cpu()`) runs with meta in their place, so
   nothing real is made; the op is recorded as the model made it.
@@ -67,26 +69,44 @@ class SimulatedDevice:
 
     # -- reads ---------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def reads(self, model: nn.Module) -> Iterator[None]:
-        """For the duration: `model`'s forward sees the simulated device on meta tensors.
+    def reads(self, model: nn.Module, *, mode: bool = True) -> Iterator[None]:
+        """For the duration: `model`'s forward sees the simulated device on meta tensors, and a call
+        that asks the device's runtime itself is refused typed.
 
-        The mode is entered by a root pre-hook, so it sits inside the capture's function mode (reads
-        answered here never reach the recorder), and left by an always-called root hook.
+        With `mode`, a function mode answers the reads: entered by a root pre-hook, so it sits inside the
+        capture's own mode (reads answered here never reach the recorder), and left by an always-called
+        root hook. Without, the capture's own mode answers them (`read`, `call`): one mode, not two.
         """
-        mode = _DeviceReads(self)
+        if not mode:
+            with self._runtime_refused():
+                yield
+            return
+        reads = _DeviceReads(self)
         depth = [0]
 
         def enter(_m: nn.Module, _args: tuple) -> None:
             depth[0] += 1
             if depth[0] == 1:
-                mode.__enter__()
+                reads.__enter__()
 
         def leave(_m: nn.Module, _args: tuple, _out: Any) -> None:
             depth[0] -= 1
             if depth[0] == 0:
-                mode.__exit__(None, None, None)
+                reads.__exit__(None, None, None)
 
         handles = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave, always_call=True)]
+        try:
+            with self._runtime_refused():
+                yield
+        finally:
+            for h in handles:
+                h.remove()
+            if depth[0] > 0:  # the forward never reached its post-hook
+                reads.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _runtime_refused(self) -> Iterator[None]:
+        """A failure inside the device's runtime (torch.cuda, torch.mps, torch.xpu) raised typed."""
         try:
             yield
         except Exception as exc:
@@ -98,11 +118,30 @@ class SimulatedDevice:
                 f"{str(self.device)!r}, and this process has no {self.type} runtime: {type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
                 site=runtime[1], call=runtime[0], simulated_device=str(self.device)) from exc
-        finally:
-            for h in handles:
-                h.remove()
-            if depth[0] > 0:  # the forward never reached its post-hook
-                mode.__exit__(None, None, None)
+
+    def read(self, func: Any, args: tuple, caller: Any) -> Any:
+        """The simulated answer (never None) when `func` reads the device of a meta tensor for the model
+        (`caller`: the frame that called it; the tracer's own reads see meta), else None."""
+        if type(func) is not _GETTER and func is not _GET_DEVICE:
+            return None
+        answer = self.answer(func, args)
+        return None if answer is _NOT_A_READ or _read_by_tracer(caller) else answer
+
+    def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a call as the model on the simulated device would: inside torch.vmap (where the capture runs
+        calls unguarded) device arguments naming it go to meta, and a 0-dim real tensor beside meta ones
+        moves to meta when the kernel refuses it (an autograd Function's forward also runs unguarded)."""
+        if _in_transform() is not None:
+            on_meta = self.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
+            if on_meta is not None:
+                return on_meta(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError:
+            moved = _scalars_on_meta(args, kwargs)
+            if moved is None:
+                raise
+            return func(*moved[0], **moved[1])
 
     def answer(self, func: Any, args: tuple) -> Any:
         """The simulated answer to a device read of a meta tensor, or `_NOT_A_READ`."""
@@ -181,31 +220,18 @@ def _is_meta(args: tuple) -> bool:
 
 
 class _DeviceReads(TorchFunctionMode):
-    """Answers device reads of meta tensors with the simulated device; every other call passes through."""
+    """Answers device reads of meta tensors with the simulated device; every other call passes through
+    (the mode of a capture whose own function mode does not answer them: a witness census runs)."""
 
     def __init__(self, simulated: SimulatedDevice) -> None:
         super().__init__()
         self.simulated = simulated
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if type(func) is _GETTER or func is _GET_DEVICE:  # else `answer` is _NOT_A_READ: not asked
-            answer = self.simulated.answer(func, args)
-            if answer is not _NOT_A_READ and not _read_by_tracer(sys._getframe(1)):
-                return answer
-        kwargs = kwargs or {}
-        if _in_transform() is not None:  # inside torch.vmap the capture runs calls unguarded: map here
-            on_meta = self.simulated.on_meta(getattr(func, "__name__", ""), func, args, kwargs)
-            if on_meta is not None:
-                return on_meta(*args, **kwargs)
-        try:
-            return func(*args, **kwargs)
-        except RuntimeError:
-            # A 0-dim cpu tensor beside meta ones: a real device takes it as a scalar, some meta kernels
-            # refuse it (inside an autograd Function's forward, which the capture runs unguarded).
-            moved = _scalars_on_meta(args, kwargs)
-            if moved is None:
-                raise
-            return func(*moved[0], **moved[1])
+        answer = self.simulated.read(func, args, sys._getframe(1))
+        if answer is not None:
+            return answer
+        return self.simulated.call(func, args, kwargs or {})
 
 
 _in_transform = torch._C._functorch.peek_interpreter_stack  # None outside torch.vmap / torch.func
