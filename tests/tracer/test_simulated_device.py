@@ -197,3 +197,38 @@ def test_a_boolean_mask_index_of_unknown_values_is_a_typed_value_read_at_the_use
     line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# USER_MASK_LINE" in text)
     assert info.value.site.startswith(f"{__file__}:{line} in forward") and "boolean mask" in info.value.message
     assert info.value.remedy
+
+
+class _DeviceBranch(torch.autograd.Function):
+    """An autograd Function whose forward branches on the device (its body runs unrecorded)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2 if x.is_cuda and x.device.type == "cuda" and x.get_device() == 0 else x * 3
+
+
+class _UsesDeviceBranch(nn.Module):
+    def forward(self, x):
+        return _DeviceBranch.apply(x + 1)
+
+
+@pytest.mark.parametrize("witness", [False, True])
+def test_device_reads_inside_a_function_and_beside_a_witness_see_the_simulated_device(witness):
+    """The capture's own mode answers the reads (one mode); beside a witness census a second mode does."""
+    seen: list[bool] = []
+    original = _DeviceBranch.forward
+
+    def forward(ctx, x):
+        seen.append(x.is_cuda)
+        return original(ctx, x)
+
+    _DeviceBranch.forward = staticmethod(forward)
+    try:
+        for simulate, expected in (("cuda", True), ("cpu", False)):
+            seen.clear()
+            st = tracer.trace(_UsesDeviceBranch(), (torch.empty(2, 3, device="meta"),),
+                              capture=tracer.CaptureOptions(structure_only=True, simulate_device=simulate, witness=witness))
+            assert seen == [expected] and st.output.device.type == "meta"
+            assert torch._C._len_torch_function_stack() == 0
+    finally:
+        _DeviceBranch.forward = original
