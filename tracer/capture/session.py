@@ -345,7 +345,7 @@ class CaptureSession(TorchFunctionMode):
             kwargs = {}
         simulated = self.simulated
         if simulated is not None:  # a weights-free capture's simulated device answers the model's device reads
-            answer = simulated.read(func, args, sys._getframe(1))
+            answer = simulated.read(func, args)
             if answer is not None:
                 return answer
         if self.suspended:  # inside a bridged hook or an autograd Function's forward: run, do not record

@@ -21,7 +21,7 @@ from . import known_values as kv
 from . import meta_fallbacks
 from .constants import FROM_PYTHON_DATA, PLAIN_TENSORS, ConstantLedger
 from .neutral_reads import neutral_read
-from .simulated_device import NAMES_DEVICE, SimulatedDevice
+from .simulated_device import SimulatedDevice
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
@@ -114,9 +114,7 @@ class StructureOnlyGuard(CallGuard):
             self._mixed = None
         if info.inplace or "out" in kwargs or "inplace" in kwargs:  # else `_written` is None: nothing to forget
             self._forget_written(info, args, kwargs)
-        if kind in NAMES_DEVICE or "device" in kwargs:  # else `on_meta` is None: the call names no device
-            return self._on_meta(kind, func, args, kwargs)
-        return None
+        return self._on_meta(kind, func, args, kwargs)  # None unless the call names the simulated device
 
     def _checked(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict, session: CaptureSession,
                  reals: list[Tensor], n_tensors: int, first_known: bool, factory: bool) -> Any:

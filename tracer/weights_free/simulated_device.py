@@ -33,7 +33,7 @@ _FLAGS = {_BASE.is_cpu: "cpu", _BASE.is_cuda: "cuda", _BASE.is_meta: "meta", _BA
 _GETTER = type(_BASE.device.__get__)  # how torch hands a property read to a function mode (method-wrapper)
 _MOVES = frozenset({"cpu", "cuda", "mps", "xpu"})  # Tensor methods that move to a device type by name
 _DEVICE_ARGS = frozenset({"to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"})
-NAMES_DEVICE = _MOVES | _DEVICE_ARGS  # kinds that can name a device without a `device=` keyword
+_NAMES_DEVICE = _MOVES | _DEVICE_ARGS  # kinds that can name a device without a `device=` keyword
 _GET_DEVICE = _BASE.get_device
 
 
@@ -119,13 +119,14 @@ class SimulatedDevice:
                 f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
                 site=runtime[1], call=runtime[0], simulated_device=str(self.device)) from exc
 
-    def read(self, func: Any, args: tuple, caller: Any) -> Any:
-        """The simulated answer (never None) when `func` reads the device of a meta tensor for the model
-        (`caller`: the frame that called it; the tracer's own reads see meta), else None."""
+    def read(self, func: Any, args: tuple) -> Any:
+        """The simulated answer (never None) when `func` reads the device of a meta tensor for the model,
+        else None. Called from a function mode's `__torch_function__`: the frame that called `func` is two
+        up (looked at only for a read; the tracer's own reads see meta)."""
         if type(func) is not _GETTER and func is not _GET_DEVICE:
             return None
         answer = self.answer(func, args)
-        return None if answer is _NOT_A_READ or _read_by_tracer(caller) else answer
+        return None if answer is _NOT_A_READ or _read_by_tracer(sys._getframe(2)) else answer
 
     def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run a call as the model on the simulated device would: inside torch.vmap (where the capture runs
@@ -176,8 +177,8 @@ class SimulatedDevice:
 
     def on_meta(self, kind: str, func: Callable, args: tuple, kwargs: dict) -> Callable | None:
         """`func` with its device arguments that name the simulated device put on meta, or None
-        when the call names no device (always for a kind outside NAMES_DEVICE without a `device=` keyword)."""
-        if kind not in NAMES_DEVICE and (not kwargs or kwargs.get("device") is None):
+        when the call names no device (always for a kind outside _NAMES_DEVICE without a `device=` keyword)."""
+        if kind not in _NAMES_DEVICE and (not kwargs or kwargs.get("device") is None):
             return None  # no device argument: the common call, answered without looking further
         if kind in _MOVES and args and isinstance(args[0], Tensor) and args[0].is_meta:
             if kind == self.type:  # x.cpu() while simulating the cpu: the tensor stays where it is
@@ -228,7 +229,7 @@ class _DeviceReads(TorchFunctionMode):
         self.simulated = simulated
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        answer = self.simulated.read(func, args, sys._getframe(1))
+        answer = self.simulated.read(func, args)
         if answer is not None:
             return answer
         return self.simulated.call(func, args, kwargs or {})
