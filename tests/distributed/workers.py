@@ -555,6 +555,8 @@ def main() -> None:
     try:
         report = globals()[scenario]()
         (out_dir / f"rank{os.environ['RANK']}.json").write_text(json.dumps(report, default=str))
+        if dist.is_initialized():  # no rank tears its process group down while another still works in it
+            dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
