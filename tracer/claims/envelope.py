@@ -131,15 +131,20 @@ class DischargeResult:
     contradiction: Mapping[str, Any] | None
     envelope_digest: str
     envelope: "EvidenceEnvelope | None" = None  # the discharged envelope: `structure.with_envelope(result.envelope)`
-    folded: Mapping[str, int] | None = None  # constant-only ops compared by the values they feed (see join.folded_join)
+    folded: Mapping[str, int] | None = None  # constant-only ops folded, ops found reordered (see join.folded_join)
 
     def __str__(self) -> str:
         if self.contradiction is None:
             text = f"{self.state}: every claim holds ({dict(self.claimed_counts)})"
-            if self.folded:
-                text += (f"; constant-only subgraphs compared by the values they feed ({self.folded['claimed_constant_ops']}"
-                         f" claimed ops, {self.folded['observed_constant_ops']} observed: one side read a tensor "
+            folded = self.folded or {}
+            if folded.get("claimed_constant_ops") or folded.get("observed_constant_ops"):
+                text += (f"; constant-only subgraphs compared by the values they feed ({folded['claimed_constant_ops']}"
+                         f" claimed ops, {folded['observed_constant_ops']} observed: one side read a tensor "
                          f"computed outside this forward, e.g. a cache)")
+            if folded.get("reordered_ops"):
+                text += (f"; {folded['reordered_ops']} ops ran at other positions, each with the same kind, shape, "
+                         "parameters and ancestry on both sides (independent ops in another order, e.g. a loop over a "
+                         "set of strings, whose order follows the process's hashing)")
             return text
         c = self.contradiction
         where = f" at {c.get('table')}[{c.get('position')}]" if c.get("position") is not None else ""

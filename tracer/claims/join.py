@@ -7,10 +7,14 @@ field. Table digests (`table_digests`) seal a saved envelope's claims; the join 
 `folded_join` is the weaker comparison a discharge falls back on: constant-only subgraphs (ops
 fed by no input and no parameter, e.g. coordinates from `arange`) are compared by the values
 they feed, so a tensor one side computed and the other read from a cache filled by an earlier
-forward (an `lru_cache`, a module's attribute) is not a contradiction; what it folded is disclosed.
+forward (an `lru_cache`, a module's attribute) is not a contradiction; and ops are compared by
+their ancestry rather than their position, so independent ops that ran in another order (a loop
+over a set, whose order follows the process's string hashing) are not one either. What it
+folded and how many ops it found reordered are disclosed.
 """
 from __future__ import annotations
 
+from collections import Counter
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
@@ -77,25 +81,37 @@ def join(claimed: dict[str, Sequence], observed: dict[str, Sequence], *, plain: 
 
 
 def folded_join(claimed: dict[str, Sequence], observed: dict[str, Sequence]) -> tuple[dict[str, Any] | None, dict]:
-    """`join` with constant-only op subgraphs folded into the values they feed; also returns what was folded."""
-    a, folded_a = fold_constants(_norm(claimed["ops"]))
-    b, folded_b = fold_constants(_norm(observed["ops"]))
-    folded = {"claimed_constant_ops": folded_a, "observed_constant_ops": folded_b}
-    position = _first_difference(a, b)
-    if position is not None:
-        reason = "record counts differ" if len(a) != len(b) else "row differs"
-        return _contradiction("ops (constants folded)", FOLDED_OP_FIELDS, a, b, position, reason=reason), folded
+    """`join` where ops are compared by their ancestry rather than their position (`ancestries`), so
+    independent ops that ran in another order on each side are not a contradiction, and, where that is
+    not enough, with constant-only op subgraphs folded into the values they feed. Also returns how many
+    constant ops each side folded and how many ops ran at another position."""
+    claimed_ops, observed_ops = _norm(claimed["ops"]), _norm(observed["ops"])
+    a, _ = fold_constants(claimed_ops, fold=False)
+    b, _ = fold_constants(observed_ops, fold=False)
+    reordered = _reordered(a, b)
+    folded = {"claimed_constant_ops": 0, "observed_constant_ops": 0, "reordered_ops": reordered or 0}
+    if reordered is None:
+        a, folded["claimed_constant_ops"] = fold_constants(claimed_ops)
+        b, folded["observed_constant_ops"] = fold_constants(observed_ops)
+        position = _first_difference(a, b)
+        if position is not None:
+            reordered = _reordered(a, b)
+            if reordered is None:
+                reason = "record counts differ" if len(a) != len(b) else "row differs"
+                return _contradiction("ops (constants folded)", FOLDED_OP_FIELDS, a, b, position, reason=reason), folded
+            folded["reordered_ops"] = reordered
     return join({**claimed, "ops": []}, {**observed, "ops": []}), folded
 
 
-def fold_constants(rows: Sequence) -> tuple[list, int]:
+def fold_constants(rows: Sequence, fold: bool = True) -> tuple[list, int]:
     """Op rows without their constant-only ops (no input, parameter or random draw upstream), unlabelled:
-    a parent is the index of a kept row, or `["constant", shape, dtype]`. Also the number of ops folded."""
+    a parent is the index of a kept row, or `["constant", shape, dtype]`. Also the number of ops folded.
+    With `fold=False` every row is kept, unlabelled the same way."""
     constants: dict[str, list] = {}
     index: dict[str, int] = {}
     kept: list = []
     for label, kind, func, module, parents, shape, dtype, params, out_index, n_out in rows:
-        if (kind not in (INPUT_KIND, OUTPUT_KIND) and not params and not kind.startswith(_RANDOM_KINDS)
+        if (fold and kind not in (INPUT_KIND, OUTPUT_KIND) and not params and not kind.startswith(_RANDOM_KINDS)
                 and all(src in constants for src, _pos in parents)):
             constants[label] = ["constant", shape, dtype]
             continue
@@ -103,6 +119,41 @@ def fold_constants(rows: Sequence) -> tuple[list, int]:
         edges = [[constants[src] if src in constants else index.get(src, src), pos] for src, pos in parents]
         kept.append([kind, func, module, edges, shape, dtype, params, out_index, n_out])
     return kept, len(constants)
+
+
+def _reordered(a: Sequence, b: Sequence) -> int | None:
+    """How many ops of two unlabelled op tables sit at another position, when both hold the same multiset
+    of op ancestries; None when they do not."""
+    if len(a) != len(b):
+        return None
+    classes: dict = {}
+    in_a, in_b = ancestries(a, classes), ancestries(b, classes)
+    if Counter(in_a) != Counter(in_b):
+        return None
+    return sum(x != y for x, y in zip(in_a, in_b))
+
+
+def ancestries(rows: Sequence, classes: dict) -> list[int]:
+    """Each op row's ancestry class (rows as `fold_constants` gives them): two ops share a class exactly
+    when their kind, call, module (not which call of it), shape, dtype, parameters and output position
+    are equal and, recursively, so are their parents at the same argument positions. `classes` is shared
+    by the tables compared. Equal multisets of classes mean the same graph up to the order in which
+    independent ops ran (a model looping over a set of strings: the order follows the process's hashing).
+    """
+    out: list[int] = []
+    for kind, func, module, edges, shape, dtype, params, out_index, n_out in rows:
+        parents = tuple([(out[p] if type(p) is int and p < len(out) else _frozen(p), pos) for p, pos in edges])
+        if ":" in module:  # `address:call`: which call of a module ran first is an order, not a structure
+            address, _, call = module.rpartition(":")
+            module = address if call.isdigit() else module
+        key = (kind, func, module, parents, _frozen(shape), dtype, _frozen(params), out_index, n_out)
+        out.append(classes.setdefault(key, len(classes)))
+    return out
+
+
+def _frozen(value: Any) -> Any:
+    """Lists (as JSON reads them back) as tuples, all the way down: a hashable key."""
+    return tuple([_frozen(v) for v in value]) if type(value) in (list, tuple) else value
 
 
 def _first_difference(a: Sequence, b: Sequence) -> int | None:
