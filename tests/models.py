@@ -85,3 +85,16 @@ def op_dense_loop(steps: int = 33_333):
 def long_loop():
     """`op_dense_loop` with 700 steps: 2,100 ops in the root's own forward (more than a group draws at once)."""
     return op_dense_loop(700)
+
+
+def tiny_qwen3_moe(device: str = "cpu"):
+    """A 2-layer Qwen3-MoE base model (4 experts, top-2) built on `device`, in eval mode."""
+    import transformers as tf
+
+    cfg = tf.Qwen3MoeConfig(hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4,
+                            num_experts_per_tok=2, vocab_size=64, max_position_embeddings=32)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = tf.Qwen3MoeModel(cfg)
+    return model.eval()

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import tracer
-from tests.models import tiny_gpt2
+from tests.models import tiny_gpt2, tiny_qwen3_moe
 from tracer.backward.memory import training_memory
 from tracer.options import CaptureOptions
 
@@ -73,16 +73,6 @@ def _check_backward(device: str) -> None:
     assert [n.op for n in real.backward.nodes] == [n.op for n in est.backward.nodes]
 
 
-def _tiny_qwen3_moe(device: str):
-    import transformers as tf
-
-    cfg = tf.Qwen3MoeConfig(hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4,
-                            num_experts_per_tok=2, vocab_size=64, max_position_embeddings=32)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = tf.Qwen3MoeModel(cfg)
-    return model.eval()
 
 
 def _check_simulated_device(device: str) -> None:
@@ -90,7 +80,7 @@ def _check_simulated_device(device: str) -> None:
     expert loop asks the runtime on cuda) and a Llama with sdpa attention."""
     ids = torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(1))
     structure = CaptureOptions(structure_only=True, simulate_device=device)
-    for build in (_tiny_qwen3_moe, lambda d: _llama(d, "sdpa")[0].eval()):
+    for build in (tiny_qwen3_moe, lambda d: _llama(d, "sdpa")[0].eval()):
         real = tracer.trace(build(device), (), {"input_ids": ids.to(device)})
         meta = tracer.trace(build("meta"), (), {"input_ids": ids.to("meta")}, capture=structure)
         assert meta.discharge_against(real).state == "CORROBORATED"

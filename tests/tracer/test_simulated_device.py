@@ -8,6 +8,7 @@ from torch import nn
 import tracer
 from tracer import errors
 from tracer.claims.join import claim_table
+from tests.models import tiny_qwen3_moe
 
 
 class _DeviceAware(nn.Module):
@@ -83,22 +84,10 @@ def test_a_bad_simulated_device_refuses_typed(bad):
     assert info.value.code == "invalid_input" and "simulate_device" in info.value.site
 
 
-def _tiny_qwen3_moe(device: str):
-    import transformers as tf
-
-    cfg = tf.Qwen3MoeConfig(hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4,
-                            num_experts_per_tok=2, vocab_size=64, max_position_embeddings=32)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = tf.Qwen3MoeModel(cfg)
-    return model.eval()
-
-
 def test_a_tiny_qwen3_moe_captures_weights_free_and_corroborates_on_the_cpu():
     ids = torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(1))
-    rt = tracer.trace(_tiny_qwen3_moe("cpu"), (), {"input_ids": ids})
-    meta = _tiny_qwen3_moe("meta")
+    rt = tracer.trace(tiny_qwen3_moe("cpu"), (), {"input_ids": ids})
+    meta = tiny_qwen3_moe("meta")
     st = tracer.trace(meta, (), {"input_ids": ids.to("meta")}, capture=tracer.CaptureOptions(structure_only=True))
     kinds = [row[1] for row in claim_table(st)["ops"]]
     assert "histc" in kinds and "float" in kinds and "int" not in kinds  # moe.py's cpu branch
@@ -107,7 +96,7 @@ def test_a_tiny_qwen3_moe_captures_weights_free_and_corroborates_on_the_cpu():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no cuda runtime exists")
 def test_a_simulated_cuda_whose_runtime_is_queried_refuses_typed_and_leaves_no_trace_behind():
-    meta = _tiny_qwen3_moe("meta")
+    meta = tiny_qwen3_moe("meta")
     hooks = (dict(meta._forward_pre_hooks), dict(meta._forward_hooks))
     with pytest.raises(errors.SimulatedDeviceRuntimeError) as info:
         tracer.trace(meta, (), {"input_ids": torch.zeros(1, 8, dtype=torch.long, device="meta")},
