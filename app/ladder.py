@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from exporters.bokeh_graph import caption_for
+from tracer.claims.envelope import relaxations_text
 from tracer.claims.ladder import Ladder, ladder_headline
 
 
@@ -38,9 +39,11 @@ def ladder_view(trace: Any, report: Any = None) -> LadderView:
         record = _discharge_record(env)
         against = record.get("against") or {}
         counts = getattr(report, "claimed_counts", None) or (env.counts if hasattr(env, "counts") else {})
+        relaxed = relaxations_text(record.get("constants_folded"))  # what was not compared position by position
         detail = (f"Discharged against a real {against.get('model_class', 'twin')} capture"
                   + (f" ({against['captured_at']})" if against.get("captured_at") else "")
                   + ": every claim holds (" + ", ".join(f"{n:,} {k}" for k, n in dict(counts).items()) + ")."
+                  + (f" Not compared position by position: {relaxed}." if relaxed else "")
                   + " The values stay with the twin; this trace still holds none.")
     elif state == Ladder.REFUTED:
         record = _discharge_record(env)

@@ -26,3 +26,16 @@ def test_a_discharge_report_carries_the_state_the_banner_shows():
     report = SimpleNamespace(envelope=refuted, contradiction=None)
     view = ladder_view(trace, report)
     assert view.state == "REFUTED" and view.headline == Ladder.REFUTED.headline and "ops[2]" in view.detail
+
+
+def test_the_banner_says_what_a_corroborating_discharge_did_not_compare_position_by_position():
+    from tests.tracer.test_op_order import _pair
+
+    st, rt = _pair(("b", "a"))  # two independent branches, run in the other order on the real side
+    result = st.discharge_against(rt)
+    detail = ladder_view(st.with_envelope(result.envelope)).detail
+    assert result.state == "CORROBORATED" and "every claim holds" in detail
+    assert "Not compared position by position: 4 ops ran at other positions" in detail
+    st, rt = _pair(("a", "b"))
+    plain = ladder_view(st.with_envelope(st.discharge_against(rt).envelope)).detail
+    assert "every claim holds" in plain and "position by position" not in plain

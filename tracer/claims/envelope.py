@@ -136,16 +136,8 @@ class DischargeResult:
     def __str__(self) -> str:
         if self.contradiction is None:
             text = f"{self.state}: every claim holds ({dict(self.claimed_counts)})"
-            folded = self.folded or {}
-            if folded.get("claimed_constant_ops") or folded.get("observed_constant_ops"):
-                text += (f"; constant-only subgraphs compared by the values they feed ({folded['claimed_constant_ops']}"
-                         f" claimed ops, {folded['observed_constant_ops']} observed: one side read a tensor "
-                         f"computed outside this forward, e.g. a cache)")
-            if folded.get("reordered_ops"):
-                text += (f"; {folded['reordered_ops']} ops ran at other positions, each with the same kind, shape, "
-                         "parameters and ancestry on both sides (independent ops in another order, e.g. a loop over a "
-                         "set of strings, whose order follows the process's hashing)")
-            return text
+            relaxed = relaxations_text(self.folded)
+            return text + (f"; {relaxed}" if relaxed else "")
         c = self.contradiction
         where = f" at {c.get('table')}[{c.get('position')}]" if c.get("position") is not None else ""
         what = f": {c['field']} claimed {c['claimed']!r}, observed {c['observed']!r}" if "field" in c else ""
@@ -156,6 +148,22 @@ class DischargeResult:
                 reason += " (the weights-free trace simulated no device: recapture it with simulate_device=<the twin's device>)"
             what += f" at {c['claimed_site']}"
         return f"{self.state}{where} ({reason}){what}"
+
+
+def relaxations_text(folded: Mapping[str, int] | None) -> str:
+    """What a corroborating discharge compared other than position by position (`DischargeResult.folded`,
+    the envelope's `discharge["constants_folded"]`), in words; "" when nothing."""
+    folded = folded or {}
+    parts = []
+    if folded.get("claimed_constant_ops") or folded.get("observed_constant_ops"):
+        parts.append(f"constant-only subgraphs compared by the values they feed ({folded['claimed_constant_ops']} "
+                     f"claimed ops, {folded['observed_constant_ops']} observed: one side read a tensor computed "
+                     "outside this forward, e.g. a cache)")
+    if folded.get("reordered_ops"):
+        parts.append(f"{folded['reordered_ops']} ops ran at other positions, each with the same kind, shape, "
+                     "parameters and ancestry on both sides (independent ops in another order, e.g. a loop over a "
+                     "set of strings, whose order follows the process's hashing)")
+    return "; ".join(parts)
 
 
 def discharge(structure: Trace, real: Trace) -> DischargeResult:
