@@ -102,6 +102,36 @@ def test_the_same_order_needs_no_reordering_and_a_changed_wiring_still_refutes()
     assert st.discharge_against(rt).state == "REFUTED"
 
 
+class _Scale(nn.Module):
+    def forward(self, x, do: bool):
+        return x * 2 if do else x
+
+
+class _IdleCall(nn.Module):
+    """`scale` runs once; with `idle`, it first runs once recording no op, so its op sits in call 1."""
+
+    def __init__(self, idle: bool) -> None:
+        super().__init__()
+        self.lin, self.scale, self.idle = nn.Linear(4, 4), _Scale(), idle
+
+    def forward(self, x):
+        if self.idle:
+            x = self.scale(x, False)
+        return self.scale(self.lin(x), True)
+
+
+def test_an_op_in_another_call_of_its_module_is_not_a_reordering():
+    torch.manual_seed(0)
+    real = _IdleCall(idle=True).eval()
+    with torch.device("meta"):
+        twin = _IdleCall(idle=False).eval()
+    x = torch.randn(2, 4)
+    st, rt = tracer.trace(twin, (x.to("meta"),), capture=SO), tracer.trace(real, (x,))
+    assert [op.module_address for op in rt.ops if op.kind == "mul"] == ["scale:1"]
+    result = st.discharge_against(rt)
+    assert result.state == "REFUTED" and result.contradiction["field"] == "module"
+
+
 _GEMMA = """
 import sys, torch, transformers as tf, tracer
 cfg = tf.Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

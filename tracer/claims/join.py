@@ -123,14 +123,15 @@ def fold_constants(rows: Sequence, fold: bool = True) -> tuple[list, int]:
 
 def _reordered(a: Sequence, b: Sequence) -> int | None:
     """How many ops of two unlabelled op tables sit at another position, when both hold the same multiset
-    of op ancestries; None when they do not."""
+    of op ancestries and some op moved; None otherwise (also when the tables differ only where ancestries
+    do not look, e.g. in which call of a module an op ran: that is not a reordering)."""
     if len(a) != len(b):
         return None
     classes: dict = {}
     in_a, in_b = ancestries(a, classes), ancestries(b, classes)
     if Counter(in_a) != Counter(in_b):
         return None
-    return sum(x != y for x, y in zip(in_a, in_b))
+    return sum(x != y for x, y in zip(in_a, in_b)) or None
 
 
 def ancestries(rows: Sequence, classes: dict) -> list[int]:
