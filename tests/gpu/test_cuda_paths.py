@@ -1,8 +1,8 @@
 """The paths besides plain capture on a CUDA device: fused fast paths, the backward and its training
 memory, the simulated cuda device against a real one, twins, and a saved trace. Skipped without a GPU.
 
-Each check is a function of the device so the same body can be run on the cpu where these paths are
-already tested (`_check_*("cpu")`); on a machine with a GPU: `pytest tests/gpu -q`.
+Each check is a function of the device: `test_cuda_paths_on_cpu.py` runs the same bodies on the cpu, so
+CI (no GPU) keeps them working code; on a machine with a GPU: `pytest tests/gpu -q`.
 """
 from __future__ import annotations
 
