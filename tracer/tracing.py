@@ -51,9 +51,9 @@ def trace(
     kwargs = dict(input_kwargs or {})
     walked = named_modules(model, remove_duplicate=False)  # once per capture: linear at any nesting depth
     state = params_and_buffers(model, modules=walked)  # read by each admission below, walked once
-    distributed = admit_distributed(model, args_t, kwargs, modules=walked, state=state[0] + state[1],
+    distributed = admit_distributed(model, args_t, kwargs, modules=walked, state=state,  # None outside a process group
                                     structure_only=capture.structure_only,
-                                    backward=capture.backward or loss is not None)  # None outside a process group
+                                    backward=capture.backward or loss is not None)
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
     any_meta = _any_meta(args_t, kwargs, state)

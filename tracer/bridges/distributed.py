@@ -43,21 +43,16 @@ def is_dtensor(t: Any) -> bool:
     return cls.__name__ == "DTensor" and cls.__module__.startswith("torch.distributed")
 
 
-def _named_state(model: nn.Module, modules: list | None) -> Iterator[tuple[str, torch.Tensor]]:
-    from ..capture.walk import named_state
-
-    yield from named_state(model, "_parameters", modules=modules)
-    yield from named_state(model, "_buffers", modules=modules)
-
-
 def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str, Any] | None = None,
-                         *, modules: list | None = None, state: list | None = None) -> dict[str, Any] | None:
+                         *, modules: list | None = None, state: tuple[list, list] | None = None
+                         ) -> dict[str, Any] | None:
     """What makes `model` (and its inputs) distributed: kinds, tensors, placements; None if nothing.
 
-    `state` is the model's named parameters then buffers, already listed (else walked here)."""
-    from ..capture.walk import iter_tensors
+    `state` is `capture.walk.params_and_buffers(model)`, already made (else made here)."""
+    from ..capture.walk import iter_tensors, params_and_buffers
 
-    dtensors = [(name, t) for name, t in (_named_state(model, modules) if state is None else state) if is_dtensor(t)]
+    params, buffers = params_and_buffers(model, modules=modules) if state is None else state
+    dtensors = [(name, t) for name, t in (*params, *buffers) if is_dtensor(t)]
     dtensors += [(path, t) for path, t in iter_tensors([list(args), dict(kwargs or {})], "inputs") if is_dtensor(t)]
     tp_plan = _tp_plan(model)
     sharded = [(name, t) for name, t in dtensors if any(type(p).__name__ == "Shard" for p in t.placements)]
@@ -80,7 +75,7 @@ def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str
 
 
 def admit_distributed(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, modules: list | None = None,
-                      state: list | None = None, structure_only: bool = False, backward: bool = False) -> Any:
+                      state: tuple[list, list] | None = None, structure_only: bool = False, backward: bool = False) -> Any:
     """A `tracer.distributed` guard when the capture runs in a process group or on DTensors, else None.
 
     What is not tested is refused with `DistributedCaptureUnsupportedError`, before anything is

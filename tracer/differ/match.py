@@ -31,12 +31,11 @@ def op_keys(trace: Trace, calls: dict[tuple[str, int], int] | None = None) -> di
     """Every op of `trace` under its matching key (`calls`: module calls renumbered, see `call_pairing`)."""
     seen: dict[tuple, int] = defaultdict(int)
     keys: dict[tuple, Op] = {}
-    calls = calls or {}
     for op in trace.ops:
         if op.kind in (INPUT_KIND, OUTPUT_KIND):
             base: tuple = ("io", op.kind, op.io_path)
         else:
-            base = (op.module, calls.get((op.module, op.module_call), op.module_call), op.func, op.output_index)
+            base = (*_call_of(op, calls), op.func, op.output_index)
         ordinal = seen[base]
         seen[base] = ordinal + 1
         keys[(*base, ordinal)] = op
@@ -59,8 +58,7 @@ def match_ops(a: Trace, b: Trace) -> Matching:
     left_b: dict[tuple, list[Op]] = defaultdict(list)
     for op in b.ops:
         if id(op) not in taken:
-            call = _call_of(op)
-            left_b[(call[0], calls.get(call, call[1]))].append(op)
+            left_b[_call_of(op, calls)].append(op)
     removed: list[Op] = []
     added: list[Op] = []
     for call, ops_a in left_a.items():
@@ -106,10 +104,12 @@ def _params_read_per_call(trace: Trace) -> dict[str, dict[int, frozenset]]:
     return {address: {call: frozenset(p) for call, p in calls.items()} for address, calls in read.items()}
 
 
-def _call_of(op: Op) -> tuple:
+def _call_of(op: Op, calls: dict[tuple[str, int], int] | None = None) -> tuple:
+    """(module, call) of an op, its call renumbered by `calls` (`call_pairing`); ("io", kind) for inputs and outputs."""
     if op.kind in (INPUT_KIND, OUTPUT_KIND):
         return ("io", op.kind)
-    return (op.module, op.module_call)
+    call = (op.module, op.module_call)
+    return (op.module, calls[call]) if calls and call in calls else call
 
 
 def _index(op: Op) -> int:
