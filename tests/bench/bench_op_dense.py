@@ -5,9 +5,9 @@ Prints markdown tables for docs/benchmarks.md. The floor is a bare `TorchFunctio
 appends each call to a list, measured in the same run, in turns with the bare forward and the captures
 (each sample repeats a short forward until it takes about MIN_SAMPLE_CPU seconds of CPU, and reports the time
 per forward); ratios are the figures to read. For GPT-2 small and the 8B weights-free model it also
-times the mechanism's floors: a pass-through function mode, the bare recorder, and a pass-through mode
-with a no-op pre- and post-hook on every module (what observing every call costs before anything is
-recorded). The 1,000,000-op row captures with `save="none"` only (and reports the peak RSS it reached).
+times the mechanism's floors: a pass-through function mode, the bare recorder, a pass-through mode
+with a no-op pre- and post-hook on every module, and one with every module's forward wrapped by a no-op
+wrapper (what observing every call costs before anything is recorded, with capture's mechanism). The 1,000,000-op row captures with `save="none"` only (and reports the peak RSS it reached).
 """
 from __future__ import annotations
 
@@ -202,10 +202,10 @@ def _no_op_post(module: nn.Module, args: tuple, kwargs: dict, output: object) ->
     return None
 
 
-def mechanism_floor(model: nn.Module, run: Callable[[], object]) -> Callable[[], None]:
+def hooks_floor(model: nn.Module, run: Callable[[], object]) -> Callable[[], None]:
     """`run` under a pass-through function mode with a no-op pre- and post-hook on every module, registered
-    and removed around it as a capture does (same kinds: with kwargs, the post-hook always called): what
-    observing every torch call and every module call costs before anything is recorded."""
+    and removed around it (with kwargs, the post-hook always called): the cost of observing every module
+    call by hooks, as capture does for a module that has hooks of its own."""
     modules = [m for _, m in model.named_modules(remove_duplicate=False)]
 
     def floor() -> None:
@@ -219,6 +219,34 @@ def mechanism_floor(model: nn.Module, run: Callable[[], object]) -> Callable[[],
         finally:
             for h in handles:
                 h.remove()
+    return floor
+
+
+def mechanism_floor(model: nn.Module, run: Callable[[], object]) -> Callable[[], None]:
+    """`run` under a pass-through function mode with every module's forward wrapped by a no-op wrapper, set
+    and removed around it as a capture does for a module without hooks: what observing every torch call and
+    every module call costs before anything is recorded."""
+    modules = list({id(m): m for _, m in model.named_modules(remove_duplicate=False)}.values())
+
+    def wrap(module: nn.Module) -> Callable[..., object]:
+        inner = module.forward
+
+        def forward(*args: object, **kwargs: object) -> object:
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                pass
+        return forward
+
+    def floor() -> None:
+        try:
+            for m in modules:
+                m.__dict__["forward"] = wrap(m)
+            with PassThrough():
+                run()
+        finally:
+            for m in modules:
+                m.__dict__.pop("forward", None)
     return floor
 
 
@@ -240,7 +268,8 @@ def model_cases(model: nn.Module, forward: Callable[[], object], capture: Callab
     return {"bare forward": no_grad(forward),
             "function mode, pass-through": no_grad(under(PassThrough)),
             "bare recorder": no_grad(under(BareRecorder)),
-            "mode + module hooks, no-op (the mechanism's floor)": no_grad(mechanism_floor(model, forward)),
+            "mode + module hooks, no-op": no_grad(hooks_floor(model, forward)),
+            "mode + forward wrappers, no-op (the mechanism's floor)": no_grad(mechanism_floor(model, forward)),
             "capture": no_grad(capture),
             "bare forward, grad on": forward,
             "capture, grad on": capture}

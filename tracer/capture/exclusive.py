@@ -1,7 +1,7 @@
-"""One capture per model at a time: module hooks are per module, not per thread.
+"""One capture per model at a time: module scopes (forward wrappers, hooks) are per module, not per thread.
 
 A second capture of a model (or of a module inside it) while another thread captures it
-would fire both sessions' hooks in both forwards and attribute ops to the wrong capture,
+would run both sessions' scopes in both forwards and attribute ops to the wrong capture,
 silently. The second one is refused, typed, before anything is installed.
 """
 from __future__ import annotations

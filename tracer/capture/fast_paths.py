@@ -1,19 +1,17 @@
 """Fused fast paths: captured as the one fused op the plain forward runs, or disclosed.
 
 Some torch modules run one fused kernel in a plain forward and fall back to their op-by-op
-path when a `TorchFunctionMode` is active or hooks are attached (both are how capture
-records). For each such module call this module decides, from the conditions torch checks
-that capture does not change, whether the plain forward would take the fused kernel. If so,
-a `TransformerEncoderLayer` or `MultiheadAttention` call runs as in the plain forward (the
-function mode lifted and the capture's hooks set aside until the kernel is called), and the
-kernel is recorded as one op with its inputs and output (`FusedCall`). Where that cannot be
+path when a `TorchFunctionMode` is active (how capture records) or hooks are attached. For each
+such module call this module decides, from the conditions torch checks that capture does not
+change, whether the plain forward would take the fused kernel. If so, a `TransformerEncoderLayer`
+or `MultiheadAttention` call runs as in the plain forward (the function mode lifted until the
+kernel is called), and the kernel is recorded as one op with its inputs and output (`FusedCall`). Where that cannot be
 done (the encoder's nested-tensor sparsity path, another function mode active beside the
 capture's), it warns `FastPathNotTakenWarning` and records the finding in the session.
 """
 from __future__ import annotations
 
 import warnings
-from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
@@ -44,7 +42,7 @@ def _why_not_encoder_layer(m: nn.TransformerEncoderLayer, args: tuple, kwargs: d
         return "module configuration"
     if src.is_nested and any(x is not None for x in masks):
         return "nested input with a mask"
-    if any(len(x._forward_hooks) + len(x._forward_pre_hooks) > _OWN_HOOKS for x in m.modules()):
+    if any(x._forward_hooks or x._forward_pre_hooks for x in m.modules()):  # capture hooks only modules hooked already
         return "the user's own hooks are attached"
     return _common(m, tensors)
 
@@ -62,10 +60,6 @@ def _why_not_encoder(m: nn.TransformerEncoder, args: tuple, kwargs: dict) -> str
         return "no padding mask (the sparsity path needs one)"
     attn = first.self_attn
     return _common(m, (src, attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias))
-
-
-# Hooks capture installs on every module (one pre, one post).
-_OWN_HOOKS = 2
 
 
 def _why_not_attention(m: nn.MultiheadAttention, args: tuple, kwargs: dict) -> str | None:
@@ -119,27 +113,31 @@ CAPTURABLE: dict[type, str] = {
 }
 
 
-def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: dict) -> None:
-    """Run the call on its fused kernel (recorded as one op) where the plain forward would; else warn."""
+def check(session: Any, module: nn.Module, address: str, args: tuple, kwargs: dict) -> "FusedCall | None":
+    """Run the call on its fused kernel (recorded as one op) where the plain forward would (the FusedCall
+    entered, to `exit` when the module's forward returns or raises); else warn. None when not fused."""
     checker, kernel, differs = FUSED_MODULES[type(module)]
     try:
         if checker(module, args, kwargs) is not None:
-            return
+            return None
     except Exception:  # an unusual call signature: the plain path is not known, so claim nothing
-        return
+        return None
     if _inside_reported(session, address):
-        return  # an enclosing fused module already covers this one
-    if type(module) in CAPTURABLE and FusedCall(session, module, address).enter():
-        return
+        return None  # an enclosing fused module already covers this one
+    if type(module) in CAPTURABLE:
+        fused = FusedCall(session, module, address)
+        if fused.enter():
+            return fused
     name = address or "(root)"
     msg = (f"[{FAST_PATH_CODE}] {type(module).__name__} '{name}': the plain forward runs the fused kernel "
-           f"{kernel}; under capture torch took the op-by-op path recorded here (its function mode and hooks "
-           f"turn the fused path off), so {differs}")
+           f"{kernel}; under capture torch took the op-by-op path recorded here (its function mode "
+           f"turns the fused path off), so {differs}")
     session.fast_paths.append({"code": FAST_PATH_CODE, "module": name, "address": address,
                                "class": type(module).__name__,
                                "path_taken": "op-by-op (recorded ops)", "plain_path": kernel})
     session.warnings.append(msg)
-    warnings.warn(msg, FastPathNotTakenWarning, stacklevel=4)
+    warnings.warn(msg, FastPathNotTakenWarning, stacklevel=6)  # the line that called the module
+    return None
 
 
 def _inside_reported(session: Any, address: str) -> bool:
@@ -151,25 +149,22 @@ def _inside_reported(session: Any, address: str) -> bool:
 class FusedCall:
     """One module call run as the plain forward runs it, its fused kernel recorded as one op.
 
-    Entered from the capture's pre-hook: the capture's function mode is lifted and (for an
-    encoder layer, whose fast path checks for hooks) the hooks on the module and its children
-    are set aside, so torch takes its fused path; the kernel, swapped for a recorder for the
-    duration, restores everything before it is recorded through the session. A global
-    always-called forward hook restores state if the kernel is never reached (then the call
-    ran unrecorded: a typed warning says so) or the forward raises.
+    Entered when the capture enters the module's scope: the capture's function mode is lifted, so
+    torch takes its fused path (capture adds no hooks, which would turn an encoder layer's off); the
+    kernel, swapped for a recorder for the duration, restores everything before it is recorded through
+    the session. `exit`, run when the module's forward returns or raises, restores state if the kernel
+    was never reached (then the call ran unrecorded: a typed warning says so).
     """
 
     def __init__(self, session: Any, module: nn.Module, address: str) -> None:
         self.session, self.module, self.address = session, module, address
         self.name = CAPTURABLE[type(module)]
         self.original = getattr(torch, self.name)
-        self.hooks: list[tuple[nn.Module, Any, Any]] = []
         self.mode: Any = None
-        self.handle: Any = None
         self.hit = False
 
     def enter(self) -> bool:
-        """Lift the mode and hooks; False (nothing changed) unless the capture's mode is the only one."""
+        """Lift the mode; False (nothing changed) unless the capture's mode is the only one."""
         recorder = getattr(self.session, "recorder", None)
         if recorder is None or torch._C._len_torch_function_stack() != 1 \
                 or torch._C._get_function_stack_at(0) is not recorder:
@@ -177,20 +172,12 @@ class FusedCall:
         if getattr(self.session, "simulated", None) is not None:
             return False  # under a simulated device the fused path stays off, as while a second mode answered its reads
         self.mode = torch._C._pop_torch_function_stack()
-        if isinstance(self.module, nn.TransformerEncoderLayer):
-            for m in self.module.modules():
-                self.hooks.append((m, m._forward_pre_hooks, m._forward_hooks))
-                m._forward_pre_hooks, m._forward_hooks = OrderedDict(), OrderedDict()
         setattr(torch, self.name, self._kernel)
-        self.handle = nn.modules.module.register_module_forward_hook(self._on_exit, always_call=True)
         return True
 
     def restore(self, mode: bool = True) -> None:
-        """Put back the kernel and the hooks, and the mode unless told not to yet (idempotent)."""
+        """Put back the kernel, and the mode unless told not to yet (idempotent)."""
         setattr(torch, self.name, self.original)
-        for m, pre, post in self.hooks:
-            m._forward_pre_hooks, m._forward_hooks = pre, post
-        self.hooks = []
         if mode and self.mode is not None:
             torch._C._push_on_torch_function_stack(self.mode)
             self.mode = None
@@ -203,19 +190,16 @@ class FusedCall:
         finally:
             self.restore()
 
-    def _on_exit(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if module is not self.module:
-            return
-        self.handle.remove()
+    def exit(self) -> None:
+        """The module's forward returned or raised: restore what is still lifted; warn if the kernel never ran."""
         if self.hit:
             return
         self.restore()  # the kernel was never reached: the call ran with nothing recorded
         name = self.address or "(root)"
-        msg = (f"[{FAST_PATH_CODE}] {type(module).__name__} '{name}': the fused kernel torch.{self.name} was "
+        msg = (f"[{FAST_PATH_CODE}] {type(self.module).__name__} '{name}': the fused kernel torch.{self.name} was "
                f"expected but not called; the call ran unrecorded, so its output enters the trace as a constant")
         self.session.fast_paths.append({"code": FAST_PATH_CODE, "module": name, "address": self.address,
-                                        "class": type(module).__name__, "path_taken": "unrecorded",
+                                        "class": type(self.module).__name__, "path_taken": "unrecorded",
                                         "plain_path": f"torch.{self.name}"})
         self.session.warnings.append(msg)
-        warnings.warn(msg, FastPathNotTakenWarning, stacklevel=2)
-        self.session._post_hook(module, args, {}, output)  # its own post-hook was set aside with the rest
+        warnings.warn(msg, FastPathNotTakenWarning, stacklevel=6)

@@ -1,8 +1,8 @@
-"""The capture session: a scoped TorchFunctionMode plus module hooks, turned into a Trace.
+"""The capture session: a scoped TorchFunctionMode plus module scopes, turned into a Trace.
 
-Nothing is patched globally. The session installs forward hooks on the model's modules
-and enters a function mode; both are removed in a `finally`, so the model and torch are
-as they were afterwards, also when the forward raises. The hot path (`__torch_function__`)
+Nothing is patched globally. The session wraps each module's forward (or hooks a module that
+has hooks of its own) and enters a function mode; all are removed in a `finally`, so the model
+and torch are as they were afterwards, also when the forward raises. The hot path (`__torch_function__`)
 appends raw tuples; labels, metadata strings and Op records are made once, after the forward.
 """
 from __future__ import annotations
@@ -169,14 +169,15 @@ class CaptureSession(TorchFunctionMode):
 
     # -- run -----------------------------------------------------------------------
     def run(self, args: tuple, kwargs: dict, grad_context: Any) -> Any:
-        """Run the forward under capture; hooks and mode are always removed."""
+        """Run the forward under capture; the module wrappers and the mode are always removed."""
         self._record_inputs(args, kwargs)
-        handles = self.handles = []
+        self.wrapped, self.handles = [], []
+        self.hook_all = _global_module_hooks()
+        adopting = None
         try:
-            for _name, module in self.named:
-                handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-                handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-            handles.append(nn.modules.module.register_module_forward_pre_hook(self._adopt_module))
+            for name, module in self.named:
+                self._enter_scopes_of(module, name)
+            adopting = nn.modules.module.register_module_module_registration_hook(self._adopt_module)
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
@@ -185,51 +186,115 @@ class CaptureSession(TorchFunctionMode):
                     _boundaries.function_boundaries(self):  # Function.apply, restored on exit
                 output = self.model(*args, **kwargs)
         finally:
-            for h in handles:
+            if adopting is not None:
+                adopting.remove()
+            for h in self.handles:
                 h.remove()
+            self._unwrap()
         self._record_outputs(output)
         return output
 
     # -- module scope -----------------------------------------------------------------
-    def _adopt_module(self, module: nn.Module, args: tuple) -> None:
-        """A module that joined the model during the forward (BigBird swaps in a new attention module):
-        from its first call it is hooked and joins the tree at its address under the running module."""
-        if id(module) in self.module_addr or not self.frames:
-            return
-        parent_addr = self.frames[-1][0]
-        parent = self.model.get_submodule(parent_addr) if parent_addr else self.model
-        name = next((n for n, child in parent._modules.items() if child is module), None)
-        if name is None:  # not attached to the running module: a module used without being a child
-            return
-        addr = f"{parent_addr}.{name}" if parent_addr else name
-        self.module_addr[id(module)] = addr
-        self.named.append((addr, module))  # replaces a module that held the address before the forward
-        self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-        self.handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-        self._pre_hook(module, args, {})  # this call's hooks were gathered before it was hooked
+    # A module with hooks of its own (or any module, while global module hooks exist) gets a pre- and a
+    # post-hook: its scope then opens after the user's pre-hooks and backward-hook wrapping of the inputs and
+    # closes after the user's forward hooks changed the output. Every other module's forward is wrapped by an
+    # instance attribute for the duration, which sees the same arguments and output there and keeps torch's
+    # hook-free call path (a hook pair costs each module call about 3 us, and registering and removing
+    # it about 8 us).
+    def _enter_scopes_of(self, module: nn.Module, addr: str) -> None:
+        """Open and close `module`'s scope around each of its calls, by hooks or by a forward wrapper."""
+        if self.hook_all or module._forward_pre_hooks or module._forward_hooks or module._backward_hooks \
+                or module._backward_pre_hooks:
+            self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            self.handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+        else:
+            self._wrap(module, addr)
 
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        addr = self.module_addr[id(module)]
-        if type(module) in _fast_paths.FUSED_MODULES:
-            _fast_paths.check(self, module, addr, args, kwargs)
-        call = self.call_counts.get(addr, 0)
-        self.call_counts[addr] = call + 1
-        inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
-        self.frames.append([addr, call, inputs, len(self.records), self.stack])  # the stack to restore on exit
-        self.stack = self.stack.push(addr, call)
+        self._enter(module, self.module_addr[id(module)], args, kwargs)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         addr = self.module_addr[id(module)]
-        # Pop our frame (always the top: hooks run on every exit, also when forward raises).
-        while self.frames:
-            frame = self.frames.pop()
-            self.stack = frame[4]  # no new tuple per exit
-            if frame[0] == addr:
+        frame = next((f for f in reversed(self.frames) if f[0] == addr), None)  # hooks run on every exit
+        if frame is not None:
+            self._leave(frame, output)
+
+    def _wrap(self, module: nn.Module, addr: str) -> None:
+        """Route `module`'s forward through its scope (an instance attribute; `_unwrap` removes it)."""
+        inner = module.forward  # the class's, or an instance attribute already set (accelerate's offload hook)
+        enter, leave = self._enter, self._leave
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            code = _getframe(1).f_code
+            if code is not _CALL_IMPL and code is not _CALL_IMPL_INNER:  # `module.forward(...)` called directly:
+                return inner(*args, **kwargs)  # not a module call (no scope, as hooks would not fire either)
+            frame = enter(module, addr, args, kwargs)
+            output = None
+            try:
+                output = inner(*args, **kwargs)
+            finally:
+                leave(frame, output)
+            return output
+
+        forward.__wrapped__ = inner  # inspect.signature(module.forward) reads the forward's own
+        forward.__self__ = module  # as a bound method's: checkpointing finds the module it runs
+        state = module.__dict__
+        self.wrapped.append((state, state.get("forward", _UNSET), forward))
+        state["forward"] = forward
+
+    def _unwrap(self) -> None:
+        """Put every wrapped module's `forward` attribute back as it was (absent, or what was set)."""
+        for state, previous, forward in self.wrapped:
+            if state.get("forward") is forward:  # else replaced during the forward: theirs stays
+                if previous is _UNSET:
+                    del state["forward"]
+                else:
+                    state["forward"] = previous
+        self.wrapped = []
+
+    def _adopt_module(self, parent: nn.Module, name: str, child: Any) -> None:
+        """A module that joins the model during the forward (BigBird swaps in a new attention module), with
+        the modules inside it: wrapped at its address under `parent` when it is assigned, before its first call."""
+        if not self.frames or not isinstance(child, nn.Module):
+            return None
+        base = self.module_addr.get(id(parent))
+        if base is None:  # not assigned into this model
+            return None
+        prefix = f"{base}.{name}" if base else name
+        for rel, module in named_modules(child):
+            if id(module) in self.module_addr:  # already part of the model (a child moved under the new module)
+                continue
+            addr = f"{prefix}.{rel}" if rel else prefix
+            self.module_addr[id(module)] = addr
+            self.named.append((addr, module))  # replaces a module that held the address before the forward
+            self._enter_scopes_of(module, addr)
+        return None
+
+    def _enter(self, module: nn.Module, addr: str, args: tuple, kwargs: dict) -> list:
+        fused = _fast_paths.check(self, module, addr, args, kwargs) if type(module) in _fast_paths.FUSED_MODULES \
+            else None
+        call = self.call_counts.get(addr, 0)
+        self.call_counts[addr] = call + 1
+        inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
+        frame = [addr, call, inputs, len(self.records), self.stack, fused]  # the stack to restore on exit
+        self.frames.append(frame)
+        self.stack = self.stack.push(addr, call)
+        return frame
+
+    def _leave(self, frame: list, output: Any) -> None:
+        if frame[5] is not None:
+            frame[5].exit()  # a fused call: its kernel and the mode are back in place
+        frames = self.frames
+        while frames:  # pop to this call's frame (the top one unless an inner call's exit never ran)
+            top = frames.pop()
+            self.stack = top[4]  # no new tuple per exit
+            if top is frame:
                 break
         else:
             return
         outputs = self._indices_of(shallow_tensors(output)) if output is not None else ()
-        self.module_calls.setdefault(addr, []).append((frame[1], frame[2], outputs, frame[3], len(self.records) - 1))
+        self.module_calls.setdefault(frame[0], []).append((frame[1], frame[2], outputs, frame[3],
+                                                           len(self.records) - 1))
 
     def _indices_of(self, tensors: list) -> tuple[int, ...]:
         out = []
@@ -636,6 +701,22 @@ def _held(ref: Any, t: torch.Tensor) -> bool:
 
 
 _WeakRef = weakref.ReferenceType
+_UNSET = object()  # a module with no `forward` attribute of its own before the capture wrapped it
+
+
+_getframe = sys._getframe
+# The code of `nn.Module.__call__`'s implementation and of the closure it runs when hooks exist: a wrapped
+# forward called from elsewhere (`module.forward(x)`, `checkpoint(module.forward, x)`) is not a module call.
+_CALL_IMPL = nn.Module._call_impl.__code__
+_CALL_IMPL_INNER = next((c for c in _CALL_IMPL.co_consts if isinstance(c, type(_CALL_IMPL)) and c.co_name == "inner"),
+                        _CALL_IMPL)
+
+
+def _global_module_hooks() -> bool:
+    """Whether global module hooks exist (then every module's scope is kept by hooks, after theirs)."""
+    m = nn.modules.module
+    return bool(m._global_forward_pre_hooks or m._global_forward_hooks or m._global_backward_hooks
+                or m._global_backward_pre_hooks)
 
 
 def _version(t: torch.Tensor) -> int:
