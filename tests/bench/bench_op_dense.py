@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import tracer  # noqa: E402
 from tests.bench._memory import reset_peak, status_kb  # noqa: E402
-from tests.bench._timing import Times  # noqa: E402
+from tests.bench._timing import Times, noop_forward_wrapper  # noqa: E402
 from tests.models import TanhLoop  # noqa: E402
 
 
@@ -228,20 +228,10 @@ def mechanism_floor(model: nn.Module, run: Callable[[], object]) -> Callable[[],
     every module call costs before anything is recorded."""
     modules = list({id(m): m for _, m in model.named_modules(remove_duplicate=False)}.values())
 
-    def wrap(module: nn.Module) -> Callable[..., object]:
-        inner = module.forward
-
-        def forward(*args: object, **kwargs: object) -> object:
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                pass
-        return forward
-
     def floor() -> None:
         try:
             for m in modules:
-                m.__dict__["forward"] = wrap(m)
+                m.__dict__["forward"] = noop_forward_wrapper(m)
             with PassThrough():
                 run()
         finally:
