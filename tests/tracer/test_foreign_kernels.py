@@ -296,3 +296,74 @@ def test_doctor_foreign_kernels_row():
     declare_dependence(PairKernel, {1: (0, 1)})
     assert "1 with declared" in doctor(FunctionNet()).row("foreign.kernels").detail
     assert "foreign.kernels" not in doctor(tiny_gpt2()).keys()
+
+
+class _ScriptedBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("scale", torch.full((8,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x)) * self.scale
+
+
+class _HoldsScript(nn.Module):
+    """A model with a TorchScript child, scripted or traced, between two recorded ops."""
+
+    def __init__(self, traced: bool = False) -> None:
+        super().__init__()
+        block = _ScriptedBlock().eval()
+        self.block = torch.jit.trace(block, (X,)) if traced else torch.jit.script(block)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x.relu()))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["script", "trace"])
+def test_a_torchscript_child_is_one_boundary_op_reading_its_parameters(traced):
+    torch.manual_seed(0)
+    model = _HoldsScript(traced).eval()
+    direct = model(X)
+    own = [m.__dict__.get("forward") for m in model.modules()]  # a script module holds its ScriptMethod there
+    t, warned = _trace_warned(model)
+    assert torch.equal(t.output, direct)
+    (op,) = [op for op in t.ops if op.kind == "script_module"]  # nothing inside TorchScript is seen, nothing dropped
+    assert op.func.endswith("_ScriptedBlock") and op.module == "block"
+    assert [t[e.source].kind for e in op.parents] == ["relu"]
+    assert set(op.params) == {"block.lin.weight", "block.lin.bias", "block.scale"}
+    assert [e.source for e in t[next(o.label for o in t.ops if o.kind == "linear")].parents] == [op.label]
+    assert t.modules["block"].calls[0].outputs == (op.label,)
+    assert [str(w.message).count("TorchScript module") for w in warned] == [1]
+    assert t.provenance["foreign_kernels"][op.label]["boundary"] == "script_module"
+    assert torch.equal(t.values[op.label], model.block(t.values[op.parents[0].source]))
+    assert tracer.validate(t).passed  # replayed by calling the module again
+    assert [m.__dict__.get("forward") for m in model.modules()] == own
+
+
+def test_a_torchscript_child_replays_offline_only_when_allowed(tmp_path):
+    torch.manual_seed(0)
+    model = _HoldsScript().eval()
+    t, _ = _trace_warned(model)
+    loaded = tracer.load(t.save(tmp_path / "t"))
+    refused = tracer.validate(loaded, params=model)
+    assert not refused.passed and [f.check for f in refused.findings] == ["not_replayable_offline"]
+    assert "offline_callables" in refused.findings[0].message
+    with tracer.offline_callables(model.block):
+        assert tracer.validate(loaded, params=model).passed
+
+
+def test_a_scripted_model_is_one_boundary_op():
+    torch.manual_seed(0)
+    scripted = torch.jit.script(_ScriptedBlock().eval())
+    t, warned = _trace_warned(scripted)
+    assert [op.kind for op in t.ops] == ["input", "script_module", "output"] and len(warned) == 1
+    assert torch.equal(t.output, scripted(X)) and tracer.validate(t).passed
+
+
+def test_doctor_names_a_torchscript_child():
+    from tracer.compat.doctor import doctor
+
+    row = doctor(_HoldsScript()).row("foreign.kernels")
+    assert "__torch__.tests.tracer.test_foreign_kernels._ScriptedBlock" in row.detail

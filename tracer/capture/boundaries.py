@@ -19,6 +19,11 @@ with a `ForeignKernelWarning`:
   ran outside torch, so replay refuses it typed (`foreign_kernel_not_replayable`).
 * torch.library custom ops are dispatcher ops the mode sees as one call already;
   `describe_op_overload` names them (`torch.ops.ns.op`, kind `ns_op`).
+* `script_module`: a call of a TorchScript module (`torch.jit.script` / `torch.jit.trace`) inside
+  the model. Its code runs in TorchScript's interpreter, where the mode sees nothing, so the capture
+  records the call as one boundary op (parents: its tensor inputs; parameters: the script module's)
+  through `ScriptCall`, named by TorchScript's qualified name of the module's type. Replay calls the
+  module again (offline: when allowed with `tracer.offline_callables(module)`).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from ..errors import ForeignKernelNotReplayableError
 from .functions import FuncInfo, _cache as _func_info_cache
 
 FUNCTION_KIND = "autograd_function"
+SCRIPT_KIND = "script_module"
 ROUNDTRIP_KINDS = {"numpy": "numpy_roundtrip", "array": "numpy_roundtrip", "dlpack": "dlpack_roundtrip"}
 # Calls the mode sees that turn a foreign array back into a tensor.
 REENTRY_KINDS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy", "from_dlpack"})
@@ -62,6 +68,8 @@ def kernel_name(kernel: Any) -> str:
         return kernel
     if isinstance(kernel, type) and issubclass(kernel, torch.autograd.Function):
         return f"{kernel.__module__}.{kernel.__qualname__}"
+    if isinstance(kernel, torch.jit.ScriptModule):
+        return script_name(kernel)
     info = describe_op_overload(kernel)
     if info is not None:
         return info.qualname
@@ -69,7 +77,8 @@ def kernel_name(kernel: Any) -> str:
     if isinstance(qualified, str) and "::" in qualified:
         ns, _, name = qualified.partition("::")
         return f"torch.ops.{ns}.{name}"
-    raise TypeError(f"not a foreign kernel: {kernel!r} (pass a Function class, a custom op or its name)")
+    raise TypeError(f"not a foreign kernel: {kernel!r} (pass a Function class, a custom op, a TorchScript module "
+                    f"or its name)")
 
 
 # -- autograd Functions ----------------------------------------------------------------------
@@ -77,6 +86,19 @@ _ORIGINAL_APPLY = torch.autograd.Function.__dict__["apply"]
 # torch's own `Function.apply` code, also once the pass-through below replaces it (frames are matched by it)
 TORCH_APPLY_CODE = _ORIGINAL_APPLY.__func__.__code__
 _active = threading.local()
+
+
+def _suspended(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """`fn(*args, **kwargs)` with this thread's capture not recording (a boundary's inside is not recorded);
+    a plain call without one (replay, or a call outside any capture)."""
+    session = getattr(_active, "session", None)
+    if session is None:
+        return fn(*args, **kwargs)
+    session.suspended += 1
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        session.suspended -= 1
 
 
 class _FunctionCall:
@@ -87,14 +109,7 @@ class _FunctionCall:
         self.apply = _ORIGINAL_APPLY.__get__(None, cls)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        session = getattr(_active, "session", None)
-        if session is None:  # replay, or a call outside any capture
-            return self.apply(*args, **kwargs)
-        session.suspended += 1
-        try:
-            return self.apply(*args, **kwargs)
-        finally:
-            session.suspended -= 1
+        return _suspended(self.apply, args, kwargs)
 
     def __repr__(self) -> str:
         return f"{kernel_name(self.cls)}.apply"
@@ -161,6 +176,40 @@ def function_boundaries(session: Any) -> Iterator[None]:
         _active.session = previous
 
 
+# -- TorchScript modules -----------------------------------------------------------------------
+def script_name(module: torch.jit.ScriptModule) -> str:
+    """TorchScript's qualified name of a script module's type (`__torch__.mymodel.Block`)."""
+    try:
+        return module._c._type().qualified_name()
+    except Exception:  # a script module without a compiled type: its original class name
+        return f"torch.jit.{getattr(module, 'original_name', type(module).__name__)}"
+
+
+class ScriptCall:
+    """A TorchScript module's forward as a recorded call: nothing inside it is recorded (it runs outside
+    Python), and Python code it calls back into (`@torch.jit.ignore`) runs with recording suspended.
+
+    Described by `info`, not cached by function object (`__hash__` is None): one is made per script module
+    per capture, and a cache entry would keep the module alive.
+    """
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, module: torch.jit.ScriptModule, forward: Any) -> None:
+        self.module = module
+        self.forward = forward  # the module's own forward (its script method)
+        self.info = FuncInfo(SCRIPT_KIND, script_name(module), False, False, False, func=self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _suspended(self.forward, args, kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"{self.info.qualname}.forward"
+
+
 # -- numpy / DLPack round trips ----------------------------------------------------------------
 class OpaqueRoundTrip:
     """The live call of a round-trip boundary: its code ran outside torch, so replay refuses."""
@@ -189,6 +238,7 @@ def roundtrip_kind(exit_kinds: list[str]) -> str:
 # -- disclosure --------------------------------------------------------------------------------
 _WHAT = {
     FUNCTION_KIND: "autograd Function {name} ran as one boundary op; the ops inside its forward are not recorded",
+    SCRIPT_KIND: "TorchScript module {name} ran as one boundary op; the ops inside it are not recorded",
     "numpy_roundtrip": "a numpy round trip ran inside the forward; it is recorded as one boundary op whose "
                        "parents are the tensors that left torch, and it cannot be replayed",
     "dlpack_roundtrip": "a DLPack round trip ran inside the forward; it is recorded as one boundary op whose "

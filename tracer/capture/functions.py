@@ -60,8 +60,10 @@ def func_info(func: Any) -> FuncInfo:
 
 
 def _describe(func: Any) -> FuncInfo:
-    from .boundaries import describe_op_overload  # dispatcher / torch.library custom ops
+    from .boundaries import ScriptCall, describe_op_overload  # dispatcher / torch.library custom ops
 
+    if isinstance(func, ScriptCall):
+        return func.info
     op_info = describe_op_overload(func)
     if op_info is not None:
         return op_info

@@ -175,8 +175,7 @@ class CaptureSession(TorchFunctionMode):
         self.hook_all = _global_module_hooks()
         adopting = None
         try:
-            for name, module in self.named:
-                self._enter_scopes_of(module, name)
+            self._scope_all(self.named)
             adopting = nn.modules.module.register_module_module_registration_hook(self._adopt_module)
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
@@ -203,7 +202,9 @@ class CaptureSession(TorchFunctionMode):
     # it about 8 us).
     def _enter_scopes_of(self, module: nn.Module, addr: str) -> None:
         """Open and close `module`'s scope around each of its calls, by hooks or by a forward wrapper."""
-        if self.hook_all or module._forward_pre_hooks or module._forward_hooks or module._backward_hooks \
+        if isinstance(module, torch.jit.ScriptModule):  # no hooks on TorchScript: a wrapper recording one op
+            self._wrap(module, addr, script=True)
+        elif self.hook_all or module._forward_pre_hooks or module._forward_hooks or module._backward_hooks \
                 or module._backward_pre_hooks:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
@@ -219,9 +220,12 @@ class CaptureSession(TorchFunctionMode):
         if frame is not None:
             self._leave(frame, output)
 
-    def _wrap(self, module: nn.Module, addr: str) -> None:
-        """Route `module`'s forward through its scope (an instance attribute; `_unwrap` removes it)."""
+    def _wrap(self, module: nn.Module, addr: str, script: bool = False) -> None:
+        """Route `module`'s forward through its scope (an instance attribute; `_unwrap` removes it). A
+        TorchScript module's forward is recorded as one boundary op, called through its scope or not."""
         inner = module.forward  # the class's, or an instance attribute already set (accelerate's offload hook)
+        if script:
+            inner = self._script_forward(module, inner)
         enter, leave = self._enter, self._leave
 
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -242,6 +246,25 @@ class CaptureSession(TorchFunctionMode):
         self.wrapped.append((state, state.get("forward", _UNSET), forward))
         state["forward"] = forward
 
+    def _script_forward(self, module: torch.jit.ScriptModule, forward: Callable[..., Any]) -> Callable[..., Any]:
+        """`forward` of a TorchScript module, recorded as one boundary op that reads the module's parameters
+        and buffers (the function mode sees nothing inside TorchScript); disclosed once per module type."""
+        call = _boundaries.ScriptCall(module, forward)
+        kind, name = _boundaries.SCRIPT_KIND, call.info.qualname
+        ids = self.param_ids
+        reads = tuple(dict.fromkeys(ids[id(t)] for t in (*module.parameters(), *module.buffers()) if id(t) in ids))
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            _boundaries.disclose(self, kind, name, stacklevel=6)  # the line that called the module
+            start = len(self.records)
+            out = self.on_call(call, args, kwargs)
+            for i in range(start, len(self.records)):
+                rec = self.records[i]
+                rec[R_PARAMS] = tuple(dict.fromkeys((*rec[R_PARAMS], *reads)))
+                self.boundaries.append((i, kind, name))
+            return out
+        return recorded
+
     def _unwrap(self) -> None:
         """Put every wrapped module's `forward` attribute back as it was (absent, or what was set)."""
         for state, previous, forward in self.wrapped:
@@ -261,14 +284,26 @@ class CaptureSession(TorchFunctionMode):
         if base is None:  # not assigned into this model
             return None
         prefix = f"{base}.{name}" if base else name
+        joined = []
         for rel, module in named_modules(child):
             if id(module) in self.module_addr:  # already part of the model (a child moved under the new module)
                 continue
             addr = f"{prefix}.{rel}" if rel else prefix
             self.module_addr[id(module)] = addr
-            self.named.append((addr, module))  # replaces a module that held the address before the forward
-            self._enter_scopes_of(module, addr)
+            joined.append((addr, module))
+        self.named.extend(joined)  # each replaces a module that held its address before the forward
+        self._scope_all(joined)
         return None
+
+    def _scope_all(self, walk: list[tuple[str, nn.Module]]) -> None:
+        """Scope every module of a pre-order walk, except those inside a TorchScript module (they run in it)."""
+        script = None  # the address prefix of the script module last walked
+        for addr, module in walk:
+            if script is not None and (addr + ".").startswith(script):
+                continue
+            self._enter_scopes_of(module, addr)
+            if isinstance(module, torch.jit.ScriptModule):
+                script = f"{addr}." if addr else ""
 
     def _enter(self, module: nn.Module, addr: str, args: tuple, kwargs: dict) -> list:
         fused = _fast_paths.check(self, module, addr, args, kwargs) if type(module) in _fast_paths.FUSED_MODULES \

@@ -36,6 +36,7 @@ T_DIST_REFUSE = ("tests/distributed/test_tensor_parallel.py::"
 T_FOREIGN = "tests/tracer/test_foreign_kernels.py::test_function_is_one_boundary_op_with_its_inputs_outputs_and_name"
 T_FOREIGN_DEP = "tests/tracer/test_foreign_kernels.py::test_perturbation_excuses_exactly_the_declared_edges"
 T_ROUNDTRIP = "tests/tracer/test_foreign_kernels.py::test_round_trip_is_a_boundary_op_never_dropped"
+T_SCRIPT = "tests/tracer/test_foreign_kernels.py::test_a_torchscript_child_is_one_boundary_op_reading_its_parameters"
 T_FLASH = "tests/gpu/test_flash_attention.py::test_flash_attention_2_capture_matches_and_validates"
 T_FLASH_DETECT = "tests/gpu/test_flash_attention.py::test_doctor_detects_flash_packages_without_importing_them"
 MOE_TESTED = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM")
@@ -115,10 +116,10 @@ MOE = Row(
     tests=(T_MOE,))
 FOREIGN = Row(
     "foreign.kernels", "pass", "warning",
-    "autograd Functions and torch.library custom ops become one boundary op each, replayed by calling them "
-    "again; numpy and DLPack round trips are boundary ops that replay refuses (foreign_kernel_not_replayable); "
-    "the perturbation check excuses only declared per-output dependence",
-    tests=(T_FOREIGN, T_ROUNDTRIP, T_FOREIGN_DEP))
+    "autograd Functions, torch.library custom ops and TorchScript modules become one boundary op each, replayed "
+    "by calling them again; numpy and DLPack round trips are boundary ops that replay refuses "
+    "(foreign_kernel_not_replayable); the perturbation check excuses only declared per-output dependence",
+    tests=(T_FOREIGN, T_ROUNDTRIP, T_FOREIGN_DEP, T_SCRIPT))
 FLASH = Row(
     "attention.flash_attention", "not_tested", "warning",
     "FlashAttention needs a CUDA GPU: not verified on this CPU machine; flash-attn packages are detected "
@@ -313,12 +314,20 @@ def flash_packages() -> dict[str, str]:
 
 
 def _foreign_kernels_in(model: nn.Module) -> list[str]:
-    """autograd Functions and torch.library custom ops defined in the modules the model's classes come from."""
+    """autograd Functions and torch.library custom ops defined in the modules the model's classes come from,
+    and the TorchScript modules it holds (outermost only: the ones inside run within them)."""
     import sys
 
-    from ..capture.boundaries import TRANSPARENT_PACKAGES
+    from ..capture.boundaries import TRANSPARENT_PACKAGES, script_name
 
     names = set()
+    inside = None  # the address prefix of the script module last found
+    for address, m in model.named_modules():
+        if inside is not None and (address + ".").startswith(inside):
+            continue
+        if isinstance(m, torch.jit.ScriptModule):
+            names.add(script_name(m))
+            inside = f"{address}." if address else ""
     for module_name in {type(m).__module__ for m in model.modules()}:
         if module_name.partition(".")[0] in TRANSPARENT_PACKAGES:
             continue
