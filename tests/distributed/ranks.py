@@ -25,7 +25,8 @@ def run_ranks(scenario: str, out_dir: Path, world_size: int = 2, timeout: float 
     """Run `scenario` (a function in tests/distributed/workers.py) on `world_size` ranks; one report per rank."""
     port = free_port()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world_size),
-           "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+           "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+           "PYTHONFAULTHANDLER": "1"}  # a rank that crashes in native code leaves its Python stack in its log
     procs = []
     for rank in range(world_size):
         log = open(out_dir / f"rank{rank}.log", "w")
