@@ -71,23 +71,23 @@ def paired_captures(case: str, pairs: int) -> str:
     """A markdown row: median capture CPU time with every scope hooked, with wrappers, and the paired difference."""
     import torch
 
-    from tracer.capture import session
+    from tracer.capture import scopes
 
     torch.set_num_threads(1)
     capture = _capture(case)
-    default = session._global_module_hooks
+    default = scopes._global_module_hooks
     times: dict[str, list[float]] = {"hooks": [], "wrappers": []}
     with torch.no_grad():
         capture()
         for _ in range(pairs):
             for name in times:
-                session._global_module_hooks = (lambda: True) if name == "hooks" else default
+                scopes._global_module_hooks = (lambda: True) if name == "hooks" else default
                 try:
                     start = time.process_time()
                     capture()
                     times[name].append(time.process_time() - start)
                 finally:
-                    session._global_module_hooks = default
+                    scopes._global_module_hooks = default
     diff = [h - w for h, w in zip(times["hooks"], times["wrappers"])]
     med = statistics.median
     return (f"| {case} | {med(times['hooks']) * 1e3:.1f} ms | {med(times['wrappers']) * 1e3:.1f} ms | "

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -185,6 +185,18 @@ def script_name(module: torch.jit.ScriptModule) -> str:
         return f"torch.jit.{getattr(module, 'original_name', type(module).__name__)}"
 
 
+def outside_scripts(walk: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """The `(address, module)` pairs of a pre-order module walk, less the modules inside a TorchScript
+    module (they run within it, never called from Python); the script modules themselves stay."""
+    inside = None  # the address prefix of the script module last walked
+    for address, module in walk:
+        if inside is not None and (address + ".").startswith(inside):
+            continue
+        yield address, module
+        if isinstance(module, torch.jit.ScriptModule):
+            inside = f"{address}." if address else ""
+
+
 class ScriptCall:
     """A TorchScript module's forward as a recorded call: nothing inside it is recorded (it runs outside
     Python), and Python code it calls back into (`@torch.jit.ignore`) runs with recording suspended.
@@ -202,9 +214,6 @@ class ScriptCall:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return _suspended(self.forward, args, kwargs)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     def __repr__(self) -> str:
         return f"{self.info.qualname}.forward"

@@ -5,9 +5,9 @@ path when a `TorchFunctionMode` is active (how capture records) or hooks are att
 such module call this module decides, from the conditions torch checks that capture does not
 change, whether the plain forward would take the fused kernel. If so, a `TransformerEncoderLayer`
 or `MultiheadAttention` call runs as in the plain forward (the function mode lifted until the
-kernel is called), and the kernel is recorded as one op with its inputs and output (`FusedCall`). Where that cannot be
-done (the encoder's nested-tensor sparsity path, another function mode active beside the
-capture's), it warns `FastPathNotTakenWarning` and records the finding in the session.
+kernel is called), and the kernel is recorded as one op with its inputs and output (`FusedCall`).
+Where that cannot be done (the encoder's nested-tensor sparsity path, another function mode active
+beside the capture's), it warns `FastPathNotTakenWarning` and records the finding in the session.
 """
 from __future__ import annotations
 

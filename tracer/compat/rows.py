@@ -318,16 +318,10 @@ def _foreign_kernels_in(model: nn.Module) -> list[str]:
     and the TorchScript modules it holds (outermost only: the ones inside run within them)."""
     import sys
 
-    from ..capture.boundaries import TRANSPARENT_PACKAGES, script_name
+    from ..capture.boundaries import TRANSPARENT_PACKAGES, outside_scripts, script_name
 
-    names = set()
-    inside = None  # the address prefix of the script module last found
-    for address, m in model.named_modules():
-        if inside is not None and (address + ".").startswith(inside):
-            continue
-        if isinstance(m, torch.jit.ScriptModule):
-            names.add(script_name(m))
-            inside = f"{address}." if address else ""
+    names = {script_name(m) for _address, m in outside_scripts(model.named_modules())
+             if isinstance(m, torch.jit.ScriptModule)}
     for module_name in {type(m).__module__ for m in model.modules()}:
         if module_name.partition(".")[0] in TRANSPARENT_PACKAGES:
             continue
