@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tracer.capture import hotpath
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("tracer", "exporters", "app")
 MAPPED = {"tracer.configs": "static/configs"}  # pyproject package-dir
@@ -47,8 +49,8 @@ def test_every_package_directory_is_listed():
 
 def _copy_sources(dest: Path) -> None:
     """The files a build reads, copied so the build leaves nothing (build/, *.egg-info) in the checkout."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so")  # the extension is built, not copied
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     for top in (*SOURCES, "static"):
@@ -85,9 +87,11 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
     (purelib / "_test_dependencies.pth").write_text("\n".join(dict.fromkeys(deps)) + "\n")
 
     where = _run([str(python), "-c", "import tracer, tracer.configs, app; from tracer.configs import shipped_configs; "
-                  "print(tracer.__file__); print(app.__file__); print(sorted(shipped_configs()))"], cwd=work)
+                  "from tracer.capture import hotpath; print(tracer.__file__); print(app.__file__); "
+                  "print(sorted(shipped_configs())); print(hotpath.ACTIVE)"], cwd=work)
     assert where.returncode == 0, where.stderr
-    tracer_file, app_file, names = where.stdout.strip().splitlines()
+    tracer_file, app_file, names, built = where.stdout.strip().splitlines()
+    assert built == str(hotpath.ACTIVE)  # the wheel carries the C extension wherever this checkout has it built
     assert Path(tracer_file).is_relative_to(purelib) and Path(app_file).is_relative_to(purelib)
     shipped = sorted(p.name for p in (purelib / "tracer" / "configs").glob("*.json"))
     assert shipped == sorted(p.name for p in (ROOT / "static" / "configs").glob("*.json")) and "gpt2.json" in shipped

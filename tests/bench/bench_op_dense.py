@@ -1,6 +1,7 @@
 """Op-dense forwards: per-op capture cost against a bare recorder floor, and every later step.
 
-Run: `python tests/bench/bench_op_dense.py [--sizes 10000,100000,1000000] [--device cpu|cuda]`.
+Run: `python tests/bench/bench_op_dense.py [--sizes 10000,100000,1000000] [--device cpu|cuda] [--threads N]`
+(`TORCHLENS_EXPLORE_PURE_PYTHON=1` times the capture without its C hot path).
 Prints markdown tables for docs/benchmarks.md. The floor is a bare `TorchFunctionMode` that only
 appends each call to a list, measured in the same run, in turns with the bare forward and the captures
 (each sample repeats a short forward until it takes about MIN_SAMPLE_CPU seconds of CPU, and reports the time
@@ -289,13 +290,16 @@ def weights_free_ratio(repeats: int) -> dict[str, Times]:
 
 
 def ratio_table(title: str, times: dict[str, Times]) -> list[str]:
-    """Markdown rows: each case's CPU and wall time and both as a ratio to the bare (no_grad) forward."""
+    """Markdown rows: each case's CPU and wall time, both as a ratio of medians to the bare (no_grad)
+    forward's, and the median (min-max) of the per-round CPU ratios: each round times every case once, so
+    a round's ratio pairs samples taken a second apart (the figure that survives the machine's drift)."""
     med = statistics.median
     bare = times["bare forward"]
-    lines = [f"| {title} | CPU | ratio (CPU) | wall | ratio (wall) |", "|---|---|---|---|---|"]
+    lines = [f"| {title} | CPU | ratio (CPU) | per-round CPU ratio | wall | ratio (wall) |", "|---|---|---|---|---|---|"]
     for case, t in times.items():
-        lines.append(f"| {case} | {cpu(t)} | **{med(t.cpu) / med(bare.cpu):.2f}x** | {fmt(t)} | "
-                     f"{med(t) / med(bare):.2f}x |")
+        rounds = [c / b for c, b in zip(t.cpu, bare.cpu)]
+        lines.append(f"| {case} | {cpu(t)} | **{med(t.cpu) / med(bare.cpu):.2f}x** | {med(rounds):.2f}x "
+                     f"({min(rounds):.2f}-{max(rounds):.2f}) | {fmt(t)} | {med(t) / med(bare):.2f}x |")
     return lines
 
 
@@ -339,13 +343,19 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=int(os.environ.get("BENCH_REPEATS", "5")))
     ap.add_argument("--skip", default="", help="comma list of: nest,gpt2,weights-free")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's own)")
     ns = ap.parse_args()
+    if ns.threads:
+        torch.set_num_threads(ns.threads)
     skip = set(filter(None, ns.skip.split(",")))
     sizes = [int(s) for s in ns.sizes.split(",") if s]
     dev = ns.device
     med = statistics.median
     name = torch.cuda.get_device_name() if dev.startswith("cuda") else f"{os.cpu_count()} CPU cores"
-    print(f"torch {torch.__version__}, python {platform.python_version()}, {name}, medians of "
+    from tracer.capture import hotpath
+
+    print(f"torch {torch.__version__}, python {platform.python_version()}, {name}, {torch.get_num_threads()} torch "
+          f"threads, capture's C hot path {'on' if hotpath.ACTIVE else 'off'}; medians of "
           f"{ns.repeats} warm runs with (min-max); load average at start {os.getloadavg()[0]:.1f}")
     print()
     print("| ops | step | wall | CPU | CPU per op beyond bare | vs floor (CPU) |")

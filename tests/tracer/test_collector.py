@@ -57,12 +57,12 @@ def test_a_process_own_freeze_is_left_alone() -> None:
 
 def test_a_higher_threshold_is_kept() -> None:
     before = gc.get_threshold()
-    gc.set_threshold(50_000, *before[1:])
+    gc.set_threshold(5 * YOUNG_THRESHOLD, *before[1:])
     try:
         probe = _Probe()
         tracer.trace(probe, (torch.ones(2),))
-        assert probe.seen[0] == 50_000
-        assert gc.get_threshold()[0] == 50_000
+        assert probe.seen[0] == 5 * YOUNG_THRESHOLD
+        assert gc.get_threshold()[0] == 5 * YOUNG_THRESHOLD
     finally:
         gc.set_threshold(*before)
 
@@ -91,3 +91,12 @@ def test_setting_holds_while_the_trace_is_assembled_and_is_restored(monkeypatch,
         tracer.trace(_Probe(), (torch.ones(2),))
     assert seen and seen[0][0][0] == max(before[0], YOUNG_THRESHOLD) and seen[0][1] > 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_what_the_capture_made_ends_in_the_oldest_generation() -> None:
+    """The trace outlives the capture: it is not left young for the next passes to walk in vain."""
+    t = tracer.trace(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), (torch.ones(1, 2),))
+    assert gc.is_tracked(t) and gc.is_tracked(t.ops)
+    young = {id(o) for o in gc.get_objects(generation=0)} | {id(o) for o in gc.get_objects(generation=1)}
+    assert id(t) not in young and id(t.ops) not in young
+    assert any(o is t for o in gc.get_objects(generation=2))

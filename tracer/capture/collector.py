@@ -1,20 +1,24 @@
 """Fewer, cheaper cyclic-GC passes while a capture runs (its forward, and the assembly of its trace).
 
-A capture allocates a few small records per op; with the default threshold (700) the collector
-runs every couple of hundred ops, and inside deeply nested module calls each pass costs more. Two
-settings, both restored afterwards (also when the forward raises):
+A capture allocates a few small records per op that live as long as the trace; with the default
+threshold (700) the collector would walk them every couple of hundred ops, and inside deeply nested
+module calls each pass costs more. Three settings, restored afterwards (also when the forward raises):
 
-- the young generation is collected 10x less often (cycles are still collected, only later);
+- the young generation is collected after YOUNG_THRESHOLD new objects, not 700 (cycles are still
+  collected, only later: a forward that makes cyclic garbage is bounded by the threshold);
 - the objects alive when the capture starts (the model, torch, the interpreter's own) are frozen
   (`gc.freeze`): a full collection triggered by the growing trace then walks only what the forward
   made, instead of the whole heap again and again (what made the per-op cost grow with trace
-  length). Skipped when the process has frozen objects of its own, which unfreezing would release.
+  length). Skipped when the process has frozen objects of its own, which unfreezing would release;
+- at the end, what the capture made is moved with them to the oldest generation (frozen, then
+  unfrozen) rather than left young: the trace lives on, and walking it in young and middle passes
+  right after the capture (the next forward's cost) would find nothing to free. The next full
+  collection walks it, as it would have anyway.
 
-`tracer.trace` holds the setting from the forward until the trace is sealed, so the collections that
-its records, ops and claim table trigger stay young-generation passes over what the capture made
-(an 8B weights-free capture: 24 collections, two of them middle-generation, 8.8 ms -> 6 young ones, 4.8 ms).
-Nested and concurrent captures share one setting: the first to enter applies it, the last to leave
-restores what it found.
+`tracer.trace` holds the setting from the forward until the trace is sealed. Measured (issue 18, paired
+captures in one process): about 4 ms off an 8B weights-free capture (5 young passes of ~1 ms each) and
+1-3 ms off GPT-2 small's. Nested and concurrent captures share one setting: the first to enter applies
+it, the last to leave restores what it found.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-YOUNG_THRESHOLD = 7000  # objects allocated between young-generation passes (CPython's default: 700)
+YOUNG_THRESHOLD = 100_000  # objects allocated between young-generation passes (CPython's default: 700)
 
 _lock = threading.Lock()
 _depth = 0
@@ -51,6 +55,7 @@ def fewer_collections() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 if _froze:
-                    gc.unfreeze()
+                    gc.freeze()  # what the capture made joins the heap frozen at the start ...
+                    gc.unfreeze()  # ... and all of it returns to the oldest generation
                     _froze = False
                 gc.set_threshold(*_saved)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
+from .hotpath import tensor_indices as _tensor_indices  # None without the C extension
 from .boundaries import outside_scripts
 from .walk import named_modules, shallow_tensors
 
@@ -141,7 +142,9 @@ class ModuleScopes:
             else None
         call = self.call_counts.get(addr, 0)
         self.call_counts[addr] = call + 1
-        inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
+        inputs = _tensor_indices(self.tmap, args, kwargs) if _tensor_indices is not None else None
+        if inputs is None:
+            inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
         frame = [addr, call, inputs, len(self.records), self.stack, fused]  # the stack to restore on exit
         self.frames.append(frame)
         self.stack = self.stack.push(addr, call)
@@ -158,6 +161,8 @@ class ModuleScopes:
                 break
         else:
             return
-        outputs = self._indices_of(shallow_tensors(output)) if output is not None else ()
+        outputs = () if output is None else (_tensor_indices(self.tmap, output) if _tensor_indices is not None else None)
+        if outputs is None:
+            outputs = self._indices_of(shallow_tensors(output))
         self.module_calls.setdefault(frame[0], []).append((frame[1], frame[2], outputs, frame[3],
                                                            len(self.records) - 1))

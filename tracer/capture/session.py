@@ -18,6 +18,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
+from . import hotpath as _hotpath
 from ..ir import EMPTY_STACK, ModuleStack
 from .call_template import TENSOR, scrub_deep, scrub_kwargs
 from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
@@ -34,6 +35,8 @@ _SEQ = (list, tuple)
 R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
 # R_CALLSPEC: (func, args, kwargs) of the live call when values are saved. R_ARGS / R_KWARGS: when they
 # are not, args and kwargs with every tensor replaced by `call_template.TENSOR` (no tensor is held).
+_hotpath.configure(_Tensor, TENSOR, _POS, {"R_TENSOR": R_TENSOR, "R_META": R_META, "R_OUT_IDX": R_OUT_IDX})
+_SCAN_ARGS, _RECORD_OUTPUTS, _SITE = _hotpath.scan_args, _hotpath.record_outputs, _hotpath.site
 # The fields a call template is made from (see call_template.call_templates).
 TEMPLATE_FIELDS = (R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL)
 
@@ -337,38 +340,22 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         guard = self.guard
         if guard is not None:
             func = guard.before_call(info, func, args, kwargs, self) or func
-        parents: list = []
-        params: list = []
         watched: list | None = None
-        nested = False
         tmap = self.tmap
         param_ids = self.param_ids
         save = self.save_values
-        scrubbed: list | None = None  # args with each top-level tensor replaced by TENSOR (save="none")
         # Arguments: tensors become edges, parameters and buffers become attributions.
-        i = 0
-        for a in args:
-            if isinstance(a, _Tensor):
-                if not save:
-                    if scrubbed is None:
-                        scrubbed = list(args)
-                    scrubbed[i] = TENSOR
-                hit = tmap.get(id(a))  # the common case inline: a tensor an earlier op produced
-                if hit is not None and (hit[1] is a or (type(hit[1]) is _WeakRef and hit[1]() is a)) \
-                        and id(a) not in param_ids:
-                    parents.append((hit[0], _POS[i] if i < 64 else str(i)))
-                else:
-                    watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
-            elif type(a) in _SEQ and a and isinstance(a[0], _Tensor):
-                nested = True
-                for j, b in enumerate(a):
-                    if isinstance(b, _Tensor):
-                        watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
-            i += 1
+        scanned = _SCAN_ARGS(args, tmap, param_ids, self.buffer_ids, save) if _SCAN_ARGS is not None else None
+        if scanned is not None:  # the C scan (hotpath.py): every tensor argument an earlier op's or a parameter
+            parents, params, scrubbed, nested = scanned
+        else:
+            parents, params, scrubbed, nested, watched = self._scan_args(args)
         inplace = info.inplace
         if kwargs:
             for k, a in kwargs.items():
                 if isinstance(a, _Tensor):
+                    if type(parents) is tuple:  # the C scan's
+                        parents, params = list(parents), list(params)
                     watched = self._arg(a, k, parents, params, watched, tmap, param_ids)
             if kwargs.get("inplace") is True or isinstance(kwargs.get("out"), _Tensor):
                 inplace = True
@@ -410,7 +397,8 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
                 writes = tuple(addr for addr, _t, _v in watched)  # the kernel updates them without a version bump
             else:
                 writes = tuple(addr for addr, t, v in watched if _version(t) != v)
-        site = self._site() if self.record_source else None
+        site = (self._site() if _SITE is None else _SITE(self._site_cache, self._site_codes, self._sites,
+                _INTERNAL_PREFIXES or _internal_prefixes())) if self.record_source else None
         self.call_counter += 1
         call_id = self.call_counter
         n = len(outs)
@@ -422,12 +410,18 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         if save:
             s_args = s_kwargs = None
         else:  # the call template's source: no tensor held, and no object the collector must track
-            s_args = scrub_deep(args) if nested else (tuple(scrubbed) if scrubbed is not None else args)
+            s_args = scrub_deep(args) if nested else (scrubbed if scrubbed is not None else args)
             s_kwargs = scrub_kwargs(kwargs) if kwargs else None
-        ptuple = tuple(parents)
-        pa = tuple(params)
+        ptuple = parents if type(parents) is tuple else tuple(parents)
+        pa = params if type(params) is tuple else tuple(params)
         records = self.records
         metas = self._metas
+        if _RECORD_OUTPUTS is not None and not inplace:  # the C loop (hotpath.py), same records
+            _RECORD_OUTPUTS(outs, (info, ptuple, None, None, call_id, 0, n, stack, pa, writes, inplace, site, "", spec,
+                                   s_args, s_kwargs), records, metas, tmap, param_ids, save, self._save)
+            if guard is not None:
+                guard.after_call(info, list(outs), self)
+            return out
         for k, t in enumerate(outs):
             idx = len(records)
             meta = (t.shape, t.dtype, t.device, t.requires_grad)  # as `_meta`
@@ -449,6 +443,38 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         if guard is not None:
             guard.after_call(info, list(outs), self)
         return out
+
+    def _scan_args(self, args: tuple) -> tuple:
+        """The argument scan in Python (lists of parents and params, scrubbed args, nested, watched buffers):
+        what the C scan returns, for every case it leaves to Python."""
+        parents: list = []
+        params: list = []
+        watched: list | None = None
+        nested = False
+        tmap = self.tmap
+        param_ids = self.param_ids
+        save = self.save_values
+        scrubbed: list | None = None  # args with each top-level tensor replaced by TENSOR (save="none")
+        i = 0
+        for a in args:
+            if isinstance(a, _Tensor):
+                if not save:
+                    if scrubbed is None:
+                        scrubbed = list(args)
+                    scrubbed[i] = TENSOR
+                hit = tmap.get(id(a))  # the common case inline: a tensor an earlier op produced
+                if hit is not None and (hit[1] is a or (type(hit[1]) is _WeakRef and hit[1]() is a)) \
+                        and id(a) not in param_ids:
+                    parents.append((hit[0], _POS[i] if i < 64 else str(i)))
+                else:
+                    watched = self._arg(a, _POS[i] if i < 64 else str(i), parents, params, watched, tmap, param_ids)
+            elif type(a) in _SEQ and a and isinstance(a[0], _Tensor):
+                nested = True
+                for j, b in enumerate(a):
+                    if isinstance(b, _Tensor):
+                        watched = self._arg(b, f"{i}.{j}", parents, params, watched, tmap, param_ids)
+            i += 1
+        return parents, params, (tuple(scrubbed) if scrubbed is not None else None), nested, watched
 
     def _transform_call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run a call made inside a functorch transform unrecorded; its result enters the trace as a constant."""

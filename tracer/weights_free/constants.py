@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..capture.hotpath import scan_constants as _SCAN_CONSTANTS  # None without the C extension
+
 FROM_PYTHON_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"})
 MAX_KNOWN_NUMEL = 4_000_000  # live elements of real constants and known values together, per capture
 MAX_RECORDED_READS = 200  # resolved reads recorded one by one; beyond, only counted
@@ -125,7 +127,10 @@ class ConstantLedger:
     def scan(self, args: tuple, kwargs: dict) -> tuple[list[Tensor], int, bool, bool]:
         """In one pass over a call's arguments (top level, and inside a list/tuple): the tensors not on
         meta, the number of tensors, whether the first meta tensor has a known value (a call's value is
-        known only when every tensor it reads has one), and whether every argument is Python data (`is_plain`)."""
+        known only when every tensor it reads has one), and whether every argument is Python data (`is_plain`).
+        In C where the capture's hot path is built (`tracer.capture.hotpath`), the same pass."""
+        if _SCAN_CONSTANTS is not None:
+            return _SCAN_CONSTANTS(args, kwargs, self._known, PLAIN_TENSORS, is_plain)
         reals: list[Tensor] = []
         n = 0
         first = None  # the first meta tensor
