@@ -13,6 +13,7 @@ wrapper (what observing every call costs before anything is recorded, with captu
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import platform
@@ -104,6 +105,8 @@ def timed_in_turns(fns: dict[str, Callable[[], object]], device: str, repeats: i
 
     A sample runs its callable back to back enough times to take about `min_cpu` CPU seconds (judged on
     its warm-up run) and records the time per run: a forward of a few milliseconds is not measured alone.
+    Each sample starts after a full collection, so a collection of the whole heap (the model, torch,
+    transformers: 100 ms and more) that an earlier sample's garbage made due lands in no sample.
     """
     inner: dict[str, int] = {}
     for name, fn in fns.items():
@@ -114,6 +117,7 @@ def timed_in_turns(fns: dict[str, Callable[[], object]], device: str, repeats: i
     for _ in range(repeats):
         for name, fn in fns.items():
             n = inner[name]
+            gc.collect()  # no sample inherits the collections an earlier one's garbage would trigger
             _sync(device)
             start, cpu = time.perf_counter(), time.process_time()
             for _ in range(n):

@@ -36,6 +36,7 @@ class _Odd(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(4, 4)
+        self.lin2 = nn.Linear(2, 2)
         self.norm = nn.BatchNorm1d(4)  # train mode: running stats are buffers written by the kernel
         self.register_buffer("scale", torch.full((4,), 2.0))
         self.const = torch.ones(4)  # a plain attribute: a tensor no op produced
@@ -46,7 +47,9 @@ class _Odd(nn.Module):
         h = torch.cat([h, x], dim=1)  # a list of tensors
         parts = torch.split(h, 2, dim=1)  # a tuple of outputs
         y = torch.stack(list(parts), dim=0).sum(0)
-        y = torch.add(y, bias[:2], alpha=0.5)  # a keyword tensor reached through a view
+        y = torch.add(y, bias[:2], alpha=0.5)  # a tensor reached through a view
+        y = torch.add(y, other=x[:, :2])  # a keyword tensor
+        y = nn.functional.linear(y, self.lin2.weight, bias=self.lin2.bias)  # a keyword parameter
         y.relu_()  # in place
         self.scale.mul_(1.0)  # an in-place write into a buffer
         z = torch.empty_like(y)
@@ -125,15 +128,16 @@ def test_the_c_loops_record_a_weights_free_capture_as_the_python_does(monkeypatc
 
 
 @needs_extension
-def test_a_list_argument_is_walked_by_the_c_scan(monkeypatch):
-    """The C scan itself (not the Python fallback) reports each tensor of a list argument."""
+def test_the_c_scan_walks_list_and_keyword_arguments(monkeypatch):
+    """The C scan itself (not the Python fallback) reports each tensor of a list argument and each keyword tensor."""
     tmap: dict = {}
     a, b = torch.ones(1), torch.ones(1)
     tmap[id(a)] = (3, a)
     tmap[id(b)] = (7, a)  # a stale entry: another tensor held under b's id
-    assert session._SCAN_ARGS(([a, a], 1), tmap, {}, set(), False) == (((3, "0.0"), (3, "0.1")), (), None, True)
-    assert session._SCAN_ARGS(([a, b],), tmap, {}, set(), False) is None  # b: the Python path adopts it
-    assert session._SCAN_ARGS((a, 2.0), tmap, {}, set(), False) == (((3, "0"),), (), (session.TENSOR, 2.0), False)
+    assert session._SCAN_ARGS(([a, a], 1), {}, tmap, {}, set(), False) == (((3, "0.0"), (3, "0.1")), (), None, True)
+    assert session._SCAN_ARGS(([a, b],), {}, tmap, {}, set(), False) is None  # b: the Python path adopts it
+    assert session._SCAN_ARGS((a, 2.0), {"other": a}, tmap, {}, set(), False) == (
+        ((3, "0"), (3, "other")), (), (session.TENSOR, 2.0), False)
 
 
 @needs_extension

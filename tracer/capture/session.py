@@ -345,20 +345,19 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         param_ids = self.param_ids
         save = self.save_values
         # Arguments: tensors become edges, parameters and buffers become attributions.
-        scanned = _SCAN_ARGS(args, tmap, param_ids, self.buffer_ids, save) if _SCAN_ARGS is not None else None
+        scanned = _SCAN_ARGS(args, kwargs, tmap, param_ids, self.buffer_ids, save) if _SCAN_ARGS is not None else None
         if scanned is not None:  # the C scan (hotpath.py): every tensor argument an earlier op's or a parameter
             parents, params, scrubbed, nested = scanned
         else:
             parents, params, scrubbed, nested, watched = self._scan_args(args)
+            if kwargs:
+                for k, a in kwargs.items():
+                    if isinstance(a, _Tensor):
+                        watched = self._arg(a, k, parents, params, watched, tmap, param_ids)
         inplace = info.inplace
-        if kwargs:
-            for k, a in kwargs.items():
-                if isinstance(a, _Tensor):
-                    if type(parents) is tuple:  # the C scan's
-                        parents, params = list(parents), list(params)
-                    watched = self._arg(a, k, parents, params, watched, tmap, param_ids)
-            if kwargs.get("inplace") is True or isinstance(kwargs.get("out"), _Tensor):
-                inplace = True
+        if kwargs and (kwargs.get("inplace") is True or (kwargs.get("out") is not None
+                                                         and isinstance(kwargs.get("out"), _Tensor))):
+            inplace = True
         target = None
         before = None
         if inplace:
