@@ -86,24 +86,27 @@ def _both(monkeypatch: pytest.MonkeyPatch, capture) -> tuple[tracer.Trace, trace
     return with_c, with_python
 
 
-def _cases():
-    ids = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(0))
-    return {
-        "gpt2": (tiny_gpt2(), (ids,), {}),
-        "llama": (tiny_llama(), (ids,), {}),
-        "llama_sdpa": (tiny_llama(attn="sdpa"), (ids,), {}),
-        "bert": (tiny_bert(), (ids,), {}),
-        "resnet_train": (tiny_resnet().train(), (torch.randn(2, 3, 16, 16),), {}),
-        "qwen3_moe": (tiny_qwen3_moe(), (ids[:, :4] % 64,), {}),
-        "odd": (_Odd().train(), (torch.randn(3, 4),), {"bias": torch.randn(4)}),
-    }
+def _ids() -> torch.Tensor:
+    return torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(0))
+
+
+# Each case built only by the test that runs it: (model, args, kwargs).
+CASES = {
+    "gpt2": lambda: (tiny_gpt2(), (_ids(),), {}),
+    "llama": lambda: (tiny_llama(), (_ids(),), {}),
+    "llama_sdpa": lambda: (tiny_llama(attn="sdpa"), (_ids(),), {}),
+    "bert": lambda: (tiny_bert(), (_ids(),), {}),
+    "resnet_train": lambda: (tiny_resnet().train(), (torch.randn(2, 3, 16, 16),), {}),
+    "qwen3_moe": lambda: (tiny_qwen3_moe(), (_ids()[:, :4] % 64,), {}),
+    "odd": lambda: (_Odd().train(), (torch.randn(3, 4),), {"bias": torch.randn(4)}),
+}
 
 
 @needs_extension
 @pytest.mark.parametrize("save", ["all", "none"])
-@pytest.mark.parametrize("case", list(_cases()))
+@pytest.mark.parametrize("case", list(CASES))
 def test_the_c_loops_record_what_the_python_records(monkeypatch, case, save):
-    model, args, kwargs = _cases()[case]
+    model, args, kwargs = CASES[case]()
     options = tracer.CaptureOptions(save=save)
     state = {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -128,7 +131,7 @@ def test_the_c_loops_record_a_weights_free_capture_as_the_python_does(monkeypatc
 
 
 @needs_extension
-def test_the_c_scan_walks_list_and_keyword_arguments(monkeypatch):
+def test_the_c_scan_walks_list_and_keyword_arguments():
     """The C scan itself (not the Python fallback) reports each tensor of a list argument and each keyword tensor."""
     tmap: dict = {}
     a, b = torch.ones(1), torch.ones(1)

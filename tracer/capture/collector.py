@@ -17,9 +17,10 @@ module calls each pass costs more. Three settings, restored afterwards (also whe
   collection walks it, as it would have anyway.
 
 `tracer.trace` holds the setting from the forward until the trace is sealed. The move at the end,
-measured with a 100,000 threshold against the old setting (issue 18, paired captures in one process): about
-4 ms off an 8B weights-free capture and 1-3 ms off GPT-2 small's, nothing moved onto the next forward. Nested and concurrent captures share one setting: the first to enter applies
-it, the last to leave restores what it found.
+measured with a 100,000 threshold against the old setting (issue 18, paired captures in one process):
+about 4 ms off an 8B weights-free capture and 1-3 ms off GPT-2 small's, nothing moved onto the next
+forward. Nested and concurrent captures share one setting: the first to enter applies it, the last to
+leave restores what it found.
 """
 from __future__ import annotations
 

@@ -4,9 +4,9 @@
 install still succeeds and the capture records the same through the Python path, more slowly).
 `TORCHLENS_EXPLORE_PURE_PYTHON=1` in the environment turns the extension off (tests run both paths).
 
-- `scan_args(args, tmap, param_ids, buffer_ids, save)`: a call's parents, parameters, scrubbed
-  arguments and whether a list argument holds tensors; None where the Python path must scan
-  (a buffer, which is watched for writes; a tensor no op produced).
+- `scan_args(args, kwargs, tmap, param_ids, buffer_ids, save)`: a call's parents (positional, then
+  keyword), parameters, scrubbed positional arguments and whether a list argument holds tensors; None
+  where the Python path must scan (a buffer, which is watched for writes; a tensor no op produced).
 - `record_outputs(outs, record, records, metas, tmap, param_ids, save, save_value)`: one raw record
   and tmap entry per output of a call that writes nothing in place.
 - `site(internal, codes, sites, prefixes)`: `CaptureSession._site`.

@@ -142,13 +142,18 @@ class ModuleScopes:
             else None
         call = self.call_counts.get(addr, 0)
         self.call_counts[addr] = call + 1
-        inputs = _tensor_indices(self.tmap, args, kwargs) if _tensor_indices is not None else None
-        if inputs is None:
-            inputs = self._indices_of(shallow_tensors(args) + (shallow_tensors(kwargs) if kwargs else []))
-        frame = [addr, call, inputs, len(self.records), self.stack, fused]  # the stack to restore on exit
+        frame = [addr, call, self._indices_in(args, kwargs), len(self.records), self.stack, fused]  # the stack to restore on exit
         self.frames.append(frame)
         self.stack = self.stack.push(addr, call)
         return frame
+
+    def _indices_in(self, *objs: Any) -> tuple[int, ...]:
+        """The op indices of the tensors in `objs` (through lists, tuples and dicts) an earlier op produced:
+        in C where built, else through the session's Python walk."""
+        found = _tensor_indices(self.tmap, *objs) if _tensor_indices is not None else None
+        if found is None:
+            found = self._indices_of([t for obj in objs for t in shallow_tensors(obj)])
+        return found
 
     def _leave(self, frame: list, output: Any) -> None:
         if frame[5] is not None:
@@ -161,8 +166,6 @@ class ModuleScopes:
                 break
         else:
             return
-        outputs = () if output is None else (_tensor_indices(self.tmap, output) if _tensor_indices is not None else None)
-        if outputs is None:
-            outputs = self._indices_of(shallow_tensors(output))
+        outputs = self._indices_in(output) if output is not None else ()
         self.module_calls.setdefault(frame[0], []).append((frame[1], frame[2], outputs, frame[3],
                                                            len(self.records) - 1))
