@@ -14,7 +14,7 @@ from torch import nn
 from .bridges.distributed import admit_distributed
 from .capture import boundaries
 from .capture.build import build_ops, build_trace, live_calls
-from .capture.collector import fewer_collections
+from .capture.collector import assembling, fewer_collections
 from .capture.exclusive import exclusive_capture
 from .capture.guards import chain
 from .capture.session import CallGuard, CaptureSession
@@ -84,8 +84,9 @@ def trace(
                 saving, device_reads:
             output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
         elapsed = time.perf_counter() - started
-        return _assemble(session, output, elapsed, scope, model, capture, admission, twin, guard, distributed,
-                         backward, loss)
+        with assembling():  # the trace built with the GC paused, then moved out of the young generation
+            return _assemble(session, output, elapsed, scope, model, capture, admission, twin, guard, distributed,
+                             backward, loss)
 
 
 def _assemble(session: CaptureSession, output: Any, elapsed: float, scope: Any, model: nn.Module,

@@ -100,3 +100,58 @@ def test_what_the_capture_made_ends_in_the_oldest_generation() -> None:
     young = {id(o) for o in gc.get_objects(generation=0)} | {id(o) for o in gc.get_objects(generation=1)}
     assert id(t) not in young and id(t.ops) not in young
     assert any(o is t for o in gc.get_objects(generation=2))
+
+
+def test_no_young_pass_runs_when_the_trace_is_built(monkeypatch) -> None:
+    """Assembly allocates thousands of objects with the GC paused; they move to the oldest generation before
+    it resumes, so no young pass (one walk of all of them, finding nothing) is due as the capture returns."""
+    from tracer import tracing
+
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(1500)])  # assembly alone allocates > YOUNG_THRESHOLD
+    x = torch.ones(1, 2)
+    passes: list[str] = []
+    where = ["before"]
+    young_after: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            passes.append(where[0])
+
+    assemble = tracing._assemble
+
+    def marked(*args, **kwargs):
+        where[0] = "assembly"
+        try:
+            return assemble(*args, **kwargs)
+        finally:
+            where[0] = "after"
+
+    monkeypatch.setattr(tracing, "_assemble", marked)
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        for _ in range(3):
+            where[0] = "before"
+            t = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save="none"))
+            young_after.append(gc.get_count()[0])  # objects counted toward the next young pass
+    finally:
+        gc.callbacks.remove(count)
+    assert len(t.ops) > 1500
+    assert "assembly" not in passes and "after" not in passes, passes
+    assert max(young_after) < 100, young_after  # the build's allocations are not left due
+    assert gc.isenabled()
+
+
+def test_assembling_pauses_and_restores_outside_a_capture() -> None:
+    from tracer.capture.collector import assembling
+
+    with assembling():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with assembling():
+            pass
+        assert not gc.isenabled()  # a process's own pause is kept
+    finally:
+        gc.enable()

@@ -22,7 +22,7 @@ from torch import nn
 
 import tracer
 from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_qwen3_moe, tiny_resnet
-from tracer.capture import hotpath, scopes, session
+from tracer.capture import build, hotpath, scopes, session
 from tracer.weights_free import constants
 
 needs_extension = pytest.mark.skipif(not hotpath.ACTIVE, reason="the C extension is not built in this environment")
@@ -60,7 +60,7 @@ class _Odd(nn.Module):
 def _canonical(t: tracer.Trace) -> tuple:
     ops = tuple((op.label, op.kind, op.func, op.parents, op.out, op.func_call_id, op.output_index, op.num_outputs,
                  op.module, op.module_call, op.module_stack, op.params, op.buffer_writes, op.inplace, op.source,
-                 op.io_path, op.attrs) for op in t.ops)
+                 op.io_path, op.attrs, op.layout, op.collective, op.rank, type(op)) for op in t.ops)
     modules = tuple(sorted((addr, scope) for addr, scope in t.modules.items()))
     return ops, modules, tuple(sorted(t.params.items())), t.warnings
 
@@ -72,10 +72,11 @@ def _same_values(a: tracer.Trace, b: tracer.Trace) -> bool:
 
 
 def _python_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_SCAN_ARGS", "_RECORD_OUTPUTS", "_SITE"):
+    for name in ("_SCAN_ARGS", "_RECORD_OUTPUTS", "_SITE", "_TORCH_FUNCTION"):
         monkeypatch.setattr(session, name, None)
     monkeypatch.setattr(scopes, "_tensor_indices", None)
     monkeypatch.setattr(constants, "_SCAN_CONSTANTS", None)
+    monkeypatch.setattr(build, "_BUILD_OPS", None)
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, capture) -> tuple[tracer.Trace, tracer.Trace]:
@@ -176,6 +177,57 @@ def test_the_readme_install_builds_the_extension_where_a_compiler_exists():
 def test_the_environment_variable_turns_the_extension_off():
     env = {**os.environ, hotpath.ENV_PURE_PYTHON: "1"}
     code = ("from tracer.capture import hotpath, session; "
-            "print(hotpath.ACTIVE, session._SCAN_ARGS, session._RECORD_OUTPUTS, session._SITE)")
+            "from tracer.capture import build; "
+            "print(hotpath.ACTIVE, session._SCAN_ARGS, session._RECORD_OUTPUTS, session._SITE, build._BUILD_OPS, "
+            "session._TORCH_FUNCTION)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "None", "None", "None"]
+    assert out.split() == ["False", "None", "None", "None", "None", "None"]
+
+
+@needs_extension
+def test_the_c_build_makes_ordinary_ops():
+    """Ops the C loop builds are Op instances like any other: equal to one built field by field,
+    replaceable, frozen, every field set."""
+    import dataclasses
+
+    from tracer.ir import Op
+
+    t = tracer.trace(nn.Sequential(nn.Linear(3, 3), nn.ReLU()), (torch.ones(2, 3),))
+    assert build._BUILD_OPS is not None
+    for op in t.ops:
+        assert type(op) is Op
+        fields = {f.name: getattr(op, f.name) for f in dataclasses.fields(Op)}
+        twin = Op(**fields)
+        assert twin == op
+        assert dataclasses.replace(op, label="x").label == "x"
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            op.label = "y"  # type: ignore[misc]
+    linear = next(op for op in t.ops if op.kind == "linear")
+    assert linear.parents[0].source == t.ops[0].label and linear.module == "0"
+
+
+@needs_extension
+def test_the_c_build_refuses_malformed_records_typed():
+    labels, templates = ["a_1"], [{}]
+    with pytest.raises(TypeError):
+        build._BUILD_OPS([("not", "a", "list")], labels, templates, {}, {}, build._meta, build._site, build._unique)
+    with pytest.raises(TypeError):
+        build._BUILD_OPS([[None] * 16], labels, templates, {}, {}, build._meta, build._site, build._unique)
+    with pytest.raises(TypeError):
+        build._BUILD_OPS([], labels, templates, {}, {}, build._meta, build._site, build._unique)  # lengths differ
+
+
+@needs_extension
+@pytest.mark.parametrize("case", ["gpt2", "odd"])
+def test_the_two_frame_walks_find_the_same_sites(case):
+    """On CPython 3.11 `site` reads the interpreter's frames; the public frame-object walk finds the same sites."""
+    model, args, kwargs = CASES[case]()
+    capture = lambda: tracer.trace(model, args, input_kwargs=kwargs, capture=tracer.CaptureOptions(save="none"))  # noqa: E731
+    fast = capture()
+    hotpath._ext.frame_objects(True)
+    try:
+        public = capture()
+    finally:
+        hotpath._ext.frame_objects(False)
+    assert [op.source for op in fast.ops] == [op.source for op in public.ops]
+    assert any(op.source is not None for op in fast.ops)

@@ -9,6 +9,19 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <structmember.h>
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* The interpreter's frames (read by `site` on CPython 3.11 without making frame objects). */
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#define HOTPATH_UNDEF_BUILD_CORE
+#endif
+#include <internal/pycore_frame.h>
+#ifdef HOTPATH_UNDEF_BUILD_CORE
+#undef Py_BUILD_CORE
+#endif
+#endif
+static int frame_objects = 0;  /* 1: `site` walks frame objects through the public API */
 
 static PyObject *tensor_type = NULL;   /* torch.Tensor */
 static PyObject *placeholder = NULL;   /* call_template.TENSOR */
@@ -580,12 +593,120 @@ error:
     return NULL;
 }
 
+/* Whether `code` (keyed `key` = id(code)) is torch's or tracer's own, cached in `cache` (its code object
+ * kept alive in `codes`): 1, 0, or -1 on error. */
+static int
+internal_code(PyCodeObject *code, PyObject *key, PyObject *cache, PyObject *codes, PyObject *prefixes)
+{
+    PyObject *known = PyDict_GetItemWithError(cache, key);
+    if (known != NULL)
+        return known == Py_True;
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *hit = PyObject_CallMethodOneArg(code->co_filename, str_startswith, prefixes);
+    if (hit == NULL)
+        return -1;
+    int internal = hit == Py_True;
+    Py_DECREF(hit);
+    if (PyDict_SetItem(cache, key, internal ? Py_True : Py_False) < 0 || PyList_Append(codes, (PyObject *)code) < 0)
+        return -1;
+    return internal;
+}
+
+/* The shared (code, offset) tuple of a site (new reference), made on its first visit. */
+static PyObject *
+shared_site(PyCodeObject *code, PyObject *key, int lasti, PyObject *sites)
+{
+    PyObject *offset = PyLong_FromLong(lasti);
+    PyObject *skey = offset == NULL ? NULL : PyTuple_Pack(2, key, offset);
+    PyObject *found = NULL;
+    if (skey != NULL) {
+        found = PyDict_GetItemWithError(sites, skey);
+        if (found != NULL) {
+            Py_INCREF(found);
+        }
+        else if (!PyErr_Occurred()) {
+            found = PyTuple_Pack(2, (PyObject *)code, offset);
+            if (found != NULL && PyDict_SetItem(sites, skey, found) < 0)
+                Py_CLEAR(found);
+        }
+    }
+    Py_XDECREF(skey);
+    Py_XDECREF(offset);
+    return found;
+}
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* CPython 3.11: walk the interpreter's own frames, which asks for no frame object (the public API makes
+ * one for every frame it passes, for the caller's function and ours, on every recorded call). The
+ * walk skips incomplete frames and reads the offset as PyFrame_GetBack and PyFrame_GetLasti do. */
+static PyObject *
+site_of_frames(int skip, PyObject *cache, PyObject *codes, PyObject *sites, PyObject *prefixes)
+{
+    _PyInterpreterFrame *f = PyThreadState_Get()->cframe->current_frame;  /* the innermost Python function */
+    if (f != NULL && skip)
+        f = f->previous;
+    for (; f != NULL; f = f->previous) {
+        if (_PyFrame_IsIncomplete(f))
+            continue;
+        PyCodeObject *code = f->f_code;
+        PyObject *key = PyLong_FromVoidPtr(code);
+        if (key == NULL)
+            return NULL;
+        int internal = internal_code(code, key, cache, codes, prefixes);
+        if (internal == 0) {
+            int lasti = _PyInterpreterFrame_LASTI(f);
+            PyObject *found = shared_site(code, key, lasti < 0 ? -1 : lasti * (int)sizeof(_Py_CODEUNIT), sites);
+            Py_DECREF(key);
+            return found;
+        }
+        Py_DECREF(key);
+        if (internal < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+#endif
+
+/* The shared (code, instruction offset) of the innermost frame outside torch and tracer, starting at the
+ * innermost Python function (skip=0) or its caller (skip=1); None when every frame is internal. */
+static PyObject *
+find_site(int skip, PyObject *cache, PyObject *codes, PyObject *sites, PyObject *prefixes)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (!frame_objects)
+        return site_of_frames(skip, cache, codes, sites, prefixes);
+#endif
+    PyFrameObject *here = PyEval_GetFrame();  /* borrowed */
+    if (here == NULL)
+        Py_RETURN_NONE;
+    PyFrameObject *f = skip ? PyFrame_GetBack(here) : (PyFrameObject *)Py_NewRef(here);  /* new references */
+    while (f != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        PyObject *key = PyLong_FromVoidPtr(code);
+        int internal = key == NULL ? -1 : internal_code(code, key, cache, codes, prefixes);
+        PyObject *found = NULL;
+        if (internal == 0)
+            found = shared_site(code, key, PyFrame_GetLasti(f), sites);
+        Py_XDECREF(key);
+        Py_DECREF(code);
+        if (internal != 1) {  /* the site, or an error */
+            Py_DECREF(f);
+            return found;
+        }
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_RETURN_NONE;
+}
+
 /* site(internal, codes, sites, prefixes) -> (code, offset) | None
  *
- * The shared (code, instruction offset) of the innermost frame outside torch and tracer, starting at
- * the caller of the Python function that called this one (as `CaptureSession._site`). `internal`
- * caches id(code) -> whether the code is torch's or tracer's own; `codes` keeps those code objects
- * alive; `sites` maps (id(code), offset) -> the shared tuple. */
+ * `CaptureSession._site`: the shared (code, instruction offset) of the innermost frame outside torch and
+ * tracer, starting at the caller of the Python function that called this one. `internal` caches
+ * id(code) -> whether the code is torch's or tracer's own; `codes` keeps those code objects alive;
+ * `sites` maps (id(code), offset) -> the shared tuple. */
 static PyObject *
 site(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -598,69 +719,568 @@ site(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         PyErr_SetString(PyExc_TypeError, "site: unexpected container types");
         return NULL;
     }
-    PyFrameObject *here = PyEval_GetFrame();  /* borrowed: the Python function that called us */
-    if (here == NULL)
-        Py_RETURN_NONE;
-    PyFrameObject *f = PyFrame_GetBack(here);  /* new references from here on */
-    while (f != NULL) {
-        PyCodeObject *code = PyFrame_GetCode(f);
-        PyObject *key = PyLong_FromVoidPtr(code);
-        if (key == NULL)
-            goto error_code;
-        PyObject *known = PyDict_GetItemWithError(cache, key);
-        int internal;
-        if (known != NULL) {
-            internal = known == Py_True;
-        }
-        else {
-            if (PyErr_Occurred())
-                goto error_key;
-            PyObject *hit = PyObject_CallMethodOneArg(code->co_filename, str_startswith, prefixes);
-            if (hit == NULL)
-                goto error_key;
-            internal = hit == Py_True;
-            Py_DECREF(hit);
-            if (PyDict_SetItem(cache, key, internal ? Py_True : Py_False) < 0 ||
-                PyList_Append(codes, (PyObject *)code) < 0)
-                goto error_key;
-        }
-        if (!internal) {
-            int lasti = PyFrame_GetLasti(f);
-            PyObject *offset = PyLong_FromLong(lasti);
-            PyObject *skey = offset == NULL ? NULL : PyTuple_Pack(2, key, offset);
-            PyObject *found = NULL;
-            if (skey != NULL) {
-                found = PyDict_GetItemWithError(sites, skey);
-                if (found != NULL) {
-                    Py_INCREF(found);
-                }
-                else if (!PyErr_Occurred()) {
-                    found = PyTuple_Pack(2, (PyObject *)code, offset);
-                    if (found != NULL && PyDict_SetItem(sites, skey, found) < 0)
-                        Py_CLEAR(found);
-                }
-            }
-            Py_XDECREF(skey);
-            Py_XDECREF(offset);
-            Py_DECREF(key);
-            Py_DECREF(code);
-            Py_DECREF(f);
-            return found;
-        }
-        Py_DECREF(key);
-        Py_DECREF(code);
-        PyFrameObject *back = PyFrame_GetBack(f);
-        Py_DECREF(f);
-        f = back;
-        continue;
-    error_key:
-        Py_DECREF(key);
-    error_code:
-        Py_DECREF(code);
-        Py_DECREF(f);
+    return find_site(1, cache, codes, sites, prefixes);
+}
+
+/* frame_objects(flag): make `site` walk frame objects through the public API even where the interpreter's
+ * own frames can be read (tests compare the two walks). */
+static PyObject *
+set_frame_objects(PyObject *self, PyObject *arg)
+{
+    int flag = PyObject_IsTrue(arg);
+    if (flag < 0)
+        return NULL;
+    frame_objects = flag;
+    Py_RETURN_NONE;
+}
+
+/* ---- build_ops: a finished capture's raw records as Ops (capture.build._build_ops) ---------------- */
+
+#define MAX_SLOTS 32
+static PyTypeObject *op_type = NULL, *edge_type = NULL;
+static Py_ssize_t op_offsets[MAX_SLOTS], edge_offsets[2];
+static Py_ssize_t op_width = 0;  /* Op's slots; the first OP_FILLED are filled by position, the rest None */
+#define OP_FILLED 18
+static PyObject *str_entry = NULL, *root_entry = NULL;
+
+/* The byte offsets of a slotted class's fields, from its member descriptors (in field order). */
+static int
+slot_offsets(PyObject *descriptors, Py_ssize_t *out, Py_ssize_t max)
+{
+    if (!PyTuple_Check(descriptors) || PyTuple_GET_SIZE(descriptors) > max)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(descriptors); i++) {
+        PyObject *d = PyTuple_GET_ITEM(descriptors, i);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX)
+            return -1;
+        out[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    return 0;
+}
+
+/* configure_build(Op, Op's slot descriptors, Edge, Edge's slot descriptors, root entry) */
+static PyObject *
+configure_build(PyObject *self, PyObject *args)
+{
+    PyObject *op, *op_d, *edge, *edge_d, *root;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:configure_build", &PyType_Type, &op, &PyTuple_Type, &op_d, &PyType_Type,
+                          &edge, &PyTuple_Type, &edge_d, &PyTuple_Type, &root))
+        return NULL;
+    if (PyTuple_GET_SIZE(op_d) < OP_FILLED || PyTuple_GET_SIZE(edge_d) != 2 || slot_offsets(op_d, op_offsets, MAX_SLOTS) < 0 ||
+        slot_offsets(edge_d, edge_offsets, 2) < 0) {
+        PyErr_SetString(PyExc_TypeError, "configure_build: Op and Edge must be slotted classes of object fields");
         return NULL;
     }
+    op_width = PyTuple_GET_SIZE(op_d);
+    Py_XSETREF(op_type, (PyTypeObject *)Py_NewRef(op));
+    Py_XSETREF(edge_type, (PyTypeObject *)Py_NewRef(edge));
+    Py_XSETREF(root_entry, Py_NewRef(root));
     Py_RETURN_NONE;
+}
+
+/* A new instance of a slotted class with its slots set (each value a new reference, stolen; on failure
+ * all of them are released). */
+static PyObject *
+new_slotted(PyTypeObject *type, const Py_ssize_t *offsets, PyObject **values, Py_ssize_t n)
+{
+    PyObject *o = type->tp_alloc(type, 0);
+    if (o == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(values[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        *(PyObject **)((char *)o + offsets[i]) = values[i];
+    return o;
+}
+
+/* The value `cache[id(raw)]`, or `make(raw, cache)` on a miss (new reference). */
+static PyObject *
+cached(PyObject *cache, PyObject *raw, PyObject *make)
+{
+    PyObject *key = PyLong_FromVoidPtr(raw);
+    if (key == NULL)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
+    if (hit != NULL)
+        return Py_NewRef(hit);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallFunctionObjArgs(make, raw, cache, NULL);
+}
+
+/* `items` when it has fewer than two entries, else `unique(items)` (new reference). */
+static PyObject *
+unique_of(PyObject *items, PyObject *unique)
+{
+    if (PyTuple_Check(items) && PyTuple_GET_SIZE(items) < 2)
+        return Py_NewRef(items);
+    return PyObject_CallOneArg(unique, items);
+}
+
+/* The edges of one record's (op index, position) parents. */
+static PyObject *
+edges_of(PyObject *parents, PyObject *labels)
+{
+    if (!PyTuple_Check(parents)) {
+        PyErr_SetString(PyExc_TypeError, "build_ops: parents must be a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(parents);
+    PyObject *edges = PyTuple_New(n);
+    if (edges == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(parents, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "build_ops: a parent must be an (index, position) pair");
+            Py_DECREF(edges);
+            return NULL;
+        }
+        Py_ssize_t src = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+        if (src < 0 || src >= PyList_GET_SIZE(labels)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "build_ops: a parent index out of range");
+            Py_DECREF(edges);
+            return NULL;
+        }
+        PyObject *values[2] = {Py_NewRef(PyList_GET_ITEM(labels, src)), Py_NewRef(PyTuple_GET_ITEM(pair, 1))};
+        PyObject *edge = new_slotted(edge_type, edge_offsets, values, 2);
+        if (edge == NULL) {
+            Py_DECREF(edges);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(edges, i, edge);
+    }
+    return edges;
+}
+
+#define R_INFO 0
+#define R_PARENTS 1
+#define R_CALL 4
+#define R_N_OUT 6
+#define R_STACK 7
+#define R_PARAMS 8
+#define R_WRITES 9
+#define R_INPLACE 10
+#define R_SITE 11
+#define R_IO 12
+
+/* build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique) -> list of Op
+ *
+ * `_build_ops`' loop: one Op per raw record, the metadata and source site of each shared through the
+ * caches keyed by the raw tuple's id (a miss calls make_meta / make_site), parameters and writes of
+ * two or more deduplicated by `unique`. */
+static PyObject *
+build_ops(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 8) {
+        PyErr_SetString(PyExc_TypeError, "build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique)");
+        return NULL;
+    }
+    PyObject *records = argv[0], *labels = argv[1], *templates = argv[2], *metas = argv[3], *sites = argv[4],
+             *make_meta = argv[5], *make_site = argv[6], *unique = argv[7];
+    if (op_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._hotpath.build_ops is not configured");
+        return NULL;
+    }
+    if (!PyList_CheckExact(records) || !PyList_CheckExact(labels) || !PyList_CheckExact(templates) ||
+        !PyDict_CheckExact(metas) || !PyDict_CheckExact(sites) || PyList_GET_SIZE(labels) != PyList_GET_SIZE(records) ||
+        PyList_GET_SIZE(templates) != PyList_GET_SIZE(records)) {
+        PyErr_SetString(PyExc_TypeError, "build_ops: unexpected container types or lengths");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *ops = PyList_New(n);
+    if (ops == NULL)
+        return NULL;
+    for (Py_ssize_t idx = 0; idx < n; idx++) {
+        PyObject *rec = PyList_GET_ITEM(records, idx);
+        if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) <= R_IO) {
+            PyErr_SetString(PyExc_TypeError, "build_ops: a record must be a list of the session's fields");
+            goto error;
+        }
+        PyObject *info = PyList_GET_ITEM(rec, R_INFO);
+        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 2) {
+            PyErr_SetString(PyExc_TypeError, "build_ops: a record's FuncInfo must be a tuple");
+            goto error;
+        }
+        PyObject *stack = PyList_GET_ITEM(rec, R_STACK);
+        PyObject *entry = PyObject_GetAttr(stack, str_entry);
+        if (entry == NULL)
+            goto error;
+        if (entry == Py_None)
+            Py_SETREF(entry, Py_NewRef(root_entry));
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            Py_DECREF(entry);
+            PyErr_SetString(PyExc_TypeError, "build_ops: a module stack entry must be an (address, call) pair");
+            goto error;
+        }
+        PyObject *values[MAX_SLOTS] = {NULL};
+        values[0] = PyLong_FromSsize_t(idx);
+        values[1] = Py_NewRef(PyList_GET_ITEM(labels, idx));
+        values[2] = Py_NewRef(PyTuple_GET_ITEM(info, 0));
+        values[3] = Py_NewRef(PyTuple_GET_ITEM(info, 1));
+        values[4] = edges_of(PyList_GET_ITEM(rec, R_PARENTS), labels);
+        values[5] = cached(metas, PyList_GET_ITEM(rec, R_META), make_meta);
+        values[6] = Py_NewRef(PyList_GET_ITEM(rec, R_CALL));
+        values[7] = Py_NewRef(PyList_GET_ITEM(rec, R_OUT_IDX));
+        values[8] = Py_NewRef(PyList_GET_ITEM(rec, R_N_OUT));
+        values[9] = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+        values[10] = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+        values[11] = Py_NewRef(stack);
+        values[12] = unique_of(PyList_GET_ITEM(rec, R_PARAMS), unique);
+        values[13] = unique_of(PyList_GET_ITEM(rec, R_WRITES), unique);
+        values[14] = Py_NewRef(PyList_GET_ITEM(rec, R_INPLACE));
+        values[15] = cached(sites, PyList_GET_ITEM(rec, R_SITE), make_site);
+        values[16] = Py_NewRef(PyList_GET_ITEM(rec, R_IO));
+        values[17] = Py_NewRef(PyList_GET_ITEM(templates, idx));
+        Py_DECREF(entry);
+        int failed = 0;
+        for (Py_ssize_t f = 0; f < OP_FILLED; f++)
+            failed |= values[f] == NULL;
+        for (Py_ssize_t f = OP_FILLED; f < op_width; f++)
+            values[f] = Py_NewRef(Py_None);
+        if (failed) {
+            for (Py_ssize_t f = 0; f < op_width; f++)
+                Py_XDECREF(values[f]);
+            goto error;
+        }
+        PyObject *op = new_slotted(op_type, op_offsets, values, op_width);
+        if (op == NULL)
+            goto error;
+        PyList_SET_ITEM(ops, idx, op);
+    }
+    return ops;
+error:
+    Py_DECREF(ops);  /* unset items are NULL, which list deallocation skips */
+    return NULL;
+}
+
+/* ---- torch_function: a recorded call start to end (CaptureSession.__torch_function__'s common case) --- */
+
+static PyObject *info_cache = NULL;     /* functions.INFO_CACHE: func -> FuncInfo */
+static PyObject *peek_stack = NULL;     /* torch._C._functorch.peek_interpreter_stack */
+static PyObject *scrub_deep_fn = NULL;  /* call_template.scrub_deep */
+static PyObject *shallow_fn = NULL;     /* walk.shallow_tensors */
+static PyObject *empty_dict = NULL, *empty_tuple = NULL, *empty_str = NULL, *zero = NULL, *one = NULL;
+
+/* The session attributes read on each call (interned). */
+enum {
+    A_SIMULATED, A_SUSPENDED, A_EXITS, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS, A_METAS,
+    A_STACK, A_CALL_COUNTER, A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, N_ATTRS
+};
+static const char *attr_names[N_ATTRS] = {
+    "simulated", "suspended", "exits", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
+    "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes"};
+static PyObject *attr_str[N_ATTRS];
+static PyObject *str_slow = NULL, *str_other = NULL, *str_annotate = NULL, *str_inplace = NULL, *str_out = NULL,
+    *str_save = NULL;
+
+/* configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors) */
+static PyObject *
+configure_call(PyObject *self, PyObject *args)
+{
+    PyObject *cache, *peek, *scrub, *shallow;
+    if (!PyArg_ParseTuple(args, "O!OOO:configure_call", &PyDict_Type, &cache, &peek, &scrub, &shallow))
+        return NULL;
+    Py_XSETREF(info_cache, Py_NewRef(cache));
+    Py_XSETREF(peek_stack, Py_NewRef(peek));
+    Py_XSETREF(scrub_deep_fn, Py_NewRef(scrub));
+    Py_XSETREF(shallow_fn, Py_NewRef(shallow));
+    Py_RETURN_NONE;
+}
+
+/* Tensors in `obj` through exact tuples (namedtuples too), lists and dicts, appended to `found` in
+ * `walk.shallow_tensors`' order. 0, 1 when the Python walk must run (a list or dict subclass, nesting
+ * past 64), -1 on error. */
+static int
+shallow_into(PyObject *obj, PyObject *found, int depth)
+{
+    int tensor = is_tensor(obj);
+    if (tensor)
+        return tensor < 0 ? -1 : PyList_Append(found, obj);
+    if (depth >= 64)
+        return 1;
+    if (PyTuple_Check(obj) || PyList_CheckExact(obj)) {
+        PyObject *seq = Py_NewRef(obj);
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && rc == 0; i++) {
+            PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+            rc = shallow_into(item, found, depth + 1);
+            Py_DECREF(item);
+        }
+        Py_DECREF(seq);
+        return rc;
+    }
+    if (PyDict_CheckExact(obj)) {
+        PyObject *values = PyDict_Values(obj);
+        if (values == NULL)
+            return -1;
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values) && rc == 0; i++)
+            rc = shallow_into(PyList_GET_ITEM(values, i), found, depth + 1);
+        Py_DECREF(values);
+        return rc;
+    }
+    return (PyList_Check(obj) || PyDict_Check(obj)) ? 1 : 0;
+}
+
+/* The output tensors of a call's tuple or list result, as a tuple (new reference). */
+static PyObject *
+output_tensors(PyObject *out)
+{
+    PyObject *found = PyList_New(0);
+    if (found == NULL)
+        return NULL;
+    int rc = shallow_into(out, found, 0);
+    if (rc == 1) {
+        Py_SETREF(found, PyObject_CallOneArg(shallow_fn, out));
+        rc = found == NULL ? -1 : 0;
+    }
+    PyObject *outs = rc < 0 ? NULL : PySequence_Tuple(found);
+    Py_XDECREF(found);
+    return outs;
+}
+
+/* call_template.scrub_kwargs: `kwargs` with each tensor replaced by TENSOR. */
+static PyObject *
+scrubbed_kwargs(PyObject *kwargs)
+{
+    PyObject *out = PyDict_New();
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (out != NULL && PyDict_Next(kwargs, &pos, &key, &value)) {
+        int tensor = is_tensor(value);
+        if (tensor < 0 || PyDict_SetItem(out, key, tensor ? placeholder : value) < 0)
+            Py_CLEAR(out);
+    }
+    return out;
+}
+
+/* Re-raise the exception a call raised, with the session's note on where it was raised (`_annotate`). */
+static PyObject *
+annotated_error(PyObject *session, PyObject *info)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    if (value != NULL) {
+        PyObject *done = PyObject_CallMethodObjArgs(session, str_annotate, value, info, NULL);
+        if (done == NULL)
+            PyErr_Clear();  /* the call's own exception is the one to raise */
+        Py_XDECREF(done);
+    }
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+/* The first `n` of the session's attributes the call reads (borrowed from its instance dict `d`): 1, 0
+ * when one is missing (the session is not set up for this path), -1 on error. */
+static int
+session_attrs(PyObject *d, PyObject **a, int n)
+{
+    for (int i = 0; i < n; i++) {
+        a[i] = PyDict_GetItemWithError(d, attr_str[i]);
+        if (a[i] == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    return 1;
+}
+
+/* The raw record of a call that ran (the fields `record_outputs` copies per output tensor). */
+static PyObject *
+call_record(PyObject *d, PyObject **a, PyObject *info, PyObject *scanned, PyObject *func, PyObject *args,
+            PyObject *kwargs, PyObject *outs, int save)
+{
+    PyObject *site_obj = NULL, *counter = NULL, *n = NULL, *spec = NULL, *s_args = NULL, *s_kwargs = NULL, *rec = NULL;
+    int record_source = PyObject_IsTrue(a[A_RECORD_SOURCE]);
+    if (record_source < 0)
+        return NULL;
+    site_obj = record_source ? find_site(0, a[A_SITE_CACHE], a[A_SITE_CODES], a[A_SITES], a[A_PREFIXES])
+                             : Py_NewRef(Py_None);
+    counter = site_obj == NULL ? NULL : PyNumber_Add(a[A_CALL_COUNTER], one);
+    if (counter == NULL || PyDict_SetItem(d, attr_str[A_CALL_COUNTER], counter) < 0)
+        goto end;
+    n = PyLong_FromSsize_t(PyTuple_GET_SIZE(outs));
+    if (n == NULL)
+        goto end;
+    if (save) {
+        spec = kwargs == Py_None ? NULL : Py_NewRef(kwargs);
+        if (spec == NULL && (spec = PyDict_New()) == NULL)
+            goto end;
+        Py_SETREF(spec, PyTuple_Pack(3, func, args, spec));
+        s_args = Py_NewRef(Py_None);
+        s_kwargs = Py_NewRef(Py_None);
+    }
+    else {
+        spec = Py_NewRef(Py_None);
+        PyObject *scrubbed = PyTuple_GET_ITEM(scanned, 2);
+        s_args = PyTuple_GET_ITEM(scanned, 3) == Py_True ? PyObject_CallOneArg(scrub_deep_fn, args)
+                 : Py_NewRef(scrubbed != Py_None ? scrubbed : args);
+        s_kwargs = kwargs != Py_None && PyDict_GET_SIZE(kwargs) > 0 ? scrubbed_kwargs(kwargs) : Py_NewRef(Py_None);
+    }
+    if (spec == NULL || s_args == NULL || s_kwargs == NULL)
+        goto end;
+    rec = PyTuple_Pack(16, info, PyTuple_GET_ITEM(scanned, 0), Py_None, Py_None, counter, zero, n, a[A_STACK],
+                       PyTuple_GET_ITEM(scanned, 1), empty_tuple, Py_False, site_obj, empty_str, spec, s_args, s_kwargs);
+end:
+    Py_XDECREF(site_obj);
+    Py_XDECREF(counter);
+    Py_XDECREF(n);
+    Py_XDECREF(spec);
+    Py_XDECREF(s_args);
+    Py_XDECREF(s_kwargs);
+    return rec;
+}
+
+/* torch_function(session, func, types, args=(), kwargs=None)
+ *
+ * The session's function mode hook, bound to the session as its `__torch_function__` for the forward.
+ * A call no capture mode checks (no guard, no simulated device, nothing suspended, no functorch
+ * transform, no tensor that left torch), that writes nothing in place, and whose tensor arguments are
+ * all earlier ops' outputs or parameters, is recorded here as `CaptureSession._torch_function_py` records
+ * it; every other call goes to that method before anything runs. */
+static PyObject *
+torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc < 3 || argc > 5) {
+        PyErr_SetString(PyExc_TypeError, "torch_function(session, func, types, args=(), kwargs=None)");
+        return NULL;
+    }
+    if (info_cache == NULL || !ready()) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._hotpath.torch_function is not configured");
+        return NULL;
+    }
+    PyObject *session = argv[0], *func = argv[1], *types = argv[2];
+    PyObject *args = argc > 3 ? argv[3] : empty_tuple, *kwargs = argc > 4 ? argv[4] : Py_None;
+    PyObject *a[N_ATTRS], *d = NULL, *info = NULL, *scanned = NULL, *out = NULL, *outs = NULL, *result = NULL;
+    if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_CheckExact(kwargs)))
+        goto slow;
+    d = PyObject_GenericGetDict(session, NULL);
+    if (d == NULL)
+        return NULL;
+    int have = session_attrs(d, a, A_EXITS);  /* what a metadata-only call needs checked; the rest below */
+    if (have <= 0) {
+        if (have < 0)
+            goto done;
+        goto slow;
+    }
+    int suspended = PyObject_IsTrue(a[A_SUSPENDED]);
+    if (suspended < 0)
+        goto done;
+    if (suspended || a[A_SIMULATED] != Py_None)
+        goto slow;
+    PyObject *level = PyObject_CallNoArgs(peek_stack);  /* inside torch.vmap / torch.func: the Python path */
+    if (level == NULL)
+        goto done;
+    Py_DECREF(level);
+    if (level != Py_None)
+        goto slow;
+    info = PyDict_GetItemWithError(info_cache, func);
+    if (info == NULL) {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))  /* TypeError: an unhashable callable */
+                goto done;
+            PyErr_Clear();
+        }
+        goto slow;  /* first call of `func`: the Python path describes it */
+    }
+    Py_INCREF(info);
+    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 4)
+        goto slow;
+    PyObject *call_kwargs = kwargs == Py_None ? NULL : kwargs;
+    if (PyTuple_GET_ITEM(info, 3) == Py_True) {  /* metadata only: run it, record nothing */
+        result = PyObject_Call(func, args, call_kwargs);
+        goto done;
+    }
+    have = session_attrs(d, a, N_ATTRS);
+    if (have <= 0) {
+        if (have < 0)
+            goto done;
+        goto slow;
+    }
+    if (a[A_GUARD] != Py_None || !PyList_CheckExact(a[A_EXITS]) || PyList_GET_SIZE(a[A_EXITS]) != 0)
+        goto slow;
+    if (PyTuple_GET_ITEM(info, 2) != Py_False)  /* writes in place */
+        goto slow;
+    if (call_kwargs != NULL && PyDict_GET_SIZE(call_kwargs) > 0) {
+        PyObject *flag = PyDict_GetItemWithError(call_kwargs, str_inplace);
+        PyObject *target = flag == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(call_kwargs, str_out);
+        if (PyErr_Occurred())
+            goto done;
+        if (flag == Py_True || (target != NULL && target != Py_None))
+            goto slow;
+    }
+    int save = PyObject_IsTrue(a[A_SAVE_VALUES]);
+    if (save < 0)
+        goto done;
+    PyObject *scan_argv[6] = {args, call_kwargs ? call_kwargs : empty_dict, a[A_TMAP], a[A_PARAM_IDS], a[A_BUFFER_IDS],
+                              a[A_SAVE_VALUES]};
+    scanned = scan_args(NULL, scan_argv, 6);
+    if (scanned == NULL)
+        goto done;
+    if (scanned == Py_None)
+        goto slow;
+    /* The call runs: from here on nothing goes to the Python path. */
+    out = PyObject_Call(func, args, call_kwargs);
+    if (out == NULL) {
+        annotated_error(session, info);
+        goto done;
+    }
+    int tensor = is_tensor(out);
+    if (tensor < 0)
+        goto done;
+    if (tensor) {
+        outs = PyTuple_Pack(1, out);
+    }
+    else if (PyTuple_Check(out) || PyList_CheckExact(out)) {
+        outs = output_tensors(out);
+        if (outs != NULL && PyTuple_GET_SIZE(outs) == 0) {
+            result = Py_NewRef(out);
+            goto done;
+        }
+    }
+    else {  /* no tensor out (a number, None, an array that left torch): the session notes what it must */
+        result = PyObject_CallMethodObjArgs(session, str_other, info, args, out, NULL);
+        goto done;
+    }
+    if (outs == NULL)
+        goto done;
+    have = session_attrs(d, a, N_ATTRS);  /* again: the call ran Python code, which may have replaced some */
+    if (have <= 0) {
+        if (have == 0)
+            PyErr_SetString(PyExc_RuntimeError, "the capture session lost an attribute during a call");
+        goto done;
+    }
+    PyObject *save_value = save ? PyObject_GetAttr(session, str_save) : Py_NewRef(Py_None);
+    PyObject *rec = save_value == NULL ? NULL : call_record(d, a, info, scanned, func, args, kwargs, outs, save);
+    if (rec != NULL) {
+        PyObject *rargv[8] = {outs, rec, a[A_RECORDS], a[A_METAS], a[A_TMAP], a[A_PARAM_IDS], a[A_SAVE_VALUES],
+                              save_value};
+        PyObject *done_rec = record_outputs(NULL, rargv, 8);
+        if (done_rec != NULL)
+            result = Py_NewRef(out);
+        Py_XDECREF(done_rec);
+    }
+    Py_XDECREF(rec);
+    Py_XDECREF(save_value);
+    goto done;
+slow:
+    Py_CLEAR(info);
+    Py_CLEAR(scanned);
+    Py_CLEAR(d);
+    return PyObject_CallMethodObjArgs(session, str_slow, func, types, args, kwargs, NULL);
+done:
+    Py_XDECREF(info);
+    Py_XDECREF(scanned);
+    Py_XDECREF(out);
+    Py_XDECREF(outs);
+    Py_XDECREF(d);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -672,6 +1292,12 @@ static PyMethodDef methods[] = {
     {"scan_constants", (PyCFunction)(void (*)(void))scan_constants, METH_FASTCALL,
      "A weights-free call's tensors not on meta, tensor count, known first value, Python-only flag."},
     {"site", (PyCFunction)(void (*)(void))site, METH_FASTCALL, "The user's source site of the current call."},
+    {"frame_objects", set_frame_objects, METH_O, "frame_objects(flag): walk frame objects in site() (tests)"},
+    {"configure_call", configure_call, METH_VARARGS, "configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors)"},
+    {"torch_function", (PyCFunction)(void (*)(void))torch_function, METH_FASTCALL,
+     "A capture session's function mode hook (bound to the session)."},
+    {"configure_build", configure_build, METH_VARARGS, "configure_build(Op, its slot descriptors, Edge, its, root entry)"},
+    {"build_ops", (PyCFunction)(void (*)(void))build_ops, METH_FASTCALL, "A finished capture's records as Ops."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -696,8 +1322,28 @@ PyInit__hotpath(void)
     str_is_meta = PyUnicode_InternFromString("is_meta");
     str_type = PyUnicode_InternFromString("type");
     str_meta = PyUnicode_InternFromString("meta");
+    str_entry = PyUnicode_InternFromString("entry");
+    for (int i = 0; i < N_ATTRS; i++) {
+        attr_str[i] = PyUnicode_InternFromString(attr_names[i]);
+        if (attr_str[i] == NULL)
+            return NULL;
+    }
+    str_slow = PyUnicode_InternFromString("_torch_function_py");
+    str_other = PyUnicode_InternFromString("_other_output");
+    str_annotate = PyUnicode_InternFromString("_annotate");
+    str_inplace = PyUnicode_InternFromString("inplace");
+    str_out = PyUnicode_InternFromString("out");
+    str_save = PyUnicode_InternFromString("_save");
+    empty_dict = PyDict_New();
+    empty_tuple = PyTuple_New(0);
+    empty_str = PyUnicode_InternFromString("");
+    zero = PyLong_FromLong(0);
+    one = PyLong_FromLong(1);
+    if (!str_slow || !str_other || !str_annotate || !str_inplace || !str_out || !str_save || !empty_dict ||
+        !empty_tuple || !empty_str || !zero || !one)
+        return NULL;
     if (!str_shape || !str_dtype || !str_device || !str_requires_grad || !str_startswith || !str_is_meta || !str_type ||
-        !str_meta)
+        !str_meta || !str_entry)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -7,8 +7,9 @@ from typing import Any, Callable
 
 import torch
 
+from . import hotpath
 from .call_template import call_templates
-from ..ir import (ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
+from ..ir import (Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
                   new_module_scope, new_op, new_param, new_site)
 from ..provenance import Provenance
 from ..store.codec import gc_paused
@@ -33,9 +34,11 @@ def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
     # site's code object, or a shape, per op costs more than the rest of the record).
     metas: dict[int, TensorMeta] = {}
     sites: dict[int, SourceSite | None] = {id(None): None}
+    templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
+    if _BUILD_OPS is not None:  # the same loop in C (hotpath.py)
+        return tuple(_BUILD_OPS(records, labels, templates, metas, sites, _meta, _site, _unique))
     ops = []
     append = ops.append
-    templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
     for idx, rec in enumerate(records):
         info = rec[R_INFO]
         stack = rec[R_STACK]  # a ModuleStack: its innermost entry read directly
@@ -72,6 +75,22 @@ _POSITIONAL = ("index", "label", "kind", "func", "parents", "out", "func_call_id
                "attrs")
 if tuple(f.name for f in dataclasses.fields(Op))[:len(_POSITIONAL)] != _POSITIONAL:
     raise ImportError("tracer.capture.build passes Op fields by position and Op's fields changed order")
+
+
+def _configure_c_build() -> Callable[..., Any] | None:
+    """`hotpath.build_ops` set up for Op and Edge, or None (not built, or Op's later fields do not all
+    default to None, which the C loop sets them to)."""
+    if hotpath.build_ops is None or hotpath.configure_build is None:
+        return None
+    fields = dataclasses.fields(Op)
+    if any(f.default is not None for f in fields[len(_POSITIONAL):]):
+        return None
+    hotpath.configure_build(Op, tuple(Op.__dict__[f.name] for f in fields), Edge,
+                            tuple(Edge.__dict__[f.name] for f in dataclasses.fields(Edge)), _ROOT)
+    return hotpath.build_ops
+
+
+_BUILD_OPS = _configure_c_build()
 
 
 def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:

@@ -13,6 +13,12 @@ install still succeeds and the capture records the same through the Python path,
 - `tensor_indices(tmap, *objs)`: the op indices of the tensors a module call takes or returns
   (`_indices_of(shallow_tensors(...))`); None where the Python walk must run (a dict or list subclass).
 - `scan_constants(args, kwargs, known, plain, is_plain)`: `weights_free.constants.ConstantLedger.scan`.
+- `torch_function(session, func, types, args, kwargs)`: `CaptureSession.__torch_function__`'s common
+  case start to end (after `configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep,
+  shallow_tensors)`), bound to the session for its forward; every other call goes to the session's
+  `_torch_function_py` before anything runs.
+- `build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique)`: the loop of
+  `build._build_ops` (after `configure_build(Op, its slot descriptors, Edge, its, root entry)`).
 """
 from __future__ import annotations
 
@@ -38,6 +44,10 @@ record_outputs: Callable[..., Any] | None = getattr(_ext, "record_outputs", None
 site: Callable[..., Any] | None = getattr(_ext, "site", None)
 tensor_indices: Callable[..., Any] | None = getattr(_ext, "tensor_indices", None)
 scan_constants: Callable[..., Any] | None = getattr(_ext, "scan_constants", None)
+torch_function: Callable[..., Any] | None = getattr(_ext, "torch_function", None)
+configure_call: Callable[..., Any] | None = getattr(_ext, "configure_call", None)
+build_ops: Callable[..., Any] | None = getattr(_ext, "build_ops", None)
+configure_build: Callable[..., Any] | None = getattr(_ext, "configure_build", None)
 ACTIVE = _ext is not None
 
 
@@ -46,7 +56,8 @@ def configure(tensor_type: type, placeholder: Any, positions: tuple[str, ...], f
     fields it fills are where the session keeps them."""
     if _ext is None:
         return
-    expected = {"R_TENSOR": 2, "R_META": 3, "R_OUT_IDX": 5}
+    expected = {"R_INFO": 0, "R_PARENTS": 1, "R_TENSOR": 2, "R_META": 3, "R_CALL": 4, "R_OUT_IDX": 5, "R_N_OUT": 6,
+                "R_STACK": 7, "R_PARAMS": 8, "R_WRITES": 9, "R_INPLACE": 10, "R_SITE": 11, "R_IO": 12}
     if {k: fields[k] for k in expected} != expected:
         raise ImportError(f"tracer.capture._hotpath fills record fields {expected}; the session's are {fields}")
     _ext.configure(tensor_type, placeholder, positions)

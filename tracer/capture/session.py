@@ -11,6 +11,7 @@ import bisect
 import contextlib
 import sys
 import weakref
+from types import MethodType
 from typing import Any, Callable
 
 import torch
@@ -35,8 +36,11 @@ _SEQ = (list, tuple)
 R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
 # R_CALLSPEC: (func, args, kwargs) of the live call when values are saved. R_ARGS / R_KWARGS: when they
 # are not, args and kwargs with every tensor replaced by `call_template.TENSOR` (no tensor is held).
-_hotpath.configure(_Tensor, TENSOR, _POS, {"R_TENSOR": R_TENSOR, "R_META": R_META, "R_OUT_IDX": R_OUT_IDX})
+_hotpath.configure(_Tensor, TENSOR, _POS, {k: v for k, v in globals().items() if k.startswith("R_") and type(v) is int})
 _SCAN_ARGS, _RECORD_OUTPUTS, _SITE = _hotpath.scan_args, _hotpath.record_outputs, _hotpath.site
+if _hotpath.configure_call is not None:
+    _hotpath.configure_call(_INFO_CACHE, _in_functorch_transform, scrub_deep, shallow_tensors)
+_TORCH_FUNCTION = _hotpath.torch_function  # a call start to end in C, bound to the session for its forward
 # The fields a call template is made from (see call_template.call_templates).
 TEMPLATE_FIELDS = (R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL)
 
@@ -175,6 +179,9 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         """Run the forward under capture; the module wrappers and the mode are always removed."""
         self._record_inputs(args, kwargs)
         try:
+            if _TORCH_FUNCTION is not None:  # the mode's hook in C for the forward (removed below: no cycle stays)
+                self._prefixes = _INTERNAL_PREFIXES or _internal_prefixes()
+                self.__torch_function__ = MethodType(_TORCH_FUNCTION, self)
             self._install_scopes()
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
@@ -185,6 +192,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
                 output = self.model(*args, **kwargs)
         finally:
             self._remove_scopes()
+            self.__dict__.pop("__torch_function__", None)
         self._record_outputs(output)
         return output
 
@@ -387,9 +395,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         elif out is None and target is not None:
             outs = (target,)  # __setitem__ and friends return None
         else:
-            if info.kind in _boundaries.ROUNDTRIP_KINDS and args and isinstance(args[0], _Tensor):
-                self.exits.append((args[0], info.kind))  # a tensor left torch
-            return out
+            return self._other_output(info, args, out)
         writes = ()
         if watched:
             if info.kind in _RUNNING_STAT_KINDS and _updates_running_stats(info.kind, args, kwargs):
@@ -441,6 +447,16 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
                 self._save(idx, t)
         if guard is not None:
             guard.after_call(info, list(outs), self)
+        return out
+
+    # The whole call in Python: the class's hook, and where the C hook (hotpath.torch_function) sends every
+    # call it does not record itself.
+    _torch_function_py = __torch_function__
+
+    def _other_output(self, info: FuncInfo, args: tuple, out: Any) -> Any:
+        """A recorded call's result that holds no tensor (the C hook's case of `__torch_function__`'s last branch)."""
+        if info.kind in _boundaries.ROUNDTRIP_KINDS and args and isinstance(args[0], _Tensor):
+            self.exits.append((args[0], info.kind))  # a tensor left torch
         return out
 
     def _scan_args(self, args: tuple) -> tuple:
