@@ -75,6 +75,7 @@ def _python_path(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("_SCAN_ARGS", "_RECORD_OUTPUTS", "_SITE", "_TORCH_FUNCTION"):
         monkeypatch.setattr(session, name, None)
     monkeypatch.setattr(scopes, "_tensor_indices", None)
+    monkeypatch.setattr(scopes, "_SCOPED_FORWARD", None)
     monkeypatch.setattr(constants, "_SCAN_CONSTANTS", None)
     monkeypatch.setattr(build, "_BUILD_OPS", None)
 
@@ -231,3 +232,52 @@ def test_the_two_frame_walks_find_the_same_sites(case):
         hotpath._ext.frame_objects(False)
     assert [op.source for op in fast.ops] == [op.source for op in public.ops]
     assert any(op.source is not None for op in fast.ops)
+
+
+class _Inspecting(nn.Module):
+    """Reads what its child's wrapped forward shows the world while the capture runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(3, 3)
+        self.seen: dict = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import copy
+        import inspect
+
+        f = self.inner.forward
+        self.seen = {"type": type(f).__name__, "self": f.__self__ is self.inner, "name": f.__name__,
+                     "params": list(inspect.signature(f).parameters), "copy": copy.copy(f) is f,
+                     "deepcopy": copy.deepcopy(f) is f}
+        return self.inner(x)
+
+
+@needs_extension
+def test_the_c_module_wrapper_looks_like_the_forward_it_wraps():
+    model = _Inspecting()
+    t = tracer.trace(model, (torch.ones(2, 3),))
+    assert model.seen == {"type": "ScopedForward", "self": True, "name": "forward", "params": ["input"], "copy": True,
+                          "deepcopy": True}
+    assert "forward" not in model.inner.__dict__  # removed after the capture
+    assert [c.call for c in t.modules["inner"].calls] == [0]
+
+
+@needs_extension
+def test_the_c_module_wrapper_closes_its_scope_when_the_forward_raises(monkeypatch):
+    class Boom(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("inside a child")
+
+    model = nn.Sequential(nn.Linear(3, 3), Boom())
+    x = torch.ones(2, 3)
+    errors = []
+    for c_path in (True, False):
+        with monkeypatch.context() as m:
+            if not c_path:
+                _python_path(m)
+            with pytest.raises(ValueError, match="inside a child") as info:
+                tracer.trace(model, (x,))
+            errors.append(str(info.value))
+        assert "forward" not in model[1].__dict__ and "forward" not in model[0].__dict__
+    assert errors[0] == errors[1]

@@ -1283,6 +1283,331 @@ done:
     return result;
 }
 
+/* ---- ScopedForward: a module's forward run inside its scope (ModuleScopes._wrap's wrapper) ---------- */
+
+static PyObject *call_impl_code = NULL, *call_impl_inner_code = NULL;  /* nn.Module._call_impl's code objects */
+static PyTypeObject *stack_type = NULL;  /* ir.ModuleStack */
+static Py_ssize_t stack_offsets[5];      /* parent, entry, depth, _tuple, _hash */
+static PyObject *str_call_counts = NULL, *str_frames = NULL, *str_module_calls = NULL, *str_indices_in = NULL,
+    *str_depth = NULL, *str_name = NULL, *str_qualname = NULL;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *session, *module, *addr, *inner;
+} ScopedForward;
+
+/* configure_scopes(Module._call_impl's code, its inner closure's code, ModuleStack, its slot descriptors) */
+static PyObject *
+configure_scopes(PyObject *self, PyObject *args)
+{
+    PyObject *impl, *inner, *stack, *descr;
+    if (!PyArg_ParseTuple(args, "OOO!O!:configure_scopes", &impl, &inner, &PyType_Type, &stack, &PyTuple_Type, &descr))
+        return NULL;
+    if (PyTuple_GET_SIZE(descr) != 5 || slot_offsets(descr, stack_offsets, 5) < 0) {
+        PyErr_SetString(PyExc_TypeError, "configure_scopes: ModuleStack must have the slots parent, entry, depth, _tuple, _hash");
+        return NULL;
+    }
+    Py_XSETREF(call_impl_code, Py_NewRef(impl));
+    Py_XSETREF(call_impl_inner_code, Py_NewRef(inner));
+    Py_XSETREF(stack_type, (PyTypeObject *)Py_NewRef(stack));
+    Py_RETURN_NONE;
+}
+
+/* Whether the innermost Python function (the one calling the wrapper) is nn.Module.__call__'s: a
+ * forward called directly (`module.forward(x)`) is not a module call. */
+static int
+called_as_module(void)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (!frame_objects) {
+        _PyInterpreterFrame *f = PyThreadState_Get()->cframe->current_frame;
+        PyObject *code = f == NULL ? NULL : (PyObject *)f->f_code;
+        return code != NULL && (code == call_impl_code || code == call_impl_inner_code);
+    }
+#endif
+    PyFrameObject *f = PyEval_GetFrame();  /* borrowed */
+    if (f == NULL)
+        return 0;
+    PyCodeObject *code = PyFrame_GetCode(f);
+    int yes = (PyObject *)code == call_impl_code || (PyObject *)code == call_impl_inner_code;
+    Py_DECREF(code);
+    return yes;
+}
+
+/* ModuleStack(parent, (addr, call)): `parent.push(addr, call)` without its Python frames. */
+static PyObject *
+push_stack(PyObject *parent, PyObject *addr, PyObject *call)
+{
+    PyObject *depth = PyObject_GetAttr(parent, str_depth);
+    PyObject *values[5] = {Py_NewRef(parent), PyTuple_Pack(2, addr, call),
+                           depth == NULL ? NULL : PyNumber_Add(depth, one), Py_NewRef(Py_None), Py_NewRef(Py_None)};
+    Py_XDECREF(depth);
+    if (values[1] == NULL || values[2] == NULL) {
+        for (int i = 0; i < 5; i++)
+            Py_XDECREF(values[i]);
+        return NULL;
+    }
+    return new_slotted(stack_type, stack_offsets, values, 5);
+}
+
+/* The op indices of the tensors in `objs` an earlier op produced (`ModuleScopes._indices_in`). */
+static PyObject *
+indices_in(PyObject *session, PyObject *tmap, PyObject *objs)
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(objs) && rc == 0; i++)
+        rc = collect_indices(PyTuple_GET_ITEM(objs, i), tmap, out, 0);
+    if (rc == 1) {  /* a container the C walk leaves to Python */
+        Py_DECREF(out);
+        PyObject *method = PyObject_GetAttr(session, str_indices_in);
+        PyObject *found = method == NULL ? NULL : PyObject_Call(method, objs, NULL);
+        Py_XDECREF(method);
+        return found;
+    }
+    PyObject *found = rc < 0 ? NULL : PyList_AsTuple(out);
+    Py_DECREF(out);
+    return found;
+}
+
+/* `ModuleScopes._leave`: pop to this call's frame (restoring the stack each pop), then record the call. */
+static int
+leave_scope(PyObject *session, PyObject *frame, PyObject *output)
+{
+    PyObject *d = PyObject_GenericGetDict(session, NULL);
+    if (d == NULL)
+        return -1;
+    int rc = -1;
+    PyObject *frames = PyDict_GetItemWithError(d, str_frames), *tmap = PyDict_GetItemWithError(d, attr_str[A_TMAP]),
+             *records = PyDict_GetItemWithError(d, attr_str[A_RECORDS]),
+             *calls = PyDict_GetItemWithError(d, str_module_calls);
+    PyObject *outputs = NULL, *entry = NULL, *last = NULL;
+    if (frames == NULL || tmap == NULL || records == NULL || calls == NULL || !PyList_CheckExact(frames) ||
+        !PyList_CheckExact(records) || !PyDict_CheckExact(calls)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the capture session lost its module frames");
+        goto end;
+    }
+    int found = 0;
+    while (PyList_GET_SIZE(frames) > 0) {
+        Py_ssize_t n = PyList_GET_SIZE(frames);
+        PyObject *top = Py_NewRef(PyList_GET_ITEM(frames, n - 1));
+        if (PyList_SetSlice(frames, n - 1, n, NULL) < 0 || !PyList_Check(top) || PyList_GET_SIZE(top) < 6 ||
+            PyDict_SetItem(d, attr_str[A_STACK], PyList_GET_ITEM(top, 4)) < 0) {
+            Py_DECREF(top);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "a module frame is not the session's");
+            goto end;
+        }
+        found = top == frame;
+        Py_DECREF(top);
+        if (found)
+            break;
+    }
+    if (!found) {
+        rc = 0;
+        goto end;
+    }
+    if (output == Py_None) {
+        outputs = Py_NewRef(empty_tuple);
+    }
+    else {
+        PyObject *objs = PyTuple_Pack(1, output);
+        outputs = objs == NULL ? NULL : indices_in(session, tmap, objs);
+        Py_XDECREF(objs);
+    }
+    last = PyLong_FromSsize_t(PyList_GET_SIZE(records) - 1);
+    if (outputs == NULL || last == NULL)
+        goto end;
+    entry = PyTuple_Pack(5, PyList_GET_ITEM(frame, 1), PyList_GET_ITEM(frame, 2), outputs, PyList_GET_ITEM(frame, 3), last);
+    if (entry == NULL)
+        goto end;
+    PyObject *fresh = PyList_New(0);
+    PyObject *list = fresh == NULL ? NULL : PyDict_SetDefault(calls, PyList_GET_ITEM(frame, 0), fresh);  /* borrowed */
+    Py_XDECREF(fresh);
+    if (list != NULL && PyList_Check(list))
+        rc = PyList_Append(list, entry);
+    else if (list != NULL)
+        PyErr_SetString(PyExc_TypeError, "module_calls entries must be lists");
+end:
+    Py_XDECREF(outputs);
+    Py_XDECREF(entry);
+    Py_XDECREF(last);
+    Py_DECREF(d);
+    return rc;
+}
+
+/* The module call: open its scope (`ModuleScopes._enter` for a module without a fused fast path), run
+ * the forward, close the scope also when the forward raises (`_leave`), return the output. */
+static PyObject *
+scoped_call(ScopedForward *self, PyObject *args, PyObject *kwargs)
+{
+    if (!called_as_module())
+        return PyObject_Call(self->inner, args, kwargs);
+    PyObject *session = self->session, *addr = self->addr;
+    PyObject *d = PyObject_GenericGetDict(session, NULL);
+    if (d == NULL)
+        return NULL;
+    PyObject *frame = NULL, *output = NULL, *count = NULL, *indices = NULL, *pushed = NULL, *objs = NULL;
+    PyObject *counts = PyDict_GetItemWithError(d, str_call_counts), *frames = PyDict_GetItemWithError(d, str_frames),
+             *records = PyDict_GetItemWithError(d, attr_str[A_RECORDS]), *tmap = PyDict_GetItemWithError(d, attr_str[A_TMAP]),
+             *stack = PyDict_GetItemWithError(d, attr_str[A_STACK]);
+    if (counts == NULL || frames == NULL || records == NULL || tmap == NULL || stack == NULL ||
+        !PyDict_CheckExact(counts) || !PyList_CheckExact(frames) || !PyList_CheckExact(records)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "the capture session is not set up for module scopes");
+        goto end;
+    }
+    count = PyDict_GetItemWithError(counts, addr);
+    if (count == NULL && PyErr_Occurred())
+        goto end;
+    count = count == NULL ? Py_NewRef(zero) : Py_NewRef(count);
+    PyObject *next = PyNumber_Add(count, one);
+    if (next == NULL || PyDict_SetItem(counts, addr, next) < 0) {
+        Py_XDECREF(next);
+        goto end;
+    }
+    Py_DECREF(next);
+    objs = PyTuple_Pack(2, args, kwargs != NULL ? kwargs : empty_dict);
+    indices = objs == NULL ? NULL : indices_in(session, tmap, objs);
+    PyObject *n_records = indices == NULL ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(records));
+    frame = n_records == NULL ? NULL : PyList_New(6);
+    if (frame == NULL) {
+        Py_XDECREF(n_records);
+        goto end;
+    }
+    PyList_SET_ITEM(frame, 0, Py_NewRef(addr));
+    PyList_SET_ITEM(frame, 1, Py_NewRef(count));
+    PyList_SET_ITEM(frame, 2, Py_NewRef(indices));
+    PyList_SET_ITEM(frame, 3, n_records);
+    PyList_SET_ITEM(frame, 4, Py_NewRef(stack));
+    PyList_SET_ITEM(frame, 5, Py_NewRef(Py_None));
+    pushed = push_stack(stack, addr, count);
+    if (pushed == NULL || PyList_Append(frames, frame) < 0)
+        goto end;
+    if (PyDict_SetItem(d, attr_str[A_STACK], pushed) < 0)
+        goto end;
+    output = PyObject_Call(self->inner, args, kwargs);
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);  /* the forward's exception, if it raised: raised after the scope closes */
+        if (leave_scope(session, frame, output != NULL ? output : Py_None) < 0) {
+            if (type != NULL) {
+                PyErr_Clear();  /* the forward's own exception is the one to raise */
+                PyErr_Restore(type, value, tb);
+            }
+            Py_CLEAR(output);
+        }
+        else if (type != NULL) {
+            PyErr_Restore(type, value, tb);
+        }
+    }
+end:
+    Py_XDECREF(objs);
+    Py_XDECREF(count);
+    Py_XDECREF(indices);
+    Py_XDECREF(pushed);
+    Py_XDECREF(frame);
+    Py_DECREF(d);
+    return output;
+}
+
+static PyObject *
+scoped_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *session, *module, *addr, *inner;
+    if (!PyArg_ParseTuple(args, "OOUO:ScopedForward", &session, &module, &addr, &inner))
+        return NULL;
+    if (stack_type == NULL || call_impl_code == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._hotpath.ScopedForward is not configured");
+        return NULL;
+    }
+    ScopedForward *self = (ScopedForward *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->session = Py_NewRef(session);
+    self->module = Py_NewRef(module);
+    self->addr = Py_NewRef(addr);
+    self->inner = Py_NewRef(inner);
+    return (PyObject *)self;
+}
+
+static int
+scoped_traverse(ScopedForward *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->session);
+    Py_VISIT(self->module);
+    Py_VISIT(self->addr);
+    Py_VISIT(self->inner);
+    return 0;
+}
+
+static int
+scoped_clear(ScopedForward *self)
+{
+    Py_CLEAR(self->session);
+    Py_CLEAR(self->module);
+    Py_CLEAR(self->addr);
+    Py_CLEAR(self->inner);
+    return 0;
+}
+
+static void
+scoped_dealloc(ScopedForward *self)
+{
+    PyObject_GC_UnTrack(self);
+    scoped_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+scoped_same(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return Py_NewRef(self);  /* copied and deep-copied as a function is: the object itself */
+}
+
+static PyObject *
+scoped_name(ScopedForward *self, void *closure)
+{
+    return PyObject_GetAttr(self->inner, closure == NULL ? str_name : str_qualname);
+}
+
+static PyMemberDef scoped_members[] = {
+    {"__wrapped__", T_OBJECT_EX, offsetof(ScopedForward, inner), READONLY, "the forward it runs"},
+    {"__self__", T_OBJECT_EX, offsetof(ScopedForward, module), READONLY, "the module whose forward it is"},
+    {NULL},
+};
+
+static PyGetSetDef scoped_getset[] = {
+    {"__name__", (getter)scoped_name, NULL, "the forward's name", NULL},
+    {"__qualname__", (getter)scoped_name, NULL, "the forward's qualified name", (void *)1},
+    {NULL},
+};
+
+static PyMethodDef scoped_methods[] = {
+    {"__copy__", (PyCFunction)(void (*)(void))scoped_same, METH_FASTCALL, NULL},
+    {"__deepcopy__", (PyCFunction)(void (*)(void))scoped_same, METH_FASTCALL, NULL},
+    {NULL},
+};
+
+static PyTypeObject ScopedForwardType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer.capture._hotpath.ScopedForward",
+    .tp_doc = "ScopedForward(session, module, address, forward): the module's forward inside its scope",
+    .tp_basicsize = sizeof(ScopedForward),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = scoped_new,
+    .tp_call = (ternaryfunc)scoped_call,
+    .tp_traverse = (traverseproc)scoped_traverse,
+    .tp_clear = (inquiry)scoped_clear,
+    .tp_dealloc = (destructor)scoped_dealloc,
+    .tp_members = scoped_members,
+    .tp_getset = scoped_getset,
+    .tp_methods = scoped_methods,
+};
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(torch.Tensor, TENSOR placeholder, position names)"},
     {"scan_args", (PyCFunction)(void (*)(void))scan_args, METH_FASTCALL, "The argument scan of one call."},
@@ -1296,6 +1621,8 @@ static PyMethodDef methods[] = {
     {"configure_call", configure_call, METH_VARARGS, "configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors)"},
     {"torch_function", (PyCFunction)(void (*)(void))torch_function, METH_FASTCALL,
      "A capture session's function mode hook (bound to the session)."},
+    {"configure_scopes", configure_scopes, METH_VARARGS,
+     "configure_scopes(Module._call_impl's code, its inner closure's code, ModuleStack, its slot descriptors)"},
     {"configure_build", configure_build, METH_VARARGS, "configure_build(Op, its slot descriptors, Edge, its, root entry)"},
     {"build_ops", (PyCFunction)(void (*)(void))build_ops, METH_FASTCALL, "A finished capture's records as Ops."},
     {NULL, NULL, 0, NULL},
@@ -1342,8 +1669,21 @@ PyInit__hotpath(void)
     if (!str_slow || !str_other || !str_annotate || !str_inplace || !str_out || !str_save || !empty_dict ||
         !empty_tuple || !empty_str || !zero || !one)
         return NULL;
+    str_call_counts = PyUnicode_InternFromString("call_counts");
+    str_frames = PyUnicode_InternFromString("frames");
+    str_module_calls = PyUnicode_InternFromString("module_calls");
+    str_indices_in = PyUnicode_InternFromString("_indices_in");
+    str_depth = PyUnicode_InternFromString("depth");
+    str_name = PyUnicode_InternFromString("__name__");
+    str_qualname = PyUnicode_InternFromString("__qualname__");
+    if (!str_call_counts || !str_frames || !str_module_calls || !str_indices_in || !str_depth || !str_name ||
+        !str_qualname || PyType_Ready(&ScopedForwardType) < 0)
+        return NULL;
     if (!str_shape || !str_dtype || !str_device || !str_requires_grad || !str_startswith || !str_is_meta || !str_type ||
         !str_meta || !str_entry)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "ScopedForward", (PyObject *)&ScopedForwardType) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -17,6 +17,9 @@ install still succeeds and the capture records the same through the Python path,
   case start to end (after `configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep,
   shallow_tensors)`), bound to the session for its forward; every other call goes to the session's
   `_torch_function_py` before anything runs.
+- `ScopedForward(session, module, address, forward)`: `ModuleScopes._wrap`'s wrapper of a module's
+  forward (after `configure_scopes(Module._call_impl's code, its inner closure's, ModuleStack, its
+  slot descriptors)`), for a module without a fused fast path.
 - `build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique)`: the loop of
   `build._build_ops` (after `configure_build(Op, its slot descriptors, Edge, its, root entry)`).
 """
@@ -46,6 +49,8 @@ tensor_indices: Callable[..., Any] | None = getattr(_ext, "tensor_indices", None
 scan_constants: Callable[..., Any] | None = getattr(_ext, "scan_constants", None)
 torch_function: Callable[..., Any] | None = getattr(_ext, "torch_function", None)
 configure_call: Callable[..., Any] | None = getattr(_ext, "configure_call", None)
+ScopedForward: type | None = getattr(_ext, "ScopedForward", None)
+configure_scopes: Callable[..., Any] | None = getattr(_ext, "configure_scopes", None)
 build_ops: Callable[..., Any] | None = getattr(_ext, "build_ops", None)
 configure_build: Callable[..., Any] | None = getattr(_ext, "configure_build", None)
 ACTIVE = _ext is not None

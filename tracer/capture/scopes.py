@@ -17,7 +17,9 @@ import torch
 from torch import nn
 
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
+from . import hotpath as _hotpath
 from .hotpath import tensor_indices as _tensor_indices  # None without the C extension
+from ..ir import ModuleStack
 from .boundaries import outside_scripts
 from .walk import named_modules, shallow_tensors
 
@@ -28,6 +30,11 @@ _getframe = sys._getframe
 _CALL_IMPL = nn.Module._call_impl.__code__
 _CALL_IMPL_INNER = next((c for c in _CALL_IMPL.co_consts if isinstance(c, type(_CALL_IMPL)) and c.co_name == "inner"),
                         _CALL_IMPL)
+if _hotpath.configure_scopes is not None:
+    _hotpath.configure_scopes(_CALL_IMPL, _CALL_IMPL_INNER, ModuleStack,
+                              tuple(ModuleStack.__dict__[name] for name in ModuleStack.__slots__))
+# The wrapper in C (enter, forward, leave in one call), for a module without a fused fast path; None: the closure.
+_SCOPED_FORWARD = _hotpath.ScopedForward
 
 
 def _global_module_hooks() -> bool:
@@ -67,6 +74,9 @@ class ModuleScopes:
         inner = module.forward  # the class's, or an instance attribute already set (accelerate's offload hook)
         if script:
             inner = self._script_forward(module, inner)
+        if _SCOPED_FORWARD is not None and not script and type(module) not in _fast_paths.FUSED_MODULES:
+            self._set_forward(module, _SCOPED_FORWARD(self, module, addr, inner))  # what the closure below does
+            return
         enter, leave = self._enter, self._leave
 
         def forward(*args: Any, **kwargs: Any) -> Any:
@@ -83,6 +93,10 @@ class ModuleScopes:
 
         forward.__wrapped__ = inner  # inspect.signature(module.forward) reads the forward's own
         forward.__self__ = module  # as a bound method's: checkpointing finds the module it runs
+        self._set_forward(module, forward)
+
+    def _set_forward(self, module: nn.Module, forward: Any) -> None:
+        """Make `forward` the module's for the capture (an instance attribute; `_unwrap` puts back what was)."""
         state = module.__dict__
         self.wrapped.append((state, state.get("forward", _UNSET), forward))
         state["forward"] = forward
