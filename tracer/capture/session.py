@@ -179,7 +179,9 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         """Run the forward under capture; the module wrappers and the mode are always removed."""
         self._record_inputs(args, kwargs)
         try:
-            if _TORCH_FUNCTION is not None:  # the mode's hook in C for the forward (removed below: no cycle stays)
+            if _TORCH_FUNCTION is not None and self.guard is None and self.simulated is None:
+                # the mode's hook in C for the forward (removed below: no cycle stays); a guarded capture (weights-free,
+                # distributed) checks every call in Python, so it keeps the Python hook
                 self._prefixes = _INTERNAL_PREFIXES or _internal_prefixes()
                 self.__torch_function__ = MethodType(_TORCH_FUNCTION, self)
             self._install_scopes()
