@@ -421,6 +421,28 @@ collect_indices(PyObject *obj, PyObject *tmap, PyObject *out, int depth)
     return 0;
 }
 
+/* The op indices (a tuple) of the tensors in `objs[0..n)` an earlier op produced, walked in turn; None
+ * when a container needs the Python walk. */
+static PyObject *
+indices_of(PyObject *tmap, PyObject *const *objs, Py_ssize_t n)
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int rc = collect_indices(objs[i], tmap, out, 0);
+        if (rc != 0) {
+            Py_DECREF(out);
+            if (rc < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *result = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return result;
+}
+
 /* tensor_indices(tmap, *objs) -> tuple | None
  *
  * `CaptureSession._indices_of(shallow_tensors(obj) + ...)` over each of `objs` in turn: the op index of
@@ -434,21 +456,7 @@ tensor_indices(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (!ready())
         return NULL;
-    PyObject *out = PyList_New(0);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 1; i < argc; i++) {
-        int rc = collect_indices(argv[i], argv[0], out, 0);
-        if (rc != 0) {
-            Py_DECREF(out);
-            if (rc < 0)
-                return NULL;
-            Py_RETURN_NONE;
-        }
-    }
-    PyObject *result = PyList_AsTuple(out);
-    Py_DECREF(out);
-    return result;
+    return indices_of(argv[0], argv + 1, argc - 1);
 }
 
 /* Whether tensor `b` is on the meta device: `b.is_meta` for a plain tensor or parameter (`plain`: a tuple of
@@ -1350,26 +1358,17 @@ push_stack(PyObject *parent, PyObject *addr, PyObject *call)
     return new_slotted(stack_type, stack_offsets, values, 5);
 }
 
-/* The op indices of the tensors in `objs` an earlier op produced (`ModuleScopes._indices_in`). */
+/* `ModuleScopes._indices_in(*objs)` for one or two objects: `indices_of`, or the session's Python walk
+ * where it answers None. */
 static PyObject *
-indices_in(PyObject *session, PyObject *tmap, PyObject *objs)
+indices_in(PyObject *session, PyObject *tmap, PyObject *const *objs, Py_ssize_t n)
 {
-    PyObject *out = PyList_New(0);
-    if (out == NULL)
-        return NULL;
-    int rc = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(objs) && rc == 0; i++)
-        rc = collect_indices(PyTuple_GET_ITEM(objs, i), tmap, out, 0);
-    if (rc == 1) {  /* a container the C walk leaves to Python */
-        Py_DECREF(out);
-        PyObject *method = PyObject_GetAttr(session, str_indices_in);
-        PyObject *found = method == NULL ? NULL : PyObject_Call(method, objs, NULL);
-        Py_XDECREF(method);
+    PyObject *found = indices_of(tmap, objs, n);
+    if (found != Py_None)
         return found;
-    }
-    PyObject *found = rc < 0 ? NULL : PyList_AsTuple(out);
-    Py_DECREF(out);
-    return found;
+    Py_DECREF(found);
+    return PyObject_VectorcallMethod(str_indices_in, (PyObject *[]){session, objs[0], n > 1 ? objs[1] : NULL},
+                                     1 + n, NULL);
 }
 
 /* `ModuleScopes._leave`: pop to this call's frame (restoring the stack each pop), then record the call. */
@@ -1410,14 +1409,7 @@ leave_scope(PyObject *session, PyObject *frame, PyObject *output)
         rc = 0;
         goto end;
     }
-    if (output == Py_None) {
-        outputs = Py_NewRef(empty_tuple);
-    }
-    else {
-        PyObject *objs = PyTuple_Pack(1, output);
-        outputs = objs == NULL ? NULL : indices_in(session, tmap, objs);
-        Py_XDECREF(objs);
-    }
+    outputs = output == Py_None ? Py_NewRef(empty_tuple) : indices_in(session, tmap, &output, 1);
     last = PyLong_FromSsize_t(PyList_GET_SIZE(records) - 1);
     if (outputs == NULL || last == NULL)
         goto end;
@@ -1450,7 +1442,7 @@ scoped_call(ScopedForward *self, PyObject *args, PyObject *kwargs)
     PyObject *d = PyObject_GenericGetDict(session, NULL);
     if (d == NULL)
         return NULL;
-    PyObject *frame = NULL, *output = NULL, *count = NULL, *indices = NULL, *pushed = NULL, *objs = NULL;
+    PyObject *frame = NULL, *output = NULL, *count = NULL, *indices = NULL, *pushed = NULL;
     PyObject *counts = PyDict_GetItemWithError(d, str_call_counts), *frames = PyDict_GetItemWithError(d, str_frames),
              *records = PyDict_GetItemWithError(d, attr_str[A_RECORDS]), *tmap = PyDict_GetItemWithError(d, attr_str[A_TMAP]),
              *stack = PyDict_GetItemWithError(d, attr_str[A_STACK]);
@@ -1470,8 +1462,8 @@ scoped_call(ScopedForward *self, PyObject *args, PyObject *kwargs)
         goto end;
     }
     Py_DECREF(next);
-    objs = PyTuple_Pack(2, args, kwargs != NULL ? kwargs : empty_dict);
-    indices = objs == NULL ? NULL : indices_in(session, tmap, objs);
+    PyObject *objs[2] = {args, kwargs != NULL ? kwargs : empty_dict};
+    indices = indices_in(session, tmap, objs, 2);
     PyObject *n_records = indices == NULL ? NULL : PyLong_FromSsize_t(PyList_GET_SIZE(records));
     frame = n_records == NULL ? NULL : PyList_New(6);
     if (frame == NULL) {
@@ -1505,7 +1497,6 @@ scoped_call(ScopedForward *self, PyObject *args, PyObject *kwargs)
         }
     }
 end:
-    Py_XDECREF(objs);
     Py_XDECREF(count);
     Py_XDECREF(indices);
     Py_XDECREF(pushed);

@@ -144,6 +144,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         # One shared tuple per distinct (code, line) site and per distinct tensor metadata: a long trace
         # then keeps no per-op copy of them (fewer objects for the cyclic GC to walk, less memory).
         self._sites: dict[tuple, tuple] = {}  # (id(code), offset) -> the shared (code, offset) of R_SITE
+        self._prefixes = _internal_prefixes()  # file prefixes of torch's and tracer's own code (skipped by the site)
         self._metas: dict[tuple, tuple] = {}
         self.param_ids: dict[int, str] = {}
         self.buffer_ids: set[int] = set()
@@ -182,7 +183,6 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
             if _TORCH_FUNCTION is not None and self.guard is None and self.simulated is None:
                 # the mode's hook in C for the forward (removed below: no cycle stays); a guarded capture (weights-free,
                 # distributed) checks every call in Python, so it keeps the Python hook
-                self._prefixes = _INTERNAL_PREFIXES or _internal_prefixes()
                 self.__torch_function__ = MethodType(_TORCH_FUNCTION, self)
             self._install_scopes()
             witness = self.witness  # the census wraps on_call only when it is on
@@ -404,8 +404,8 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
                 writes = tuple(addr for addr, _t, _v in watched)  # the kernel updates them without a version bump
             else:
                 writes = tuple(addr for addr, t, v in watched if _version(t) != v)
-        site = (self._site() if _SITE is None else _SITE(self._site_cache, self._site_codes, self._sites,
-                _INTERNAL_PREFIXES or _internal_prefixes())) if self.record_source else None
+        site = (self._site() if _SITE is None else _SITE(self._site_cache, self._site_codes, self._sites, self._prefixes)
+                ) if self.record_source else None
         self.call_counter += 1
         call_id = self.call_counter
         n = len(outs)
@@ -605,7 +605,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
             code = f.f_code
             internal = cache.get(id(code))
             if internal is None:
-                internal = code.co_filename.startswith(_INTERNAL_PREFIXES or _internal_prefixes())
+                internal = code.co_filename.startswith(self._prefixes)
                 cache[id(code)] = internal
                 self._site_codes.append(code)  # keeps the id taken
             if not internal:
