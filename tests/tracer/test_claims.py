@@ -100,6 +100,25 @@ def test_mismatched_config_refuses():
     assert "config_fingerprint" in err.message
 
 
+def test_a_config_fingerprint_follows_every_change_to_its_config():
+    """The fingerprint kept per config object is made anew when an attribute changes (in place too), and
+    equals a fresh config's with the same values."""
+    from tracer.claims.twin import config_fingerprint
+
+    config = tiny_gpt2(n_layer=2).config
+    first = config_fingerprint(config)
+    assert config_fingerprint(config) == first
+    config.n_layer = 3
+    changed = config_fingerprint(config)
+    assert changed != first and changed == config_fingerprint(tiny_gpt2(n_layer=3).config)
+    config.task_specific_params = {"a": [1, 2]}
+    nested = config_fingerprint(config)
+    config.task_specific_params["a"].append(3)  # a change inside a nested value
+    assert config_fingerprint(config) not in (nested, changed)
+    config.task_specific_params["a"].pop()
+    assert config_fingerprint(config) == nested
+
+
 def test_train_eval_mismatch_names_the_module():
     real = tiny_gpt2()
     twin = meta_twin(real)

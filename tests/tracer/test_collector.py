@@ -155,3 +155,34 @@ def test_assembling_pauses_and_restores_outside_a_capture() -> None:
         assert not gc.isenabled()  # a process's own pause is kept
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("save", ["all", "none"])
+def test_a_dropped_trace_frees_what_its_capture_made_without_a_collection(save: str) -> None:
+    """Nothing a capture made waits for the cyclic GC: the session is no cycle (it was its own mode's
+    recorder), so dropping the trace frees its records and saved values at once. What the capture made
+    goes to the oldest generation, whose passes are rare: a cycle there held every value of every
+    dropped capture until one ran."""
+    import weakref
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    x = torch.ones(3, 4)
+    tracer.trace(model, (x,), capture=tracer.CaptureOptions(save=save))  # first-call caches filled
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        t = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save=save))
+        watched = [weakref.ref(v) for v in t.values.values()]
+        assert bool(watched) == (save == "all")
+        del t
+        assert all(w() is None for w in watched)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            assert gc.collect() == 0, [type(o).__name__ for o in gc.garbage][:20]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    finally:
+        if enabled:
+            gc.enable()

@@ -22,7 +22,7 @@ from torch import nn
 
 import tracer
 from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_qwen3_moe, tiny_resnet
-from tracer.capture import build, hotpath, scopes, session
+from tracer.capture import build, call_template, hotpath, scopes, session, walk
 from tracer.weights_free import constants
 
 needs_extension = pytest.mark.skipif(not hotpath.ACTIVE, reason="the C extension is not built in this environment")
@@ -40,9 +40,12 @@ class _Odd(nn.Module):
         self.norm = nn.BatchNorm1d(4)  # train mode: running stats are buffers written by the kernel
         self.register_buffer("scale", torch.full((4,), 2.0))
         self.const = torch.ones(4)  # a plain attribute: a tensor no op produced
+        self.act = nn.ReLU()  # called twice: two module calls
+        self.again = self.act  # one child registered under two names
+        self.empty = nn.ModuleList()  # a module that is false (len 0)
 
     def forward(self, x: torch.Tensor, *, bias: torch.Tensor) -> dict:
-        h = self.norm(self.lin(x))
+        h = self.act(self.norm(self.act(self.lin(x))))
         h = h * self.scale + self.const
         h = torch.cat([h, x], dim=1)  # a list of tensors
         parts = torch.split(h, 2, dim=1)  # a tuple of outputs
@@ -77,7 +80,11 @@ def _python_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scopes, "_tensor_indices", None)
     monkeypatch.setattr(scopes, "_SCOPED_FORWARD", None)
     monkeypatch.setattr(constants, "_SCAN_CONSTANTS", None)
-    monkeypatch.setattr(build, "_BUILD_OPS", None)
+    for name in ("_BUILD_OPS", "_OP_LABELS", "_MODULE_SCOPES"):
+        monkeypatch.setattr(build, name, None)
+    monkeypatch.setattr(call_template, "_C_TEMPLATES", None)
+    for name in ("_C_NAMED_MODULES", "_C_FIRST_VISITS", "_C_NAMED_STATE"):
+        monkeypatch.setattr(walk, name, None)
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, capture) -> tuple[tracer.Trace, tracer.Trace]:
@@ -132,6 +139,59 @@ def test_the_c_loops_record_a_weights_free_capture_as_the_python_does(monkeypatc
     assert len(with_c.ops) > 1900
 
 
+def _walk_model() -> nn.Module:
+    """Shared modules and a tied parameter, None entries, an empty container, a ModuleDict, a non-ASCII name."""
+    from collections import OrderedDict
+
+    shared = nn.Linear(2, 2)
+    model = nn.Sequential(OrderedDict(a=shared, b=nn.Sequential(shared, nn.ReLU()), c=nn.ModuleDict({"x": nn.Linear(2, 2)}),
+                                      d=nn.ModuleList()))
+    model.register_module("gone", None)
+    model.b.register_buffer("buf", torch.ones(1))
+    model.register_buffer("nothing", None)
+    model.b[1].register_parameter("tied", model.c.x.weight)
+    model.c.add_module("größe", nn.Linear(1, 1))
+    return model
+
+
+@needs_extension
+@pytest.mark.parametrize("dedup", [True, False])
+def test_the_c_walks_walk_as_torch_and_the_python_walks(monkeypatch, dedup):
+    model = _walk_model()
+
+    def walks() -> tuple:
+        modules = walk.named_modules(model, remove_duplicate=dedup)
+        every = walk.named_modules(model, remove_duplicate=False)
+        return ([(name, id(m)) for name, m in modules], [(name, id(m)) for name, m in walk.first_visits(every)],
+                [(name, id(t)) for table in ("_parameters", "_buffers")
+                 for name, t in walk.named_state(model, table, remove_duplicate=dedup, modules=every)])
+
+    with_c = walks()
+    with monkeypatch.context() as m:
+        _python_path(m)
+        with_python = walks()
+    torch_own = ([(name, id(m)) for name, m in model.named_modules(remove_duplicate=dedup)],
+                 [(name, id(m)) for name, m in model.named_modules()],
+                 [(name, id(t)) for name, t in [*model.named_parameters(remove_duplicate=dedup),
+                                                 *model.named_buffers(remove_duplicate=dedup)]])
+    assert with_c == with_python == torch_own
+    assert walk.named_modules(model, remove_duplicate=dedup) is not None and walk._C_NAMED_MODULES is not None
+
+
+@needs_extension
+def test_a_table_that_is_no_plain_dict_is_walked_in_python():
+    """The C walks hand back (None) where a module's table is a dict subclass, and the Python walks it."""
+    from collections import OrderedDict
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    model._modules = OrderedDict(model._modules)
+    model[0]._parameters = OrderedDict(model[0]._parameters)
+    assert hotpath.named_modules(model, True) is None
+    assert hotpath.named_state([("0", model[0])], "_parameters", True) is None
+    assert [n for n, _ in walk.named_modules(model)] == ["", "0"]
+    assert [n for n, _ in walk.named_state(model, "_parameters")] == ["0.weight", "0.bias"]
+
+
 @needs_extension
 def test_the_c_scan_walks_list_and_keyword_arguments():
     """The C scan itself (not the Python fallback) reports each tensor of a list argument and each keyword tensor."""
@@ -179,10 +239,11 @@ def test_the_environment_variable_turns_the_extension_off():
     env = {**os.environ, hotpath.ENV_PURE_PYTHON: "1"}
     code = ("from tracer.capture import hotpath, session; "
             "from tracer.capture import build; "
+            "from tracer.capture import call_template; "
             "print(hotpath.ACTIVE, session._SCAN_ARGS, session._RECORD_OUTPUTS, session._SITE, build._BUILD_OPS, "
-            "session._TORCH_FUNCTION)")
+            "session._TORCH_FUNCTION, build._OP_LABELS, build._MODULE_SCOPES, call_template._C_TEMPLATES)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False", "None", "None", "None", "None", "None"]
+    assert out.split() == ["False"] + ["None"] * 8
 
 
 @needs_extension

@@ -10,6 +10,7 @@
 #include <Python.h>
 #include <frameobject.h>
 #include <structmember.h>
+#include "_slots.h"
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 /* The interpreter's frames (read by `site` on CPython 3.11 without making frame objects). */
 #ifndef Py_BUILD_CORE
@@ -742,230 +743,6 @@ set_frame_objects(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* ---- build_ops: a finished capture's raw records as Ops (capture.build._build_ops) ---------------- */
-
-#define MAX_SLOTS 32
-static PyTypeObject *op_type = NULL, *edge_type = NULL;
-static Py_ssize_t op_offsets[MAX_SLOTS], edge_offsets[2];
-static Py_ssize_t op_width = 0;  /* Op's slots; the first OP_FILLED are filled by position, the rest None */
-#define OP_FILLED 18
-static PyObject *str_entry = NULL, *root_entry = NULL;
-
-/* The byte offsets of a slotted class's fields, from its member descriptors (in field order). */
-static int
-slot_offsets(PyObject *descriptors, Py_ssize_t *out, Py_ssize_t max)
-{
-    if (!PyTuple_Check(descriptors) || PyTuple_GET_SIZE(descriptors) > max)
-        return -1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(descriptors); i++) {
-        PyObject *d = PyTuple_GET_ITEM(descriptors, i);
-        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX)
-            return -1;
-        out[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
-    return 0;
-}
-
-/* configure_build(Op, Op's slot descriptors, Edge, Edge's slot descriptors, root entry) */
-static PyObject *
-configure_build(PyObject *self, PyObject *args)
-{
-    PyObject *op, *op_d, *edge, *edge_d, *root;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:configure_build", &PyType_Type, &op, &PyTuple_Type, &op_d, &PyType_Type,
-                          &edge, &PyTuple_Type, &edge_d, &PyTuple_Type, &root))
-        return NULL;
-    if (PyTuple_GET_SIZE(op_d) < OP_FILLED || PyTuple_GET_SIZE(edge_d) != 2 || slot_offsets(op_d, op_offsets, MAX_SLOTS) < 0 ||
-        slot_offsets(edge_d, edge_offsets, 2) < 0) {
-        PyErr_SetString(PyExc_TypeError, "configure_build: Op and Edge must be slotted classes of object fields");
-        return NULL;
-    }
-    op_width = PyTuple_GET_SIZE(op_d);
-    Py_XSETREF(op_type, (PyTypeObject *)Py_NewRef(op));
-    Py_XSETREF(edge_type, (PyTypeObject *)Py_NewRef(edge));
-    Py_XSETREF(root_entry, Py_NewRef(root));
-    Py_RETURN_NONE;
-}
-
-/* A new instance of a slotted class with its slots set (each value a new reference, stolen; on failure
- * all of them are released). */
-static PyObject *
-new_slotted(PyTypeObject *type, const Py_ssize_t *offsets, PyObject **values, Py_ssize_t n)
-{
-    PyObject *o = type->tp_alloc(type, 0);
-    if (o == NULL) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            Py_XDECREF(values[i]);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        *(PyObject **)((char *)o + offsets[i]) = values[i];
-    return o;
-}
-
-/* The value `cache[id(raw)]`, or `make(raw, cache)` on a miss (new reference). */
-static PyObject *
-cached(PyObject *cache, PyObject *raw, PyObject *make)
-{
-    PyObject *key = PyLong_FromVoidPtr(raw);
-    if (key == NULL)
-        return NULL;
-    PyObject *hit = PyDict_GetItemWithError(cache, key);
-    Py_DECREF(key);
-    if (hit != NULL)
-        return Py_NewRef(hit);
-    if (PyErr_Occurred())
-        return NULL;
-    return PyObject_CallFunctionObjArgs(make, raw, cache, NULL);
-}
-
-/* `items` when it has fewer than two entries, else `unique(items)` (new reference). */
-static PyObject *
-unique_of(PyObject *items, PyObject *unique)
-{
-    if (PyTuple_Check(items) && PyTuple_GET_SIZE(items) < 2)
-        return Py_NewRef(items);
-    return PyObject_CallOneArg(unique, items);
-}
-
-/* The edges of one record's (op index, position) parents. */
-static PyObject *
-edges_of(PyObject *parents, PyObject *labels)
-{
-    if (!PyTuple_Check(parents)) {
-        PyErr_SetString(PyExc_TypeError, "build_ops: parents must be a tuple");
-        return NULL;
-    }
-    Py_ssize_t n = PyTuple_GET_SIZE(parents);
-    PyObject *edges = PyTuple_New(n);
-    if (edges == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(parents, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_SetString(PyExc_TypeError, "build_ops: a parent must be an (index, position) pair");
-            Py_DECREF(edges);
-            return NULL;
-        }
-        Py_ssize_t src = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
-        if (src < 0 || src >= PyList_GET_SIZE(labels)) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_IndexError, "build_ops: a parent index out of range");
-            Py_DECREF(edges);
-            return NULL;
-        }
-        PyObject *values[2] = {Py_NewRef(PyList_GET_ITEM(labels, src)), Py_NewRef(PyTuple_GET_ITEM(pair, 1))};
-        PyObject *edge = new_slotted(edge_type, edge_offsets, values, 2);
-        if (edge == NULL) {
-            Py_DECREF(edges);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(edges, i, edge);
-    }
-    return edges;
-}
-
-#define R_INFO 0
-#define R_PARENTS 1
-#define R_CALL 4
-#define R_N_OUT 6
-#define R_STACK 7
-#define R_PARAMS 8
-#define R_WRITES 9
-#define R_INPLACE 10
-#define R_SITE 11
-#define R_IO 12
-
-/* build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique) -> list of Op
- *
- * `_build_ops`' loop: one Op per raw record, the metadata and source site of each shared through the
- * caches keyed by the raw tuple's id (a miss calls make_meta / make_site), parameters and writes of
- * two or more deduplicated by `unique`. */
-static PyObject *
-build_ops(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
-{
-    if (argc != 8) {
-        PyErr_SetString(PyExc_TypeError, "build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique)");
-        return NULL;
-    }
-    PyObject *records = argv[0], *labels = argv[1], *templates = argv[2], *metas = argv[3], *sites = argv[4],
-             *make_meta = argv[5], *make_site = argv[6], *unique = argv[7];
-    if (op_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._hotpath.build_ops is not configured");
-        return NULL;
-    }
-    if (!PyList_CheckExact(records) || !PyList_CheckExact(labels) || !PyList_CheckExact(templates) ||
-        !PyDict_CheckExact(metas) || !PyDict_CheckExact(sites) || PyList_GET_SIZE(labels) != PyList_GET_SIZE(records) ||
-        PyList_GET_SIZE(templates) != PyList_GET_SIZE(records)) {
-        PyErr_SetString(PyExc_TypeError, "build_ops: unexpected container types or lengths");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(records);
-    PyObject *ops = PyList_New(n);
-    if (ops == NULL)
-        return NULL;
-    for (Py_ssize_t idx = 0; idx < n; idx++) {
-        PyObject *rec = PyList_GET_ITEM(records, idx);
-        if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) <= R_IO) {
-            PyErr_SetString(PyExc_TypeError, "build_ops: a record must be a list of the session's fields");
-            goto error;
-        }
-        PyObject *info = PyList_GET_ITEM(rec, R_INFO);
-        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 2) {
-            PyErr_SetString(PyExc_TypeError, "build_ops: a record's FuncInfo must be a tuple");
-            goto error;
-        }
-        PyObject *stack = PyList_GET_ITEM(rec, R_STACK);
-        PyObject *entry = PyObject_GetAttr(stack, str_entry);
-        if (entry == NULL)
-            goto error;
-        if (entry == Py_None)
-            Py_SETREF(entry, Py_NewRef(root_entry));
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
-            Py_DECREF(entry);
-            PyErr_SetString(PyExc_TypeError, "build_ops: a module stack entry must be an (address, call) pair");
-            goto error;
-        }
-        PyObject *values[MAX_SLOTS] = {NULL};
-        values[0] = PyLong_FromSsize_t(idx);
-        values[1] = Py_NewRef(PyList_GET_ITEM(labels, idx));
-        values[2] = Py_NewRef(PyTuple_GET_ITEM(info, 0));
-        values[3] = Py_NewRef(PyTuple_GET_ITEM(info, 1));
-        values[4] = edges_of(PyList_GET_ITEM(rec, R_PARENTS), labels);
-        values[5] = cached(metas, PyList_GET_ITEM(rec, R_META), make_meta);
-        values[6] = Py_NewRef(PyList_GET_ITEM(rec, R_CALL));
-        values[7] = Py_NewRef(PyList_GET_ITEM(rec, R_OUT_IDX));
-        values[8] = Py_NewRef(PyList_GET_ITEM(rec, R_N_OUT));
-        values[9] = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
-        values[10] = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
-        values[11] = Py_NewRef(stack);
-        values[12] = unique_of(PyList_GET_ITEM(rec, R_PARAMS), unique);
-        values[13] = unique_of(PyList_GET_ITEM(rec, R_WRITES), unique);
-        values[14] = Py_NewRef(PyList_GET_ITEM(rec, R_INPLACE));
-        values[15] = cached(sites, PyList_GET_ITEM(rec, R_SITE), make_site);
-        values[16] = Py_NewRef(PyList_GET_ITEM(rec, R_IO));
-        values[17] = Py_NewRef(PyList_GET_ITEM(templates, idx));
-        Py_DECREF(entry);
-        int failed = 0;
-        for (Py_ssize_t f = 0; f < OP_FILLED; f++)
-            failed |= values[f] == NULL;
-        for (Py_ssize_t f = OP_FILLED; f < op_width; f++)
-            values[f] = Py_NewRef(Py_None);
-        if (failed) {
-            for (Py_ssize_t f = 0; f < op_width; f++)
-                Py_XDECREF(values[f]);
-            goto error;
-        }
-        PyObject *op = new_slotted(op_type, op_offsets, values, op_width);
-        if (op == NULL)
-            goto error;
-        PyList_SET_ITEM(ops, idx, op);
-    }
-    return ops;
-error:
-    Py_DECREF(ops);  /* unset items are NULL, which list deallocation skips */
-    return NULL;
-}
-
 /* ---- torch_function: a recorded call start to end (CaptureSession.__torch_function__'s common case) --- */
 
 static PyObject *info_cache = NULL;     /* functions.INFO_CACHE: func -> FuncInfo */
@@ -1599,6 +1376,124 @@ static PyTypeObject ScopedForwardType = {
     .tp_methods = scoped_methods,
 };
 
+/* ---- wrap_forwards: ModuleScopes._scope_all's common case, every plain module wrapped in one call ---- */
+
+static PyObject *str_forward = NULL, *str_hook_tables[4] = {NULL};
+static const char *hook_table_names[4] = {"_forward_pre_hooks", "_forward_hooks", "_backward_hooks",
+                                          "_backward_pre_hooks"};
+
+/* Whether `module` needs its scope from Python: 2 for a TorchScript module, 1 for one with hooks (or
+ * every module, while global hooks exist) or a fused fast path, 0 for none of these (-1: error). */
+static int
+scoped_in_python(PyObject *module, int hook_all, PyObject *fused, PyObject *script_type)
+{
+    int script = PyObject_IsInstance(module, script_type);
+    if (script != 0)
+        return script < 0 ? -1 : 2;
+    if (hook_all)
+        return 1;
+    for (int i = 0; i < 4; i++) {
+        PyObject *hooks = PyObject_GetAttr(module, str_hook_tables[i]);
+        int some = hooks == NULL ? -1 : PyObject_IsTrue(hooks);
+        Py_XDECREF(hooks);
+        if (some != 0)
+            return some;
+    }
+    return PyDict_Contains(fused, (PyObject *)Py_TYPE(module));
+}
+
+/* Make a ScopedForward `module`'s forward (an instance attribute; `(state, previous, wrapper)` appended
+ * to `wrapped` as `ModuleScopes._set_forward` appends it). */
+static int
+wrap_forward(PyObject *session, PyObject *module, PyObject *addr, PyObject *unset, PyObject *wrapped)
+{
+    PyObject *inner = PyObject_GetAttr(module, str_forward);
+    if (inner == NULL)
+        return -1;
+    ScopedForward *wrapper = (ScopedForward *)ScopedForwardType.tp_alloc(&ScopedForwardType, 0);
+    if (wrapper == NULL) {
+        Py_DECREF(inner);
+        return -1;
+    }
+    wrapper->session = Py_NewRef(session);
+    wrapper->module = Py_NewRef(module);
+    wrapper->addr = Py_NewRef(addr);
+    wrapper->inner = inner;
+    PyObject *state = PyObject_GenericGetDict(module, NULL);
+    int rc = -1;
+    if (state != NULL && PyDict_Check(state)) {
+        PyObject *previous = PyDict_GetItemWithError(state, str_forward);
+        if (previous != NULL || !PyErr_Occurred()) {
+            PyObject *entry = PyTuple_Pack(3, state, previous != NULL ? previous : unset, (PyObject *)wrapper);
+            rc = entry == NULL || PyList_Append(wrapped, entry) < 0 ? -1 : PyDict_SetItem(state, str_forward,
+                                                                                          (PyObject *)wrapper);
+            Py_XDECREF(entry);
+        }
+    }
+    else if (state != NULL) {
+        PyErr_SetString(PyExc_TypeError, "wrap_forwards: a module's __dict__ must be a dict");
+    }
+    Py_XDECREF(state);
+    Py_DECREF(wrapper);
+    return rc;
+}
+
+/* wrap_forwards(session, walk, hook_all, fused, ScriptModule, unset, wrapped) -> list
+ *
+ * For each (address, module) of a pre-order walk outside TorchScript modules: a ScopedForward as its
+ * forward, or, where its scope needs Python (scoped_in_python), the pair in the list returned (in walk
+ * order) for `ModuleScopes._enter_scopes_of`. */
+static PyObject *
+wrap_forwards(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 7 || !PyList_CheckExact(argv[1]) || !PyDict_Check(argv[3]) || !PyList_CheckExact(argv[6])) {
+        PyErr_SetString(PyExc_TypeError, "wrap_forwards(session, walk: list, hook_all, fused: dict, ScriptModule, unset, "
+                                         "wrapped: list)");
+        return NULL;
+    }
+    if (stack_type == NULL || call_impl_code == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._hotpath.wrap_forwards is not configured");
+        return NULL;
+    }
+    PyObject *session = argv[0], *walk = argv[1], *fused = argv[3], *script_type = argv[4], *unset = argv[5],
+             *wrapped = argv[6];
+    int hook_all = PyObject_IsTrue(argv[2]);
+    if (hook_all < 0)
+        return NULL;
+    PyObject *rest = PyList_New(0), *inside = NULL;  /* inside: `address.` of the last script module ("" at the root) */
+    for (Py_ssize_t i = 0; rest != NULL && i < PyList_GET_SIZE(walk); i++) {
+        PyObject *entry = PyList_GET_ITEM(walk, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(entry, 0))) {
+            PyErr_SetString(PyExc_TypeError, "wrap_forwards: a walk holds (address, module) pairs");
+            Py_CLEAR(rest);
+            break;
+        }
+        PyObject *addr = PyTuple_GET_ITEM(entry, 0), *module = PyTuple_GET_ITEM(entry, 1);
+        if (inside != NULL) {  /* (address + ".").startswith(inside): run within the script module */
+            PyObject *probe = PyUnicode_FromFormat("%U.", addr);
+            Py_ssize_t within = probe == NULL ? -1 : PyUnicode_Tailmatch(probe, inside, 0, PY_SSIZE_T_MAX, -1);
+            Py_XDECREF(probe);
+            if (within != 0) {
+                if (within < 0)
+                    Py_CLEAR(rest);
+                continue;
+            }
+        }
+        int python = scoped_in_python(module, hook_all, fused, script_type);
+        if (python < 0 || (python ? PyList_Append(rest, entry) : wrap_forward(session, module, addr, unset, wrapped)) < 0) {
+            Py_CLEAR(rest);
+            break;
+        }
+        if (python == 2) {  /* the modules inside it run within it */
+            Py_XSETREF(inside, PyUnicode_GET_LENGTH(addr) ? PyUnicode_FromFormat("%U.", addr) : PyUnicode_New(0, 0));
+            if (inside == NULL)
+                Py_CLEAR(rest);
+        }
+    }
+    Py_XDECREF(inside);
+    return rest;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(torch.Tensor, TENSOR placeholder, position names)"},
     {"scan_args", (PyCFunction)(void (*)(void))scan_args, METH_FASTCALL, "The argument scan of one call."},
@@ -1612,10 +1507,10 @@ static PyMethodDef methods[] = {
     {"configure_call", configure_call, METH_VARARGS, "configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors)"},
     {"torch_function", (PyCFunction)(void (*)(void))torch_function, METH_FASTCALL,
      "A capture session's function mode hook (bound to the session)."},
+    {"wrap_forwards", (PyCFunction)(void (*)(void))wrap_forwards, METH_FASTCALL,
+     "wrap_forwards(session, walk, hook_all, fused, ScriptModule, unset, wrapped): plain modules' forwards wrapped."},
     {"configure_scopes", configure_scopes, METH_VARARGS,
      "configure_scopes(Module._call_impl's code, its inner closure's code, ModuleStack, its slot descriptors)"},
-    {"configure_build", configure_build, METH_VARARGS, "configure_build(Op, its slot descriptors, Edge, its, root entry)"},
-    {"build_ops", (PyCFunction)(void (*)(void))build_ops, METH_FASTCALL, "A finished capture's records as Ops."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1640,7 +1535,6 @@ PyInit__hotpath(void)
     str_is_meta = PyUnicode_InternFromString("is_meta");
     str_type = PyUnicode_InternFromString("type");
     str_meta = PyUnicode_InternFromString("meta");
-    str_entry = PyUnicode_InternFromString("entry");
     for (int i = 0; i < N_ATTRS; i++) {
         attr_str[i] = PyUnicode_InternFromString(attr_names[i]);
         if (attr_str[i] == NULL)
@@ -1660,6 +1554,14 @@ PyInit__hotpath(void)
     if (!str_slow || !str_other || !str_annotate || !str_inplace || !str_out || !str_save || !empty_dict ||
         !empty_tuple || !empty_str || !zero || !one)
         return NULL;
+    str_forward = PyUnicode_InternFromString("forward");
+    for (int i = 0; i < 4; i++) {
+        str_hook_tables[i] = PyUnicode_InternFromString(hook_table_names[i]);
+        if (str_hook_tables[i] == NULL)
+            return NULL;
+    }
+    if (str_forward == NULL)
+        return NULL;
     str_call_counts = PyUnicode_InternFromString("call_counts");
     str_frames = PyUnicode_InternFromString("frames");
     str_module_calls = PyUnicode_InternFromString("module_calls");
@@ -1671,7 +1573,7 @@ PyInit__hotpath(void)
         !str_qualname || PyType_Ready(&ScopedForwardType) < 0)
         return NULL;
     if (!str_shape || !str_dtype || !str_device || !str_requires_grad || !str_startswith || !str_is_meta || !str_type ||
-        !str_meta || !str_entry)
+        !str_meta)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "ScopedForward", (PyObject *)&ScopedForwardType) < 0)

@@ -9,7 +9,7 @@ import torch
 
 from . import hotpath
 from .call_template import call_templates
-from ..ir import (Edge, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
+from ..ir import (Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
                   new_module_scope, new_op, new_param, new_site)
 from ..provenance import Provenance
 from ..store.codec import gc_paused
@@ -91,6 +91,19 @@ def _configure_c_build() -> Callable[..., Any] | None:
 
 
 _BUILD_OPS = _configure_c_build()
+_OP_LABELS = hotpath.op_labels
+
+
+def _configure_c_modules() -> Callable[..., Any] | None:
+    """`hotpath.module_scopes` set up for ModuleCallRecord and ModuleScope, or None (not built)."""
+    if hotpath.module_scopes is None or hotpath.configure_modules is None:
+        return None
+    hotpath.configure_modules(*(x for cls in (ModuleCallRecord, ModuleScope)
+                                for x in (cls, tuple(cls.__dict__[f.name] for f in dataclasses.fields(cls)))))
+    return hotpath.module_scopes
+
+
+_MODULE_SCOPES = _configure_c_modules()
 
 
 def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
@@ -130,6 +143,8 @@ def _build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, pro
 
 
 def _labels(records: list) -> list[str]:
+    if _OP_LABELS is not None:  # the same loop in C (hotpath.py)
+        return _OP_LABELS(records)
     counts: dict[str, int] = {}
     labels = []
     for rec in records:
@@ -187,31 +202,64 @@ def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> d
 
 
 def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScope]:
-    named = dict(session.named)
+    named = dict(session.named)  # an address a module adopted during the forward took holds the new module
     addr_of = session.module_addr  # canonical addresses: a shared child counts under its first path only
-    own_params: dict[str, list[str]] = {addr: [] for addr in named}
+    own_params: dict[str, list[str]] = {}
     for canonical, aliases in session.tied.items():
         for full in (canonical, *aliases):
-            owner, _, _ = full.rpartition(".")
-            if owner in own_params:
-                own_params[owner].append(full)
+            own_params.setdefault(full.rpartition(".")[0], []).append(full)
+    module_calls = session.module_calls
+    if _MODULE_SCOPES is not None:  # the same loop in C (hotpath.py)
+        return _MODULE_SCOPES(named, module_calls, labels, own_params, addr_of)
+    label_of = labels.__getitem__
     scopes: dict[str, ModuleScope] = {}
     for addr, module in named.items():
-        children = tuple(path for path in (addr_of.get(id(c)) for c in module._modules.values() if c is not None)
-                         if path is not None and path.rpartition(".")[0] == addr)
-        made = session.module_calls.get(addr, ())
+        subs = module._modules
+        children = _children(addr, subs, addr_of) if subs else ()  # most modules are leaves
+        made = module_calls.get(addr)
         calls = tuple([
-            new_module_call(call=c, inputs=tuple([labels[i] for i in ins]), outputs=tuple([labels[i] for i in outs]),
-                            first_op=first if first <= last else -1, last_op=last if first <= last else -1)
+            new_module_call(c, tuple(map(label_of, ins)), tuple(map(label_of, outs)),
+                            first if first <= last else -1, last if first <= last else -1)
             for c, ins, outs, first, last in (sorted(made) if len(made) > 1 else made)
-        ])
-        scopes[addr] = new_module_scope(address=addr, class_name=type(module).__name__,
-                                        params=tuple(own_params.get(addr, ())), children=children, calls=calls,
-                                        training=module.training)
+        ]) if made else ()
+        own = own_params.get(addr)
+        scopes[addr] = new_module_scope(addr, type(module).__name__, tuple(own) if own else (), children, calls,
+                                        module.training)
     return scopes
 
 
+def _children(addr: str, subs: dict, addr_of: dict[int, str]) -> tuple[str, ...]:
+    """The canonical addresses of a module's children that live under it (not first reached elsewhere)."""
+    found = []
+    for child in subs.values():
+        if child is not None:
+            path = addr_of.get(id(child))
+            if path is not None and path.rpartition(".")[0] == addr:
+                found.append(path)
+    return tuple(found)
+
+
 def _params(session: CaptureSession) -> dict[str, ParamRecord]:
+    """Each parameter and buffer at its first address, as its module holds it after the forward."""
+    named = dict(session.named)
+    records: dict[str, ParamRecord] = {}
+    for addr, others in session.tied.items():
+        owner, _, name = addr.rpartition(".")
+        module = named.get(owner)
+        t = is_buffer = None
+        if module is not None and type(module._parameters) is dict and type(module._buffers) is dict:
+            t = module._parameters.get(name)
+            is_buffer = t is None
+            if is_buffer:
+                t = module._buffers.get(name)
+        if t is None:  # gone from where it was found (a module replaced during the forward), or TorchScript's
+            return _params_walked(session)  # tables: the full walk
+        records[addr] = new_param(addr, tuple(t.shape), _dtype_text(t.dtype), _device_text(t.device),
+                                  bool(t.requires_grad), is_buffer, tuple(others))
+    return records
+
+
+def _params_walked(session: CaptureSession) -> dict[str, ParamRecord]:
     model, tied, every = session.model, session.tied, session.every
     records: dict[str, ParamRecord] = {}
     buffers = dict(named_state(model, "_buffers", remove_duplicate=False, modules=every))
@@ -222,3 +270,14 @@ def _params(session: CaptureSession) -> dict[str, ParamRecord]:
         records[addr] = new_param(address=addr, shape=tuple(t.shape), dtype=_dtype_text(t.dtype), device=str(t.device),
                                   requires_grad=bool(t.requires_grad), is_buffer=addr in buffers, tied=tuple(others))
     return records
+
+
+def _device_text(device: torch.device) -> str:
+    """`cuda:0` for torch.device("cuda", 0) (cached)."""
+    text = _DEVICE_TEXT.get(device)
+    if text is None:
+        text = _DEVICE_TEXT[device] = str(device)
+    return text
+
+
+_DEVICE_TEXT: dict[torch.device, str] = {}

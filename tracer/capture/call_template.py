@@ -23,6 +23,8 @@ from typing import Any, Container, Iterator, Mapping
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from . import hotpath
+
 _Tensor = torch.Tensor
 # A buffer's pre-write value is stored inline up to this many elements.
 INLINE_NUMEL = 64
@@ -157,6 +159,8 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
     call id). A live call (values saved) is copied without its tensors first: the trace's live calls
     may later drop references (offloaded weights) that a template must not keep alive.
     """
+    if _C_TEMPLATES is not None and fields == _C_FIELDS:  # the same loop in C (hotpath.py)
+        return _C_TEMPLATES(records, snapshots, _detach_parts)
     f_info, f_live, f_args, f_kwargs, f_parents, f_params, f_call = fields
     out: list[Mapping[str, Any]] = []
     last_call = -1
@@ -179,6 +183,25 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
             last_call = rec[f_call]
             out.append(last)
     return out
+
+
+def _detach_parts(live: tuple, snapshots: Mapping[int, str], parents: tuple) -> tuple:
+    """A saved live call's template parts (the C loop's callback)."""
+    return _detach_call(live, snapshots, [pos for _p, pos in parents])
+
+
+def _configure_c_templates() -> Any:
+    """`hotpath.call_templates` set up for CallTemplate, or None (not built)."""
+    if hotpath.call_templates is None or hotpath.configure_templates is None:
+        return None
+    hotpath.configure_templates(CallTemplate, tuple(CallTemplate.__dict__[name] for name in CallTemplate.__slots__))
+    return hotpath.call_templates
+
+
+_C_TEMPLATES = _configure_c_templates()
+# The record fields the C loop reads (session.R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL,
+# checked against the session's by hotpath.configure).
+_C_FIELDS = (0, 13, 14, 15, 1, 8, 4)
 
 
 class _Encoder:

@@ -35,6 +35,7 @@ if _hotpath.configure_scopes is not None:
                               tuple(ModuleStack.__dict__[name] for name in ModuleStack.__slots__))
 # The wrapper in C (enter, forward, leave in one call), for a module without a fused fast path; None: the closure.
 _SCOPED_FORWARD = _hotpath.ScopedForward
+_WRAP_FORWARDS = _hotpath.wrap_forwards  # `_scope_all`'s loop over the plain modules, in C
 
 
 def _global_module_hooks() -> bool:
@@ -148,6 +149,10 @@ class ModuleScopes:
 
     def _scope_all(self, walk: list[tuple[str, nn.Module]]) -> None:
         """Scope every module of a pre-order walk, except those inside a TorchScript module (they run in it)."""
+        if _WRAP_FORWARDS is not None and _SCOPED_FORWARD is not None and type(walk) is list:
+            # the plain modules wrapped in C as `_wrap` wraps them; the rest, in walk order, scoped below
+            walk = _WRAP_FORWARDS(self, walk, self.hook_all, _fast_paths.FUSED_MODULES, torch.jit.ScriptModule, _UNSET,
+                                  self.wrapped)
         for addr, module in outside_scripts(walk):
             self._enter_scopes_of(module, addr)
 

@@ -195,6 +195,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         finally:
             self._remove_scopes()
             self.__dict__.pop("__torch_function__", None)
+            self.recorder = None  # the mode is this session: no self-cycle outlives the forward
         self._record_outputs(output)
         return output
 

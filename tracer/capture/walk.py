@@ -6,7 +6,11 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from . import hotpath
+
 _MAX_DEPTH = 8
+# The walks below in C where built (hotpath.py); each returns None for a table that is no plain dict.
+_C_NAMED_MODULES, _C_FIRST_VISITS, _C_NAMED_STATE = hotpath.named_modules, hotpath.first_visits, hotpath.named_state
 
 
 def iter_tensors(obj: Any, path: str = "", depth: int = 0, seen: set | None = None) -> Iterator[tuple[str, torch.Tensor]]:
@@ -69,6 +73,10 @@ def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tu
     torch's own walk nests one generator per level, so each module passes through every level
     above it: quadratic for deep chains, and recursive.
     """
+    if _C_NAMED_MODULES is not None:
+        walked = _C_NAMED_MODULES(model, remove_duplicate)
+        if walked is not None:
+            return walked
     found: list[tuple[str, nn.Module]] = []
     seen: set[int] = set()
     stack: list[tuple[str, nn.Module]] = [("", model)]
@@ -87,6 +95,8 @@ def named_modules(model: nn.Module, *, remove_duplicate: bool = True) -> list[tu
 
 def first_visits(walked: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
     """A `named_modules(remove_duplicate=False)` walk reduced to `remove_duplicate=True`'s (same order)."""
+    if _C_FIRST_VISITS is not None and type(walked) is list:
+        return _C_FIRST_VISITS(walked)
     seen: set[int] = set()
     found = []
     for name, module in walked:
@@ -102,9 +112,13 @@ def named_state(model: nn.Module, table: str, *, remove_duplicate: bool = True,
 
     `modules` is a `named_modules(remove_duplicate=False)` walk already made (either flag then holds).
     """
+    walked = modules if modules is not None else named_modules(model, remove_duplicate=remove_duplicate)
+    if _C_NAMED_STATE is not None and type(walked) is list:
+        found_c = _C_NAMED_STATE(walked, table, remove_duplicate)
+        if found_c is not None:
+            return found_c
     found: list[tuple[str, torch.Tensor]] = []
     seen: set[int] = set()
-    walked = modules if modules is not None else named_modules(model, remove_duplicate=remove_duplicate)
     for prefix, module in walked:
         for name, t in getattr(module, table).items():
             if t is None or id(t) in seen:

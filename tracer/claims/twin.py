@@ -5,7 +5,9 @@ preflight compares the structure-only side's descriptor with the real side's, fi
 """
 from __future__ import annotations
 
+import copy
 import sys
+import weakref
 from typing import Any, Mapping
 
 import torch
@@ -54,11 +56,42 @@ def _device_type(walked: list[tuple[str, nn.Module]], args: tuple, kwargs: Mappi
 
 
 def config_fingerprint(config: Any) -> str | None:
-    """SHA-256 of a transformers config's graph-relevant fields (None for a model without config)."""
+    """SHA-256 of a transformers config's graph-relevant fields (None for a model without config).
+
+    Kept per config object with a deep copy of its attributes: a later capture of the same config
+    compares the attributes (C-speed equality) instead of `to_dict()`'s deep copy and a new digest, and
+    any change to them (or an attribute that cannot be compared) makes the fingerprint anew."""
     if config is None or not hasattr(config, "to_dict"):
         return None
+    kept = _FINGERPRINTS.get(id(config))
+    if kept is not None and kept[0]() is config and _unchanged(kept[1], config):
+        return kept[2]
     data = {k: v for k, v in config.to_dict().items() if k not in _VOLATILE_CONFIG_KEYS}
-    return canonical_digest(data)
+    digest = canonical_digest(data)
+    _keep(config, digest)
+    return digest
+
+
+# id(config) -> (weak reference to it, deep copy of its class and attributes, fingerprint); an entry
+# leaves with its config
+_FINGERPRINTS: dict[int, tuple[Any, tuple[type, dict], str]] = {}
+
+
+def _unchanged(snapshot: tuple[type, dict], config: Any) -> bool:
+    try:
+        return type(config) is snapshot[0] and bool(snapshot[1] == vars(config))
+    except Exception:  # noqa: BLE001 - an attribute without a plain equality (an array): not comparable, made anew
+        return False
+
+
+def _keep(config: Any, digest: str) -> None:
+    key = id(config)
+    try:
+        snapshot = (type(config), copy.deepcopy(vars(config)))
+        ref = weakref.ref(config, lambda _ref: _FINGERPRINTS.pop(key, None))
+    except Exception:  # noqa: BLE001 - not copyable or not weakly referable: nothing kept
+        return
+    _FINGERPRINTS[key] = (ref, snapshot, digest)
 
 
 def _use_cache(config: Any, kwargs: Mapping[str, Any]) -> Any:

@@ -1,0 +1,638 @@
+/* A finished capture's records turned into the trace's objects in C (issue 18): the op labels, the
+ * call templates and the Ops (`tracer.capture.build`). Optional, like `_hotpath.c`: `build.py` runs the
+ * same passes in Python when this module is not built, and the two build the same objects.
+ *
+ * Each function reads the session's raw records (lists in the field order of `session.R_*`, checked by
+ * `hotpath.configure`) and keeps no reference beyond the objects it returns.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "_slots.h"
+
+/* Raw record fields (session.R_*). */
+#define R_INFO 0
+#define R_PARENTS 1
+#define R_META 3
+#define R_CALL 4
+#define R_OUT_IDX 5
+#define R_N_OUT 6
+#define R_STACK 7
+#define R_PARAMS 8
+#define R_WRITES 9
+#define R_INPLACE 10
+#define R_SITE 11
+#define R_IO 12
+#define R_CALLSPEC 13
+#define R_ARGS 14
+#define R_KWARGS 15
+#define FUNC_INFO_FUNC 5  /* functions.FuncInfo.func */
+
+/* The record at `i` of `records` (borrowed), checked to be a list holding every field up to `last`. */
+static PyObject *
+record_at(PyObject *records, Py_ssize_t i, Py_ssize_t last)
+{
+    PyObject *rec = PyList_GET_ITEM(records, i);
+    if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) <= last) {
+        PyErr_SetString(PyExc_TypeError, "a record must be a list of the session's fields");
+        return NULL;
+    }
+    return rec;
+}
+
+/* ---- op_labels: `<kind>_<n>` per record (capture.build._labels) ----------------------------------- */
+
+/* `<kind>_<k>` (new reference; PyUnicode_FromFormat parses its format on every call and costs several times this). */
+static PyObject *
+numbered(PyObject *kind, Py_ssize_t k)
+{
+    char digits[24];
+    int nd = 0;
+    for (size_t v = (size_t)k; nd == 0 || v > 0; v /= 10)
+        digits[nd++] = (char)('0' + v % 10);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(kind);
+    PyObject *label = PyUnicode_New(len + 1 + nd, PyUnicode_MAX_CHAR_VALUE(kind));
+    if (label == NULL || PyUnicode_CopyCharacters(label, 0, kind, 0, len) < 0) {
+        Py_XDECREF(label);
+        return NULL;
+    }
+    int type = PyUnicode_KIND(label);
+    void *data = PyUnicode_DATA(label);
+    PyUnicode_WRITE(type, data, len, '_');
+    for (int i = 0; i < nd; i++)
+        PyUnicode_WRITE(type, data, len + 1 + i, digits[nd - 1 - i]);
+    return label;
+}
+
+/* op_labels(records) -> list of str, n counting each kind from 1 in record order */
+static PyObject *
+op_labels(PyObject *self, PyObject *records)
+{
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "op_labels(records): records must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *labels = PyList_New(n), *counts = PyDict_New();
+    if (labels == NULL || counts == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = record_at(records, i, R_INFO);
+        if (rec == NULL)
+            goto error;
+        PyObject *info = PyList_GET_ITEM(rec, R_INFO);
+        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(info, 0))) {
+            PyErr_SetString(PyExc_TypeError, "op_labels: a record's FuncInfo must be a tuple starting with its kind");
+            goto error;
+        }
+        PyObject *kind = PyTuple_GET_ITEM(info, 0);
+        PyObject *seen = PyDict_GetItemWithError(counts, kind);
+        if (seen == NULL && PyErr_Occurred())
+            goto error;
+        Py_ssize_t k = seen == NULL ? 1 : PyLong_AsSsize_t(seen) + 1;
+        if (k == 0 && PyErr_Occurred())
+            goto error;
+        PyObject *count = PyLong_FromSsize_t(k);
+        if (count == NULL || PyDict_SetItem(counts, kind, count) < 0) {
+            Py_XDECREF(count);
+            goto error;
+        }
+        Py_DECREF(count);
+        PyObject *label = numbered(kind, k);
+        if (label == NULL)
+            goto error;
+        PyList_SET_ITEM(labels, i, label);
+    }
+    Py_DECREF(counts);
+    return labels;
+error:
+    Py_XDECREF(labels);  /* unset items are NULL, which list deallocation skips */
+    Py_XDECREF(counts);
+    return NULL;
+}
+
+/* ---- call_templates: one CallTemplate per call (capture.call_template.call_templates) -------------- */
+
+static PyTypeObject *template_type = NULL;
+static Py_ssize_t template_offsets[6];  /* _func, _args, _kwargs, _parents, _params, _encoded */
+
+/* configure_templates(CallTemplate, its slot descriptors) */
+static PyObject *
+configure_templates(PyObject *self, PyObject *args)
+{
+    PyObject *type, *descr;
+    if (!PyArg_ParseTuple(args, "O!O!:configure_templates", &PyType_Type, &type, &PyTuple_Type, &descr))
+        return NULL;
+    if (PyTuple_GET_SIZE(descr) != 6 || slot_offsets(descr, template_offsets, 6) < 0) {
+        PyErr_SetString(PyExc_TypeError, "configure_templates: CallTemplate must have the slots _func, _args, _kwargs, "
+                                         "_parents, _params, _encoded");
+        return NULL;
+    }
+    Py_XSETREF(template_type, (PyTypeObject *)Py_NewRef(type));
+    Py_RETURN_NONE;
+}
+
+/* The template of a record that starts a call (new reference): its live call without its tensors
+ * (`detach(live, snapshots, parents)`, values saved) or its recorded callable and scrubbed arguments. */
+static PyObject *
+new_template(PyObject *rec, PyObject *snapshots, PyObject *detach)
+{
+    PyObject *values[6] = {NULL}, *live = PyList_GET_ITEM(rec, R_CALLSPEC);
+    if (live != Py_None) {
+        PyObject *parts = PyObject_CallFunctionObjArgs(detach, live, snapshots, PyList_GET_ITEM(rec, R_PARENTS), NULL);
+        if (parts == NULL)
+            return NULL;
+        if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 3) {
+            Py_DECREF(parts);
+            PyErr_SetString(PyExc_TypeError, "call_templates: detach must return (func, args, kwargs)");
+            return NULL;
+        }
+        for (int i = 0; i < 3; i++)
+            values[i] = Py_NewRef(PyTuple_GET_ITEM(parts, i));
+        Py_DECREF(parts);
+    }
+    else {
+        PyObject *info = PyList_GET_ITEM(rec, R_INFO), *kwargs = PyList_GET_ITEM(rec, R_KWARGS);
+        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) <= FUNC_INFO_FUNC) {
+            PyErr_SetString(PyExc_TypeError, "call_templates: a record's FuncInfo must be a tuple");
+            return NULL;
+        }
+        int some = PyObject_IsTrue(kwargs);
+        if (some < 0)
+            return NULL;
+        values[0] = Py_NewRef(PyTuple_GET_ITEM(info, FUNC_INFO_FUNC));
+        values[1] = Py_NewRef(PyList_GET_ITEM(rec, R_ARGS));
+        values[2] = some ? Py_NewRef(kwargs) : PyDict_New();
+        if (values[2] == NULL) {
+            Py_DECREF(values[0]);
+            Py_DECREF(values[1]);
+            return NULL;
+        }
+    }
+    values[3] = Py_NewRef(PyList_GET_ITEM(rec, R_PARENTS));
+    values[4] = Py_NewRef(PyList_GET_ITEM(rec, R_PARAMS));
+    values[5] = Py_NewRef(Py_None);
+    return new_slotted(template_type, template_offsets, values, 6);
+}
+
+/* call_templates(records, snapshots, detach) -> list
+ *
+ * `call_templates`' loop: {} for a synthetic record (no call), one CallTemplate per call shared by the
+ * records of its outputs. */
+static PyObject *
+call_templates(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 3 || !PyList_CheckExact(argv[0])) {
+        PyErr_SetString(PyExc_TypeError, "call_templates(records: list, snapshots, detach)");
+        return NULL;
+    }
+    if (template_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._assembly.call_templates is not configured");
+        return NULL;
+    }
+    PyObject *records = argv[0], *snapshots = argv[1], *detach = argv[2];
+    Py_ssize_t n = PyList_GET_SIZE(records), last_call = -1;
+    PyObject *out = PyList_New(n), *last = NULL;  /* last: borrowed from `out` */
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = record_at(records, i, R_KWARGS), *item;
+        if (rec == NULL)
+            goto error;
+        if (PyList_GET_ITEM(rec, R_CALLSPEC) == Py_None && PyList_GET_ITEM(rec, R_ARGS) == Py_None) {
+            item = PyDict_New();
+        }
+        else {
+            Py_ssize_t call = PyLong_AsSsize_t(PyList_GET_ITEM(rec, R_CALL));
+            if (call == -1 && PyErr_Occurred())
+                goto error;
+            if (last != NULL && call == last_call) {  /* the next output of the same multi-output call */
+                item = Py_NewRef(last);
+            }
+            else {
+                item = last = new_template(rec, snapshots, detach);
+                last_call = call;
+            }
+        }
+        if (item == NULL)
+            goto error;
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- build_ops: the records as Ops (capture.build._build_ops) ------------------------------------ */
+
+#define MAX_SLOTS 32
+static PyTypeObject *op_type = NULL, *edge_type = NULL;
+static Py_ssize_t op_offsets[MAX_SLOTS], edge_offsets[2];
+static Py_ssize_t op_width = 0;  /* Op's slots; the first OP_FILLED are filled by position, the rest None */
+#define OP_FILLED 18
+static PyObject *str_entry = NULL, *root_entry = NULL;
+
+/* configure_build(Op, Op's slot descriptors, Edge, Edge's slot descriptors, root entry) */
+static PyObject *
+configure_build(PyObject *self, PyObject *args)
+{
+    PyObject *op, *op_d, *edge, *edge_d, *root;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:configure_build", &PyType_Type, &op, &PyTuple_Type, &op_d, &PyType_Type,
+                          &edge, &PyTuple_Type, &edge_d, &PyTuple_Type, &root))
+        return NULL;
+    if (PyTuple_GET_SIZE(op_d) < OP_FILLED || PyTuple_GET_SIZE(edge_d) != 2 || slot_offsets(op_d, op_offsets, MAX_SLOTS) < 0 ||
+        slot_offsets(edge_d, edge_offsets, 2) < 0) {
+        PyErr_SetString(PyExc_TypeError, "configure_build: Op and Edge must be slotted classes of object fields");
+        return NULL;
+    }
+    op_width = PyTuple_GET_SIZE(op_d);
+    Py_XSETREF(op_type, (PyTypeObject *)Py_NewRef(op));
+    Py_XSETREF(edge_type, (PyTypeObject *)Py_NewRef(edge));
+    Py_XSETREF(root_entry, Py_NewRef(root));
+    Py_RETURN_NONE;
+}
+
+/* The value `cache[id(raw)]`, or `make(raw, cache)` on a miss (new reference). */
+static PyObject *
+cached(PyObject *cache, PyObject *raw, PyObject *make)
+{
+    PyObject *key = PyLong_FromVoidPtr(raw);
+    if (key == NULL)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    Py_DECREF(key);
+    if (hit != NULL)
+        return Py_NewRef(hit);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyObject_CallFunctionObjArgs(make, raw, cache, NULL);
+}
+
+/* `items` when it has fewer than two entries, else `unique(items)` (new reference). */
+static PyObject *
+unique_of(PyObject *items, PyObject *unique)
+{
+    if (PyTuple_Check(items) && PyTuple_GET_SIZE(items) < 2)
+        return Py_NewRef(items);
+    return PyObject_CallOneArg(unique, items);
+}
+
+/* The edges of one record's (op index, position) parents. */
+static PyObject *
+edges_of(PyObject *parents, PyObject *labels)
+{
+    if (!PyTuple_Check(parents)) {
+        PyErr_SetString(PyExc_TypeError, "build_ops: parents must be a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(parents);
+    PyObject *edges = PyTuple_New(n);
+    if (edges == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(parents, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "build_ops: a parent must be an (index, position) pair");
+            Py_DECREF(edges);
+            return NULL;
+        }
+        Py_ssize_t src = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+        if (src < 0 || src >= PyList_GET_SIZE(labels)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "build_ops: a parent index out of range");
+            Py_DECREF(edges);
+            return NULL;
+        }
+        PyObject *values[2] = {Py_NewRef(PyList_GET_ITEM(labels, src)), Py_NewRef(PyTuple_GET_ITEM(pair, 1))};
+        PyObject *edge = new_slotted(edge_type, edge_offsets, values, 2);
+        if (edge == NULL) {
+            Py_DECREF(edges);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(edges, i, edge);
+    }
+    return edges;
+}
+
+/* build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique) -> list of Op
+ *
+ * `_build_ops`' loop: one Op per raw record, the metadata and source site of each shared through the
+ * caches keyed by the raw tuple's id (a miss calls make_meta / make_site), parameters and writes of
+ * two or more deduplicated by `unique`. */
+static PyObject *
+build_ops(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 8) {
+        PyErr_SetString(PyExc_TypeError, "build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique)");
+        return NULL;
+    }
+    PyObject *records = argv[0], *labels = argv[1], *templates = argv[2], *metas = argv[3], *sites = argv[4],
+             *make_meta = argv[5], *make_site = argv[6], *unique = argv[7];
+    if (op_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._assembly.build_ops is not configured");
+        return NULL;
+    }
+    if (!PyList_CheckExact(records) || !PyList_CheckExact(labels) || !PyList_CheckExact(templates) ||
+        !PyDict_CheckExact(metas) || !PyDict_CheckExact(sites) || PyList_GET_SIZE(labels) != PyList_GET_SIZE(records) ||
+        PyList_GET_SIZE(templates) != PyList_GET_SIZE(records)) {
+        PyErr_SetString(PyExc_TypeError, "build_ops: unexpected container types or lengths");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *ops = PyList_New(n);
+    if (ops == NULL)
+        return NULL;
+    for (Py_ssize_t idx = 0; idx < n; idx++) {
+        PyObject *rec = PyList_GET_ITEM(records, idx);
+        if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) <= R_IO) {
+            PyErr_SetString(PyExc_TypeError, "build_ops: a record must be a list of the session's fields");
+            goto error;
+        }
+        PyObject *info = PyList_GET_ITEM(rec, R_INFO);
+        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 2) {
+            PyErr_SetString(PyExc_TypeError, "build_ops: a record's FuncInfo must be a tuple");
+            goto error;
+        }
+        PyObject *stack = PyList_GET_ITEM(rec, R_STACK);
+        PyObject *entry = PyObject_GetAttr(stack, str_entry);
+        if (entry == NULL)
+            goto error;
+        if (entry == Py_None)
+            Py_SETREF(entry, Py_NewRef(root_entry));
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            Py_DECREF(entry);
+            PyErr_SetString(PyExc_TypeError, "build_ops: a module stack entry must be an (address, call) pair");
+            goto error;
+        }
+        PyObject *values[MAX_SLOTS] = {NULL};
+        values[0] = PyLong_FromSsize_t(idx);
+        values[1] = Py_NewRef(PyList_GET_ITEM(labels, idx));
+        values[2] = Py_NewRef(PyTuple_GET_ITEM(info, 0));
+        values[3] = Py_NewRef(PyTuple_GET_ITEM(info, 1));
+        values[4] = edges_of(PyList_GET_ITEM(rec, R_PARENTS), labels);
+        values[5] = cached(metas, PyList_GET_ITEM(rec, R_META), make_meta);
+        values[6] = Py_NewRef(PyList_GET_ITEM(rec, R_CALL));
+        values[7] = Py_NewRef(PyList_GET_ITEM(rec, R_OUT_IDX));
+        values[8] = Py_NewRef(PyList_GET_ITEM(rec, R_N_OUT));
+        values[9] = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+        values[10] = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+        values[11] = Py_NewRef(stack);
+        values[12] = unique_of(PyList_GET_ITEM(rec, R_PARAMS), unique);
+        values[13] = unique_of(PyList_GET_ITEM(rec, R_WRITES), unique);
+        values[14] = Py_NewRef(PyList_GET_ITEM(rec, R_INPLACE));
+        values[15] = cached(sites, PyList_GET_ITEM(rec, R_SITE), make_site);
+        values[16] = Py_NewRef(PyList_GET_ITEM(rec, R_IO));
+        values[17] = Py_NewRef(PyList_GET_ITEM(templates, idx));
+        Py_DECREF(entry);
+        int failed = 0;
+        for (Py_ssize_t f = 0; f < OP_FILLED; f++)
+            failed |= values[f] == NULL;
+        for (Py_ssize_t f = OP_FILLED; f < op_width; f++)
+            values[f] = Py_NewRef(Py_None);
+        if (failed) {
+            for (Py_ssize_t f = 0; f < op_width; f++)
+                Py_XDECREF(values[f]);
+            goto error;
+        }
+        PyObject *op = new_slotted(op_type, op_offsets, values, op_width);
+        if (op == NULL)
+            goto error;
+        PyList_SET_ITEM(ops, idx, op);
+    }
+    return ops;
+error:
+    Py_DECREF(ops);  /* unset items are NULL, which list deallocation skips */
+    return NULL;
+}
+
+/* ---- module_scopes: one ModuleScope per module (capture.build._modules) --------------------------- */
+
+static PyTypeObject *call_type = NULL, *scope_type = NULL;
+static Py_ssize_t call_offsets[5], scope_offsets[6];
+static PyObject *str_modules = NULL, *str_training = NULL;
+
+/* configure_modules(ModuleCallRecord, its slot descriptors, ModuleScope, its slot descriptors) */
+static PyObject *
+configure_modules(PyObject *self, PyObject *args)
+{
+    PyObject *call, *call_d, *scope, *scope_d;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:configure_modules", &PyType_Type, &call, &PyTuple_Type, &call_d, &PyType_Type,
+                          &scope, &PyTuple_Type, &scope_d))
+        return NULL;
+    if (PyTuple_GET_SIZE(call_d) != 5 || PyTuple_GET_SIZE(scope_d) != 6 || slot_offsets(call_d, call_offsets, 5) < 0 ||
+        slot_offsets(scope_d, scope_offsets, 6) < 0) {
+        PyErr_SetString(PyExc_TypeError, "configure_modules: ModuleCallRecord (5 fields) and ModuleScope (6 fields) "
+                                         "must be slotted classes of object fields");
+        return NULL;
+    }
+    Py_XSETREF(call_type, (PyTypeObject *)Py_NewRef(call));
+    Py_XSETREF(scope_type, (PyTypeObject *)Py_NewRef(scope));
+    Py_RETURN_NONE;
+}
+
+/* The labels of a tuple of op indices, as a tuple (new reference). */
+static PyObject *
+labels_of(PyObject *indices, PyObject *labels)
+{
+    if (!PyTuple_Check(indices)) {
+        PyErr_SetString(PyExc_TypeError, "module_scopes: a module call's op indices must be a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(indices);
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(indices, i));
+        if (at < 0 || at >= PyList_GET_SIZE(labels)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_IndexError, "module_scopes: an op index out of range");
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyList_GET_ITEM(labels, at)));
+    }
+    return out;
+}
+
+/* One ModuleCallRecord from a session's (call, input indices, output indices, first op, last op) entry. */
+static PyObject *
+module_call(PyObject *entry, PyObject *labels)
+{
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 5) {
+        PyErr_SetString(PyExc_TypeError, "module_scopes: a module call must be (call, inputs, outputs, first, last)");
+        return NULL;
+    }
+    PyObject *first = PyTuple_GET_ITEM(entry, 3), *last = PyTuple_GET_ITEM(entry, 4);
+    int empty = PyObject_RichCompareBool(first, last, Py_GT);  /* no op inside the call: both -1 */
+    if (empty < 0)
+        return NULL;
+    PyObject *values[5] = {Py_NewRef(PyTuple_GET_ITEM(entry, 0)), labels_of(PyTuple_GET_ITEM(entry, 1), labels),
+                           labels_of(PyTuple_GET_ITEM(entry, 2), labels), NULL, NULL};
+    values[3] = empty ? PyLong_FromLong(-1) : Py_NewRef(first);
+    values[4] = empty ? PyLong_FromLong(-1) : Py_NewRef(last);
+    if (values[1] == NULL || values[2] == NULL || values[3] == NULL || values[4] == NULL) {
+        for (int i = 0; i < 5; i++)
+            Py_XDECREF(values[i]);
+        return NULL;
+    }
+    return new_slotted(call_type, call_offsets, values, 5);
+}
+
+/* The ModuleCallRecords of one module's calls, in call order (new reference). */
+static PyObject *
+module_calls_of(PyObject *made, PyObject *labels)
+{
+    if (made == NULL)
+        return PyTuple_New(0);
+    if (!PyList_Check(made)) {
+        PyErr_SetString(PyExc_TypeError, "module_scopes: a module's calls must be a list");
+        return NULL;
+    }
+    PyObject *ordered = PyList_GetSlice(made, 0, PyList_GET_SIZE(made));  /* sorted without touching the session's */
+    if (ordered == NULL || PyList_Sort(ordered) < 0) {
+        Py_XDECREF(ordered);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ordered);
+    PyObject *calls = PyTuple_New(n);
+    for (Py_ssize_t i = 0; calls != NULL && i < n; i++) {
+        PyObject *call = module_call(PyList_GET_ITEM(ordered, i), labels);
+        if (call == NULL)
+            Py_CLEAR(calls);
+        else
+            PyTuple_SET_ITEM(calls, i, call);
+    }
+    Py_DECREF(ordered);
+    return calls;
+}
+
+/* The canonical addresses of a module's children that live under `addr` (new reference). `subs` is the
+ * module's `_modules`: a dict, or a mapping (a TorchScript module's) whose values() are read. */
+static PyObject *
+children_of(PyObject *addr, PyObject *subs, PyObject *addr_of)
+{
+    PyObject *values = PyDict_Check(subs) ? PyDict_Values(subs) : PyMapping_Values(subs);
+    if (values == NULL)
+        return NULL;
+    PyObject *found = PyList_New(0);
+    Py_ssize_t alen = PyUnicode_GET_LENGTH(addr);
+    for (Py_ssize_t i = 0; found != NULL && i < PyList_GET_SIZE(values); i++) {
+        PyObject *child = PyList_GET_ITEM(values, i);
+        if (child == Py_None)
+            continue;
+        PyObject *id = PyLong_FromVoidPtr(child);
+        PyObject *path = id == NULL ? NULL : PyDict_GetItemWithError(addr_of, id);
+        Py_XDECREF(id);
+        if (path == NULL) {
+            if (PyErr_Occurred())
+                Py_CLEAR(found);
+            continue;
+        }
+        if (!PyUnicode_Check(path)) {
+            PyErr_SetString(PyExc_TypeError, "module_scopes: a module address must be a str");
+            Py_CLEAR(found);
+            break;
+        }
+        Py_ssize_t dot = PyUnicode_FindChar(path, '.', 0, PyUnicode_GET_LENGTH(path), -1);
+        if (dot == -2) {
+            Py_CLEAR(found);
+            break;
+        }
+        /* path.rpartition(".")[0] == addr */
+        int under = dot < 0 ? alen == 0 : dot == alen && PyUnicode_Tailmatch(path, addr, 0, dot, -1) == 1;
+        if (under && PyList_Append(found, path) < 0)
+            Py_CLEAR(found);
+    }
+    Py_DECREF(values);
+    if (found == NULL)
+        return NULL;
+    PyObject *children = PyList_AsTuple(found);
+    Py_DECREF(found);
+    return children;
+}
+
+/* module_scopes(named, module_calls, labels, own_params, addr_of) -> dict
+ *
+ * `_modules`' loop: for each (address, module) of `named`, its ModuleScope (class name, own parameters,
+ * children, calls with op labels, training flag). */
+static PyObject *
+module_scopes(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 5 || !PyDict_Check(argv[0]) || !PyDict_Check(argv[1]) || !PyList_CheckExact(argv[2]) ||
+        !PyDict_Check(argv[3]) || !PyDict_Check(argv[4])) {
+        PyErr_SetString(PyExc_TypeError, "module_scopes(named: dict, module_calls: dict, labels: list, own_params: dict, "
+                                         "addr_of: dict)");
+        return NULL;
+    }
+    if (scope_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._assembly.module_scopes is not configured");
+        return NULL;
+    }
+    PyObject *named = argv[0], *module_calls = argv[1], *labels = argv[2], *own_params = argv[3], *addr_of = argv[4];
+    PyObject *scopes = PyDict_New(), *addr, *module;
+    Py_ssize_t pos = 0;
+    while (scopes != NULL && PyDict_Next(named, &pos, &addr, &module)) {
+        if (!PyUnicode_Check(addr)) {
+            PyErr_SetString(PyExc_TypeError, "module_scopes: a module address must be a str");
+            goto error;
+        }
+        PyObject *values[6] = {Py_NewRef(addr), NULL, NULL, NULL, NULL, NULL};
+        PyObject *subs = PyObject_GetAttr(module, str_modules);
+        PyObject *made = PyDict_GetItemWithError(module_calls, addr);
+        PyObject *own = made == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(own_params, addr);
+        if (!PyErr_Occurred()) {
+            values[1] = PyType_GetName(Py_TYPE(module));
+            values[2] = own == NULL ? PyTuple_New(0) : PySequence_Tuple(own);
+            int some = subs == NULL ? -1 : PyObject_IsTrue(subs);  /* most modules are leaves */
+            values[3] = some < 0 ? NULL : some ? children_of(addr, subs, addr_of) : PyTuple_New(0);
+            values[4] = module_calls_of(made, labels);
+            values[5] = PyObject_GetAttr(module, str_training);
+        }
+        Py_XDECREF(subs);
+        int failed = 0;
+        for (int i = 0; i < 6; i++)
+            failed |= values[i] == NULL;
+        if (failed) {
+            for (int i = 0; i < 6; i++)
+                Py_XDECREF(values[i]);
+            goto error;
+        }
+        PyObject *scope = new_slotted(scope_type, scope_offsets, values, 6);
+        if (scope == NULL || PyDict_SetItem(scopes, addr, scope) < 0) {
+            Py_XDECREF(scope);
+            goto error;
+        }
+        Py_DECREF(scope);
+    }
+    return scopes;
+error:
+    Py_XDECREF(scopes);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"op_labels", op_labels, METH_O, "op_labels(records): `<kind>_<n>` per record."},
+    {"configure_templates", configure_templates, METH_VARARGS, "configure_templates(CallTemplate, its slot descriptors)"},
+    {"call_templates", (PyCFunction)(void (*)(void))call_templates, METH_FASTCALL,
+     "call_templates(records, snapshots, detach): one template per call."},
+    {"configure_build", configure_build, METH_VARARGS, "configure_build(Op, its slot descriptors, Edge, its, root entry)"},
+    {"build_ops", (PyCFunction)(void (*)(void))build_ops, METH_FASTCALL, "A finished capture's records as Ops."},
+    {"configure_modules", configure_modules, METH_VARARGS,
+     "configure_modules(ModuleCallRecord, its slot descriptors, ModuleScope, its slot descriptors)"},
+    {"module_scopes", (PyCFunction)(void (*)(void))module_scopes, METH_FASTCALL,
+     "module_scopes(named, module_calls, labels, own_params, addr_of): one ModuleScope per module."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_assembly", "A finished capture's records as trace objects, in C.",
+                                    -1, methods};
+
+PyMODINIT_FUNC
+PyInit__assembly(void)
+{
+    str_entry = PyUnicode_InternFromString("entry");
+    str_modules = PyUnicode_InternFromString("_modules");
+    str_training = PyUnicode_InternFromString("training");
+    if (str_entry == NULL || str_modules == NULL || str_training == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
