@@ -78,9 +78,10 @@ def _python_path(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("_SCAN_ARGS", "_RECORD_OUTPUTS", "_SITE", "_TORCH_FUNCTION"):
         monkeypatch.setattr(session, name, None)
     monkeypatch.setattr(scopes, "_tensor_indices", None)
-    monkeypatch.setattr(scopes, "_SCOPED_FORWARD", None)
+    for name in ("_SCOPED_FORWARD", "_WRAP_FORWARDS", "_UNWRAP_FORWARDS"):
+        monkeypatch.setattr(scopes, name, None)
     monkeypatch.setattr(constants, "_SCAN_CONSTANTS", None)
-    for name in ("_BUILD_OPS", "_OP_LABELS", "_MODULE_SCOPES"):
+    for name in ("_BUILD_OPS", "_OP_LABELS", "_MODULE_SCOPES", "_PARAM_RECORDS"):
         monkeypatch.setattr(build, name, None)
     monkeypatch.setattr(call_template, "_C_TEMPLATES", None)
     for name in ("_C_NAMED_MODULES", "_C_FIRST_VISITS", "_C_NAMED_STATE"):
@@ -239,11 +240,12 @@ def test_the_environment_variable_turns_the_extension_off():
     env = {**os.environ, hotpath.ENV_PURE_PYTHON: "1"}
     code = ("from tracer.capture import hotpath, session; "
             "from tracer.capture import build; "
-            "from tracer.capture import call_template; "
+            "from tracer.capture import call_template, scopes; "
             "print(hotpath.ACTIVE, session._SCAN_ARGS, session._RECORD_OUTPUTS, session._SITE, build._BUILD_OPS, "
-            "session._TORCH_FUNCTION, build._OP_LABELS, build._MODULE_SCOPES, call_template._C_TEMPLATES)")
+            "session._TORCH_FUNCTION, build._OP_LABELS, build._MODULE_SCOPES, build._PARAM_RECORDS, "
+            "call_template._C_TEMPLATES, scopes._WRAP_FORWARDS, scopes._UNWRAP_FORWARDS)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["False"] + ["None"] * 8
+    assert out.split() == ["False"] + ["None"] * 11
 
 
 @needs_extension

@@ -37,6 +37,9 @@ def simulated_mesh_active() -> bool:
     return getattr(_simulation, "active", False)
 
 
+_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)  # no DTensor: skipped without a call per tensor
+
+
 def is_dtensor(t: Any) -> bool:
     """True when `t` is a `torch.distributed.tensor.DTensor` (by class, no import)."""
     cls = type(t)
@@ -52,7 +55,7 @@ def distributed_findings(model: nn.Module, args: tuple = (), kwargs: Mapping[str
     from ..capture.walk import iter_tensors, params_and_buffers
 
     params, buffers = params_and_buffers(model, modules=modules) if state is None else state
-    dtensors = [(name, t) for name, t in (*params, *buffers) if is_dtensor(t)]
+    dtensors = [(name, t) for name, t in (*params, *buffers) if type(t) not in _PLAIN_TENSORS and is_dtensor(t)]
     dtensors += [(path, t) for path, t in iter_tensors([list(args), dict(kwargs or {})], "inputs") if is_dtensor(t)]
     tp_plan = _tp_plan(model)
     sharded = [(name, t) for name, t in dtensors if any(type(p).__name__ == "Shard" for p in t.placements)]

@@ -550,7 +550,58 @@ children_of(PyObject *addr, PyObject *subs, PyObject *addr_of)
     return children;
 }
 
-/* module_scopes(named, module_calls, labels, own_params, addr_of) -> dict
+/* The part of an address before its last dot ("" for a top-level name), borrowed into `*owner` as a new
+ * reference. */
+static int
+owner_of(PyObject *address, PyObject **owner)
+{
+    if (!PyUnicode_Check(address)) {
+        PyErr_SetString(PyExc_TypeError, "an address must be a str");
+        return -1;
+    }
+    Py_ssize_t dot = PyUnicode_FindChar(address, '.', 0, PyUnicode_GET_LENGTH(address), -1);
+    if (dot == -2)
+        return -1;
+    *owner = PyUnicode_Substring(address, 0, dot < 0 ? 0 : dot);
+    return *owner == NULL ? -1 : (int)(dot < 0 ? 0 : dot + 1);  /* where the local name starts */
+}
+
+/* Module address -> the full addresses of the parameters and buffers registered on it, from the
+ * session's `tied` (first address -> its other addresses), in its order. */
+static PyObject *
+own_params_of(PyObject *tied)
+{
+    PyObject *own = PyDict_New(), *first, *others;
+    Py_ssize_t pos = 0;
+    while (own != NULL && PyDict_Next(tied, &pos, &first, &others)) {
+        if (!PyList_Check(others) && !PyTuple_Check(others)) {
+            PyErr_SetString(PyExc_TypeError, "module_scopes: tied addresses must be a list");
+            Py_CLEAR(own);
+            break;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(others);
+        for (Py_ssize_t i = -1; own != NULL && i < n; i++) {
+            PyObject *full = i < 0 ? first : PySequence_Fast_GET_ITEM(others, i), *owner = NULL;
+            if (owner_of(full, &owner) < 0) {
+                Py_CLEAR(own);
+                break;
+            }
+            PyObject *list = PyDict_GetItemWithError(own, owner);
+            if (list == NULL && !PyErr_Occurred()) {
+                list = PyList_New(0);
+                if (list != NULL && PyDict_SetItem(own, owner, list) < 0)
+                    Py_CLEAR(list);
+                Py_XDECREF(list);  /* the dict holds it */
+            }
+            if (list == NULL || PyList_Append(list, full) < 0)
+                Py_CLEAR(own);
+            Py_DECREF(owner);
+        }
+    }
+    return own;
+}
+
+/* module_scopes(named, module_calls, labels, tied, addr_of) -> dict
  *
  * `_modules`' loop: for each (address, module) of `named`, its ModuleScope (class name, own parameters,
  * children, calls with op labels, training flag). */
@@ -559,7 +610,7 @@ module_scopes(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     if (argc != 5 || !PyDict_Check(argv[0]) || !PyDict_Check(argv[1]) || !PyList_CheckExact(argv[2]) ||
         !PyDict_Check(argv[3]) || !PyDict_Check(argv[4])) {
-        PyErr_SetString(PyExc_TypeError, "module_scopes(named: dict, module_calls: dict, labels: list, own_params: dict, "
+        PyErr_SetString(PyExc_TypeError, "module_scopes(named: dict, module_calls: dict, labels: list, tied: dict, "
                                          "addr_of: dict)");
         return NULL;
     }
@@ -567,7 +618,10 @@ module_scopes(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         PyErr_SetString(PyExc_RuntimeError, "tracer.capture._assembly.module_scopes is not configured");
         return NULL;
     }
-    PyObject *named = argv[0], *module_calls = argv[1], *labels = argv[2], *own_params = argv[3], *addr_of = argv[4];
+    PyObject *named = argv[0], *module_calls = argv[1], *labels = argv[2], *addr_of = argv[4];
+    PyObject *own_params = own_params_of(argv[3]);
+    if (own_params == NULL)
+        return NULL;
     PyObject *scopes = PyDict_New(), *addr, *module;
     Py_ssize_t pos = 0;
     while (scopes != NULL && PyDict_Next(named, &pos, &addr, &module)) {
@@ -603,10 +657,135 @@ module_scopes(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         }
         Py_DECREF(scope);
     }
+    Py_DECREF(own_params);
     return scopes;
 error:
     Py_XDECREF(scopes);
+    Py_DECREF(own_params);
     return NULL;
+}
+
+/* ---- param_records: one ParamRecord per parameter and buffer (capture.build._params) --------------- */
+
+static PyTypeObject *param_type = NULL;
+static Py_ssize_t param_offsets[8];  /* address, shape, dtype, device, requires_grad, is_buffer, tied, layout */
+static PyObject *str_parameters = NULL, *str_buffers = NULL, *str_shape = NULL, *str_dtype = NULL, *str_device = NULL,
+    *str_requires_grad = NULL;
+
+/* configure_params(ParamRecord, its slot descriptors) */
+static PyObject *
+configure_params(PyObject *self, PyObject *args)
+{
+    PyObject *type, *descr;
+    if (!PyArg_ParseTuple(args, "O!O!:configure_params", &PyType_Type, &type, &PyTuple_Type, &descr))
+        return NULL;
+    if (PyTuple_GET_SIZE(descr) != 8 || slot_offsets(descr, param_offsets, 8) < 0) {
+        PyErr_SetString(PyExc_TypeError, "configure_params: ParamRecord must be a slotted class of 8 object fields");
+        return NULL;
+    }
+    Py_XSETREF(param_type, (PyTypeObject *)Py_NewRef(type));
+    Py_RETURN_NONE;
+}
+
+/* `table[name]` of a module's plain-dict table (borrowed; NULL without error: absent or not a plain dict). */
+static PyObject *
+table_entry(PyObject *module, PyObject *table, PyObject *name)
+{
+    PyObject *tensors = PyObject_GetAttr(module, table);
+    if (tensors == NULL)
+        return NULL;
+    PyObject *t = PyDict_CheckExact(tensors) ? PyDict_GetItemWithError(tensors, name) : NULL;
+    Py_DECREF(tensors);  /* the module holds the table, the table the tensor */
+    return t == Py_None ? NULL : t;
+}
+
+/* `cache[key]`, or `make(key)` on a miss (new reference). */
+static PyObject *
+text_of(PyObject *key, PyObject *cache, PyObject *make)
+{
+    if (key == NULL)
+        return NULL;
+    PyObject *hit = PyDict_GetItemWithError(cache, key);
+    if (hit != NULL)
+        return Py_NewRef(hit);
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(make, key);
+}
+
+/* One ParamRecord for tensor `t` at `address` (new reference). */
+static PyObject *
+param_record(PyObject *address, PyObject *t, int is_buffer, PyObject *others, PyObject **texts)
+{
+    PyObject *shape = PyObject_GetAttr(t, str_shape), *dtype = PyObject_GetAttr(t, str_dtype),
+             *device = PyObject_GetAttr(t, str_device), *grad = PyObject_GetAttr(t, str_requires_grad);
+    int rg = grad == NULL ? -1 : PyObject_IsTrue(grad);
+    PyObject *values[8] = {Py_NewRef(address), shape == NULL ? NULL : PySequence_Tuple(shape),
+                           text_of(dtype, texts[0], texts[1]), text_of(device, texts[2], texts[3]),
+                           rg < 0 ? NULL : Py_NewRef(rg ? Py_True : Py_False), Py_NewRef(is_buffer ? Py_True : Py_False),
+                           PySequence_Tuple(others), Py_NewRef(Py_None)};
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(device);
+    Py_XDECREF(grad);
+    int failed = 0;
+    for (int i = 0; i < 8; i++)
+        failed |= values[i] == NULL;
+    if (failed) {
+        for (int i = 0; i < 8; i++)
+            Py_XDECREF(values[i]);
+        return NULL;
+    }
+    return new_slotted(param_type, param_offsets, values, 8);
+}
+
+/* param_records(tied, named, dtype_texts, dtype_text, device_texts, device_text) -> dict, or None
+ *
+ * `_params`' loop: each first address of `tied` read from its module in `named` as the module holds it
+ * now (a parameter, else a buffer). None where one is not there or a table is no plain dict (the
+ * Python walks the model instead). */
+static PyObject *
+param_records(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 6 || !PyDict_Check(argv[0]) || !PyDict_Check(argv[1]) || !PyDict_Check(argv[2]) || !PyDict_Check(argv[4])) {
+        PyErr_SetString(PyExc_TypeError, "param_records(tied: dict, named: dict, dtype_texts: dict, dtype_text, "
+                                         "device_texts: dict, device_text)");
+        return NULL;
+    }
+    if (param_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._assembly.param_records is not configured");
+        return NULL;
+    }
+    PyObject *tied = argv[0], *named = argv[1], *texts[4] = {argv[2], argv[3], argv[4], argv[5]};
+    PyObject *records = PyDict_New(), *address, *others;
+    Py_ssize_t pos = 0;
+    while (records != NULL && PyDict_Next(tied, &pos, &address, &others)) {
+        PyObject *owner = NULL;
+        int start = owner_of(address, &owner);
+        if (start < 0) {
+            Py_CLEAR(records);
+            break;
+        }
+        PyObject *module = PyDict_GetItemWithError(named, owner);
+        Py_DECREF(owner);
+        PyObject *name = module == NULL ? NULL : PyUnicode_Substring(address, start, PyUnicode_GET_LENGTH(address));
+        PyObject *t = name == NULL ? NULL : table_entry(module, str_parameters, name);
+        int is_buffer = t == NULL;
+        if (t == NULL && name != NULL && !PyErr_Occurred())
+            t = table_entry(module, str_buffers, name);
+        Py_XDECREF(name);
+        if (t == NULL) {
+            if (PyErr_Occurred()) {
+                Py_CLEAR(records);
+                break;
+            }
+            Py_DECREF(records);
+            Py_RETURN_NONE;  /* not where it was found: the Python walks the model */
+        }
+        PyObject *record = param_record(address, t, is_buffer, others, texts);
+        if (record == NULL || PyDict_SetItem(records, address, record) < 0)
+            Py_CLEAR(records);
+        Py_XDECREF(record);
+    }
+    return records;
 }
 
 static PyMethodDef methods[] = {
@@ -616,10 +795,13 @@ static PyMethodDef methods[] = {
      "call_templates(records, snapshots, detach): one template per call."},
     {"configure_build", configure_build, METH_VARARGS, "configure_build(Op, its slot descriptors, Edge, its, root entry)"},
     {"build_ops", (PyCFunction)(void (*)(void))build_ops, METH_FASTCALL, "A finished capture's records as Ops."},
+    {"configure_params", configure_params, METH_VARARGS, "configure_params(ParamRecord, its slot descriptors)"},
+    {"param_records", (PyCFunction)(void (*)(void))param_records, METH_FASTCALL,
+     "param_records(tied, named, dtype_texts, dtype_text, device_texts, device_text): one ParamRecord per tensor."},
     {"configure_modules", configure_modules, METH_VARARGS,
      "configure_modules(ModuleCallRecord, its slot descriptors, ModuleScope, its slot descriptors)"},
     {"module_scopes", (PyCFunction)(void (*)(void))module_scopes, METH_FASTCALL,
-     "module_scopes(named, module_calls, labels, own_params, addr_of): one ModuleScope per module."},
+     "module_scopes(named, module_calls, labels, tied, addr_of): one ModuleScope per module."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -632,7 +814,14 @@ PyInit__assembly(void)
     str_entry = PyUnicode_InternFromString("entry");
     str_modules = PyUnicode_InternFromString("_modules");
     str_training = PyUnicode_InternFromString("training");
-    if (str_entry == NULL || str_modules == NULL || str_training == NULL)
+    str_parameters = PyUnicode_InternFromString("_parameters");
+    str_buffers = PyUnicode_InternFromString("_buffers");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_device = PyUnicode_InternFromString("device");
+    str_requires_grad = PyUnicode_InternFromString("requires_grad");
+    if (str_entry == NULL || str_modules == NULL || str_training == NULL || str_parameters == NULL || str_buffers == NULL ||
+        str_shape == NULL || str_dtype == NULL || str_device == NULL || str_requires_grad == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

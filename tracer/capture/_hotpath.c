@@ -1494,6 +1494,34 @@ wrap_forwards(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     return rest;
 }
 
+/* unwrap_forwards(wrapped, unset): `ModuleScopes._unwrap`'s loop. Each (state, previous, wrapper) of
+ * `wrapped` whose module's forward is still the wrapper gets `previous` back (none where it is `unset`). */
+static PyObject *
+unwrap_forwards(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    if (argc != 2 || !PyList_CheckExact(argv[0])) {
+        PyErr_SetString(PyExc_TypeError, "unwrap_forwards(wrapped: list, unset)");
+        return NULL;
+    }
+    PyObject *wrapped = argv[0], *unset = argv[1];
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(wrapped); i++) {
+        PyObject *entry = PyList_GET_ITEM(wrapped, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3 || !PyDict_Check(PyTuple_GET_ITEM(entry, 0))) {
+            PyErr_SetString(PyExc_TypeError, "unwrap_forwards: wrapped holds (state, previous, wrapper) triples");
+            return NULL;
+        }
+        PyObject *state = PyTuple_GET_ITEM(entry, 0), *previous = PyTuple_GET_ITEM(entry, 1);
+        PyObject *now = PyDict_GetItemWithError(state, str_forward);
+        if (now == NULL && PyErr_Occurred())
+            return NULL;
+        if (now != PyTuple_GET_ITEM(entry, 2))  /* replaced during the forward: theirs stays */
+            continue;
+        if ((previous == unset ? PyDict_DelItem(state, str_forward) : PyDict_SetItem(state, str_forward, previous)) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(torch.Tensor, TENSOR placeholder, position names)"},
     {"scan_args", (PyCFunction)(void (*)(void))scan_args, METH_FASTCALL, "The argument scan of one call."},
@@ -1509,6 +1537,8 @@ static PyMethodDef methods[] = {
      "A capture session's function mode hook (bound to the session)."},
     {"wrap_forwards", (PyCFunction)(void (*)(void))wrap_forwards, METH_FASTCALL,
      "wrap_forwards(session, walk, hook_all, fused, ScriptModule, unset, wrapped): plain modules' forwards wrapped."},
+    {"unwrap_forwards", (PyCFunction)(void (*)(void))unwrap_forwards, METH_FASTCALL,
+     "unwrap_forwards(wrapped, unset): each wrapped forward put back as it was."},
     {"configure_scopes", configure_scopes, METH_VARARGS,
      "configure_scopes(Module._call_impl's code, its inner closure's code, ModuleStack, its slot descriptors)"},
     {NULL, NULL, 0, NULL},

@@ -106,6 +106,17 @@ def _configure_c_modules() -> Callable[..., Any] | None:
 _MODULE_SCOPES = _configure_c_modules()
 
 
+def _configure_c_params() -> Callable[..., Any] | None:
+    """`hotpath.param_records` set up for ParamRecord, or None (not built)."""
+    if hotpath.param_records is None or hotpath.configure_params is None:
+        return None
+    hotpath.configure_params(ParamRecord, tuple(ParamRecord.__dict__[f.name] for f in dataclasses.fields(ParamRecord)))
+    return hotpath.param_records
+
+
+_PARAM_RECORDS = _configure_c_params()
+
+
 def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
     """Op label -> (func, args, kwargs) of the live call that produced it (for replay)."""
     with gc_paused():
@@ -204,13 +215,13 @@ def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> d
 def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScope]:
     named = dict(session.named)  # an address a module adopted during the forward took holds the new module
     addr_of = session.module_addr  # canonical addresses: a shared child counts under its first path only
+    if _MODULE_SCOPES is not None:  # the same loop in C (hotpath.py)
+        return _MODULE_SCOPES(named, session.module_calls, labels, session.tied, addr_of)
     own_params: dict[str, list[str]] = {}
     for canonical, aliases in session.tied.items():
         for full in (canonical, *aliases):
             own_params.setdefault(full.rpartition(".")[0], []).append(full)
     module_calls = session.module_calls
-    if _MODULE_SCOPES is not None:  # the same loop in C (hotpath.py)
-        return _MODULE_SCOPES(named, module_calls, labels, own_params, addr_of)
     label_of = labels.__getitem__
     scopes: dict[str, ModuleScope] = {}
     for addr, module in named.items():
@@ -242,6 +253,9 @@ def _children(addr: str, subs: dict, addr_of: dict[int, str]) -> tuple[str, ...]
 def _params(session: CaptureSession) -> dict[str, ParamRecord]:
     """Each parameter and buffer at its first address, as its module holds it after the forward."""
     named = dict(session.named)
+    if _PARAM_RECORDS is not None:  # the same loop in C (hotpath.py); None: one is not where it was found
+        found = _PARAM_RECORDS(session.tied, named, _DTYPE_TEXT, _dtype_text, _DEVICE_TEXT, _device_text)
+        return found if found is not None else _params_walked(session)
     records: dict[str, ParamRecord] = {}
     for addr, others in session.tied.items():
         owner, _, name = addr.rpartition(".")

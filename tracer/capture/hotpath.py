@@ -23,6 +23,7 @@ install still succeeds and the capture records the same through the Python path,
   slot descriptors)`), for a module without a fused fast path.
 - `wrap_forwards(session, walk, hook_all, fused, ScriptModule, unset, wrapped)`: `ModuleScopes._scope_all`'s
   loop for every module a ScopedForward scopes; returns the others (hooks, fused paths, TorchScript).
+  `unwrap_forwards(wrapped, unset)`: `ModuleScopes._unwrap`'s loop.
 
 Before the forward (`_walk.c`): `named_modules(model, remove_duplicate)`, `first_visits(walked)` and
 `named_state(walked, table, remove_duplicate)`, as `walk.py`'s (None where a table is no plain dict).
@@ -33,8 +34,11 @@ After the forward (`_assembly.c`):
   `configure_templates(CallTemplate, its slot descriptors)`).
 - `build_ops(records, labels, templates, metas, sites, make_meta, make_site, unique)`: the loop of
   `build._build_ops` (after `configure_build(Op, its slot descriptors, Edge, its, root entry)`).
-- `module_scopes(named, module_calls, labels, own_params, addr_of)`: the loop of `build._modules` (after
+- `module_scopes(named, module_calls, labels, tied, addr_of)`: the loop of `build._modules` (after
   `configure_modules(ModuleCallRecord, its slot descriptors, ModuleScope, its)`).
+- `param_records(tied, named, dtype_texts, dtype_text, device_texts, device_text)`: the loop of
+  `build._params` (after `configure_params(ParamRecord, its slot descriptors)`); None where the Python
+  must walk the model.
 """
 from __future__ import annotations
 
@@ -67,6 +71,7 @@ configure_call: Callable[..., Any] | None = getattr(_ext, "configure_call", None
 ScopedForward: type | None = getattr(_ext, "ScopedForward", None)
 configure_scopes: Callable[..., Any] | None = getattr(_ext, "configure_scopes", None)
 wrap_forwards: Callable[..., Any] | None = getattr(_ext, "wrap_forwards", None)
+unwrap_forwards: Callable[..., Any] | None = getattr(_ext, "unwrap_forwards", None)
 op_labels: Callable[..., Any] | None = getattr(_asm, "op_labels", None)
 call_templates: Callable[..., Any] | None = getattr(_asm, "call_templates", None)
 configure_templates: Callable[..., Any] | None = getattr(_asm, "configure_templates", None)
@@ -74,6 +79,8 @@ build_ops: Callable[..., Any] | None = getattr(_asm, "build_ops", None)
 configure_build: Callable[..., Any] | None = getattr(_asm, "configure_build", None)
 module_scopes: Callable[..., Any] | None = getattr(_asm, "module_scopes", None)
 configure_modules: Callable[..., Any] | None = getattr(_asm, "configure_modules", None)
+param_records: Callable[..., Any] | None = getattr(_asm, "param_records", None)
+configure_params: Callable[..., Any] | None = getattr(_asm, "configure_params", None)
 named_modules: Callable[..., Any] | None = getattr(_walk, "named_modules", None)
 first_visits: Callable[..., Any] | None = getattr(_walk, "first_visits", None)
 named_state: Callable[..., Any] | None = getattr(_walk, "named_state", None)

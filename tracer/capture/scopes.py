@@ -36,6 +36,7 @@ if _hotpath.configure_scopes is not None:
 # The wrapper in C (enter, forward, leave in one call), for a module without a fused fast path; None: the closure.
 _SCOPED_FORWARD = _hotpath.ScopedForward
 _WRAP_FORWARDS = _hotpath.wrap_forwards  # `_scope_all`'s loop over the plain modules, in C
+_UNWRAP_FORWARDS = _hotpath.unwrap_forwards  # `_unwrap`'s loop, in C
 
 
 def _global_module_hooks() -> bool:
@@ -119,6 +120,10 @@ class ModuleScopes:
 
     def _unwrap(self) -> None:
         """Put every wrapped module's `forward` attribute back as it was (absent, or what was set)."""
+        if _UNWRAP_FORWARDS is not None and type(self.wrapped) is list:
+            _UNWRAP_FORWARDS(self.wrapped, _UNSET)  # the loop below, in C
+            self.wrapped = []
+            return
         for state, previous, forward in self.wrapped:
             if state.get("forward") is forward:  # else replaced during the forward: theirs stays
                 if previous is _UNSET:

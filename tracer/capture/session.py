@@ -154,26 +154,24 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
 
     # -- setup ---------------------------------------------------------------------
     def _index_model(self, every: list[tuple[str, nn.Module]] | None) -> None:
+        """Index every parameter and buffer by id (the first address found names it; later ones are its
+        tied addresses) and every module by id, at its first address."""
         if every is None:  # iterative walks: linear at any nesting depth
             every = named_modules(self.model, remove_duplicate=False)
         self.every = every
-        for name, p in named_state(self.model, "_parameters", remove_duplicate=False, modules=every):
-            self._index_tensor(name, p, is_buffer=False)
-        for name, b in named_state(self.model, "_buffers", remove_duplicate=False, modules=every):
-            self._index_tensor(name, b, is_buffer=True)
+        param_ids, tied, buffer_ids = self.param_ids, self.tied, self.buffer_ids
+        for table in ("_parameters", "_buffers"):
+            for name, t in named_state(self.model, table, remove_duplicate=False, modules=every):
+                first = param_ids.get(id(t))
+                if first is None:
+                    param_ids[id(t)] = name
+                    tied[name] = []
+                    if table == "_buffers":
+                        buffer_ids.add(id(t))
+                else:
+                    tied[first].append(name)
         self.named = first_visits(every)
-        for name, m in self.named:
-            self.module_addr[id(m)] = name
-
-    def _index_tensor(self, name: str, t: torch.Tensor, is_buffer: bool) -> None:
-        first = self.param_ids.get(id(t))
-        if first is None:
-            self.param_ids[id(t)] = name
-            self.tied[name] = []
-            if is_buffer:
-                self.buffer_ids.add(id(t))
-        else:
-            self.tied[first].append(name)
+        self.module_addr.update({id(m): name for name, m in self.named})
 
     # -- run -----------------------------------------------------------------------
     def run(self, args: tuple, kwargs: dict, grad_context: Any) -> Any:
