@@ -39,6 +39,19 @@ record_at(PyObject *records, Py_ssize_t i, Py_ssize_t last)
     return rec;
 }
 
+/* `labels[index]` (borrowed), the op index checked to be in range. */
+static PyObject *
+label_at(PyObject *labels, PyObject *index)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(index);
+    if (at < 0 || at >= PyList_GET_SIZE(labels)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_IndexError, "an op index out of range");
+        return NULL;
+    }
+    return PyList_GET_ITEM(labels, at);
+}
+
 /* ---- op_labels: `<kind>_<n>` per record (capture.build._labels) ----------------------------------- */
 
 /* `<kind>_<k>` (new reference; PyUnicode_FromFormat parses its format on every call and costs several times this). */
@@ -296,14 +309,12 @@ edges_of(PyObject *parents, PyObject *labels)
             Py_DECREF(edges);
             return NULL;
         }
-        Py_ssize_t src = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
-        if (src < 0 || src >= PyList_GET_SIZE(labels)) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_IndexError, "build_ops: a parent index out of range");
+        PyObject *source = label_at(labels, PyTuple_GET_ITEM(pair, 0));
+        if (source == NULL) {
             Py_DECREF(edges);
             return NULL;
         }
-        PyObject *values[2] = {Py_NewRef(PyList_GET_ITEM(labels, src)), Py_NewRef(PyTuple_GET_ITEM(pair, 1))};
+        PyObject *values[2] = {Py_NewRef(source), Py_NewRef(PyTuple_GET_ITEM(pair, 1))};
         PyObject *edge = new_slotted(edge_type, edge_offsets, values, 2);
         if (edge == NULL) {
             Py_DECREF(edges);
@@ -441,14 +452,12 @@ labels_of(PyObject *indices, PyObject *labels)
     Py_ssize_t n = PyTuple_GET_SIZE(indices);
     PyObject *out = PyTuple_New(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        Py_ssize_t at = PyLong_AsSsize_t(PyTuple_GET_ITEM(indices, i));
-        if (at < 0 || at >= PyList_GET_SIZE(labels)) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_IndexError, "module_scopes: an op index out of range");
+        PyObject *label = label_at(labels, PyTuple_GET_ITEM(indices, i));
+        if (label == NULL) {
             Py_CLEAR(out);
             break;
         }
-        PyTuple_SET_ITEM(out, i, Py_NewRef(PyList_GET_ITEM(labels, at)));
+        PyTuple_SET_ITEM(out, i, Py_NewRef(label));
     }
     return out;
 }
