@@ -1,9 +1,10 @@
-"""The capture's hot path in C (`tracer/capture/_hotpath.c`) records exactly what the Python path records.
+"""The capture's C extensions (`tracer/capture/_walk.c`, `_hotpath.c`, `_assembly.c`) record exactly what
+the Python path records.
 
-The README's install command builds the extension (`setup.py`, optional where no C compiler exists);
-these tests check it was built here, and capture each model twice in one process, with the C loops and
-with the session's Python in their place, comparing every field of every op, every module call and every
-saved value. The models cover each case the C code hands back to Python: buffers (watched for writes),
+The README's install command builds them (`setup.py`, optional where no C compiler exists); these tests
+check they were built here, and capture each model twice in one process, with the C loops and with the
+Python in their place, comparing every field of every op, every module scope and call, every parameter
+record and every saved value, and compare the C model walks with torch's own. The models cover each case the C code hands back to Python: buffers (watched for writes),
 tensors no op produced (constants), in-place writes, lists of tensors, keyword tensors, dict and
 namedtuple outputs, parameters returned as they are.
 """
