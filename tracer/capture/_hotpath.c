@@ -1282,6 +1282,20 @@ end:
     return output;
 }
 
+/* A ScopedForward of `type` wrapping `inner` (new reference; the fields are new references to the arguments). */
+static PyObject *
+new_scoped(PyTypeObject *type, PyObject *session, PyObject *module, PyObject *addr, PyObject *inner)
+{
+    ScopedForward *self = (ScopedForward *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->session = Py_NewRef(session);
+    self->module = Py_NewRef(module);
+    self->addr = Py_NewRef(addr);
+    self->inner = Py_NewRef(inner);
+    return (PyObject *)self;
+}
+
 static PyObject *
 scoped_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -1292,14 +1306,7 @@ scoped_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_RuntimeError, "tracer.capture._hotpath.ScopedForward is not configured");
         return NULL;
     }
-    ScopedForward *self = (ScopedForward *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->session = Py_NewRef(session);
-    self->module = Py_NewRef(module);
-    self->addr = Py_NewRef(addr);
-    self->inner = Py_NewRef(inner);
-    return (PyObject *)self;
+    return new_scoped(type, session, module, addr, inner);
 }
 
 static int
@@ -1410,23 +1417,17 @@ wrap_forward(PyObject *session, PyObject *module, PyObject *addr, PyObject *unse
     PyObject *inner = PyObject_GetAttr(module, str_forward);
     if (inner == NULL)
         return -1;
-    ScopedForward *wrapper = (ScopedForward *)ScopedForwardType.tp_alloc(&ScopedForwardType, 0);
-    if (wrapper == NULL) {
-        Py_DECREF(inner);
+    PyObject *wrapper = new_scoped(&ScopedForwardType, session, module, addr, inner);
+    Py_DECREF(inner);
+    if (wrapper == NULL)
         return -1;
-    }
-    wrapper->session = Py_NewRef(session);
-    wrapper->module = Py_NewRef(module);
-    wrapper->addr = Py_NewRef(addr);
-    wrapper->inner = inner;
     PyObject *state = PyObject_GenericGetDict(module, NULL);
     int rc = -1;
     if (state != NULL && PyDict_Check(state)) {
         PyObject *previous = PyDict_GetItemWithError(state, str_forward);
         if (previous != NULL || !PyErr_Occurred()) {
-            PyObject *entry = PyTuple_Pack(3, state, previous != NULL ? previous : unset, (PyObject *)wrapper);
-            rc = entry == NULL || PyList_Append(wrapped, entry) < 0 ? -1 : PyDict_SetItem(state, str_forward,
-                                                                                          (PyObject *)wrapper);
+            PyObject *entry = PyTuple_Pack(3, state, previous != NULL ? previous : unset, wrapper);
+            rc = entry == NULL || PyList_Append(wrapped, entry) < 0 ? -1 : PyDict_SetItem(state, str_forward, wrapper);
             Py_XDECREF(entry);
         }
     }

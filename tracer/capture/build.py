@@ -6,6 +6,7 @@ import os
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 from . import hotpath
 from .call_template import call_templates
@@ -138,11 +139,12 @@ def build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, prov
 def _build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, provenance: Provenance, output: Any,
                  warnings: tuple[str, ...], calls: dict[str, tuple], envelope: Any) -> Trace:
     labels = [op.label for op in ops]
+    named = dict(session.named)  # an address a module adopted during the forward took holds the new module
     values = _select_values(session, ops, save)  # may add a session warning (a value changed behind the capture)
     return Trace(
         ops=ops,
-        modules=_modules(session, labels),
-        params=_params(session),
+        modules=_modules(session, labels, named),
+        params=_params(session, named),
         model_class=type(session.model).__name__,
         provenance=provenance,
         values=values,
@@ -212,8 +214,7 @@ def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> d
     return {ops[i].label: t for i, t in raw.items() if keep(ops[i])}
 
 
-def _modules(session: CaptureSession, labels: list[str]) -> dict[str, ModuleScope]:
-    named = dict(session.named)  # an address a module adopted during the forward took holds the new module
+def _modules(session: CaptureSession, labels: list[str], named: dict[str, nn.Module]) -> dict[str, ModuleScope]:
     addr_of = session.module_addr  # canonical addresses: a shared child counts under its first path only
     if _MODULE_SCOPES is not None:  # the same loop in C (hotpath.py)
         return _MODULE_SCOPES(named, session.module_calls, labels, session.tied, addr_of)
@@ -250,9 +251,8 @@ def _children(addr: str, subs: dict, addr_of: dict[int, str]) -> tuple[str, ...]
     return tuple(found)
 
 
-def _params(session: CaptureSession) -> dict[str, ParamRecord]:
+def _params(session: CaptureSession, named: dict[str, nn.Module]) -> dict[str, ParamRecord]:
     """Each parameter and buffer at its first address, as its module holds it after the forward."""
-    named = dict(session.named)
     if _PARAM_RECORDS is not None:  # the same loop in C (hotpath.py); None: one is not where it was found
         found = _PARAM_RECORDS(session.tied, named, _DTYPE_TEXT, _dtype_text, _DEVICE_TEXT, _device_text)
         return found if found is not None else _params_walked(session)
