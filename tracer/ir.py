@@ -247,6 +247,7 @@ class Op:
         return f"{self.module}:{self.module_call}" if self.module_call else self.module
 
 
+_LABEL = Op.__dict__["label"].__get__  # the slot read, without a Python frame
 new_op = fast_constructor(Op)  # Op(...) for builders of many ops
 new_edge = fast_constructor(Edge)
 
@@ -333,7 +334,7 @@ class Trace:
     def __post_init__(self) -> None:
         if not isinstance(self.provenance, Provenance):  # a plain mapping, as saved
             self.provenance = Provenance.from_dict(self.provenance)
-        self._by_label = {op.label: op for op in self.ops}
+        self._by_label = dict(zip(map(_LABEL, self.ops), self.ops))  # one pass at C speed
 
     def with_provenance(self, **changes: Any) -> "Trace":
         """A new trace sharing this one's graph and values, its provenance with `changes`."""

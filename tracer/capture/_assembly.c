@@ -174,12 +174,7 @@ new_template(PyObject *rec, PyObject *snapshots, PyObject *detach)
             return NULL;
         values[0] = Py_NewRef(PyTuple_GET_ITEM(info, FUNC_INFO_FUNC));
         values[1] = Py_NewRef(PyList_GET_ITEM(rec, R_ARGS));
-        values[2] = some ? Py_NewRef(kwargs) : PyDict_New();
-        if (values[2] == NULL) {
-            Py_DECREF(values[0]);
-            Py_DECREF(values[1]);
-            return NULL;
-        }
+        values[2] = Py_NewRef(some ? kwargs : Py_None);  /* None: no keyword arguments (no empty dict per call) */
     }
     values[3] = Py_NewRef(PyList_GET_ITEM(rec, R_PARENTS));
     values[4] = Py_NewRef(PyList_GET_ITEM(rec, R_PARAMS));

@@ -646,12 +646,46 @@ shared_site(PyCodeObject *code, PyObject *key, int lasti, PyObject *sites)
 }
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* What the frame walk found before, across captures: whether a code object is internal, and the shared
+ * (code, offset) tuple of a site. Direct-mapped tables keyed by the code object's address (and the
+ * offset); an entry holds its code object, so the address stays that object's while the entry lives (at
+ * most CODE_SLOTS + SITE_SLOTS code objects are kept alive this way, until their slots are reused). A
+ * hit costs no allocation and no dict lookup, where the session's dicts cost four allocations per call.
+ * Valid for one `prefixes` object: another empties them. */
+#define CODE_SLOTS 512
+#define SITE_SLOTS 2048
+static struct { PyObject *code; int internal; } code_slots[CODE_SLOTS];
+static struct { PyObject *code; int offset; PyObject *site; } site_slots[SITE_SLOTS];
+static PyObject *slots_prefixes = NULL;
+
+static size_t
+address_hash(const void *p)
+{
+    uintptr_t x = (uintptr_t)p;
+    return (size_t)((x >> 4) ^ (x >> 13));
+}
+
+static void
+clear_slots(void)
+{
+    for (int i = 0; i < CODE_SLOTS; i++)
+        Py_CLEAR(code_slots[i].code);
+    for (int i = 0; i < SITE_SLOTS; i++) {
+        Py_CLEAR(site_slots[i].code);
+        Py_CLEAR(site_slots[i].site);
+    }
+}
+
 /* CPython 3.11: walk the interpreter's own frames, which asks for no frame object (the public API makes
  * one for every frame it passes, for the caller's function and ours, on every recorded call). The
  * walk skips incomplete frames and reads the offset as PyFrame_GetBack and PyFrame_GetLasti do. */
 static PyObject *
 site_of_frames(int skip, PyObject *cache, PyObject *codes, PyObject *sites, PyObject *prefixes)
 {
+    if (prefixes != slots_prefixes) {
+        clear_slots();
+        Py_XSETREF(slots_prefixes, Py_NewRef(prefixes));
+    }
     _PyInterpreterFrame *f = PyThreadState_Get()->cframe->current_frame;  /* the innermost Python function */
     if (f != NULL && skip)
         f = f->previous;
@@ -659,19 +693,43 @@ site_of_frames(int skip, PyObject *cache, PyObject *codes, PyObject *sites, PyOb
         if (_PyFrame_IsIncomplete(f))
             continue;
         PyCodeObject *code = f->f_code;
-        PyObject *key = PyLong_FromVoidPtr(code);
-        if (key == NULL)
-            return NULL;
-        int internal = internal_code(code, key, cache, codes, prefixes);
-        if (internal == 0) {
-            int lasti = _PyInterpreterFrame_LASTI(f);
-            PyObject *found = shared_site(code, key, lasti < 0 ? -1 : lasti * (int)sizeof(_Py_CODEUNIT), sites);
-            Py_DECREF(key);
-            return found;
+        size_t h = address_hash(code);
+        int internal;
+        if (code_slots[h % CODE_SLOTS].code == (PyObject *)code) {
+            internal = code_slots[h % CODE_SLOTS].internal;
         }
-        Py_DECREF(key);
-        if (internal < 0)
-            return NULL;
+        else {
+            PyObject *key = PyLong_FromVoidPtr(code);
+            if (key == NULL)
+                return NULL;
+            internal = internal_code(code, key, cache, codes, prefixes);
+            Py_DECREF(key);
+            if (internal < 0)
+                return NULL;
+            PyObject *old = code_slots[h % CODE_SLOTS].code;  /* released once the slot is whole again */
+            code_slots[h % CODE_SLOTS].code = Py_NewRef((PyObject *)code);
+            code_slots[h % CODE_SLOTS].internal = internal;
+            Py_XDECREF(old);
+        }
+        if (internal)
+            continue;
+        int lasti = _PyInterpreterFrame_LASTI(f);
+        int offset = lasti < 0 ? -1 : lasti * (int)sizeof(_Py_CODEUNIT);
+        size_t slot = (h ^ ((size_t)(unsigned)offset * 2654435761u)) % SITE_SLOTS;
+        if (site_slots[slot].code == (PyObject *)code && site_slots[slot].offset == offset)
+            return Py_NewRef(site_slots[slot].site);
+        PyObject *key = PyLong_FromVoidPtr(code);
+        PyObject *found = key == NULL ? NULL : shared_site(code, key, offset, sites);
+        Py_XDECREF(key);
+        if (found != NULL) {
+            PyObject *old_code = site_slots[slot].code, *old_site = site_slots[slot].site;
+            site_slots[slot].code = Py_NewRef((PyObject *)code);
+            site_slots[slot].site = Py_NewRef(found);
+            site_slots[slot].offset = offset;
+            Py_XDECREF(old_code);
+            Py_XDECREF(old_site);
+        }
+        return found;
     }
     Py_RETURN_NONE;
 }
@@ -844,6 +902,57 @@ scrubbed_kwargs(PyObject *kwargs)
     return out;
 }
 
+/* call_template._scrub: `a` with each tensor replaced by TENSOR, through exact lists and tuples (new
+ * reference; NULL with *deep set past 64 levels, where the Python walk takes over). */
+static PyObject *
+scrubbed_item(PyObject *a, int depth, int *deep)
+{
+    int tensor = is_tensor(a);
+    if (tensor)
+        return tensor < 0 ? NULL : Py_NewRef(placeholder);
+    int list = PyList_CheckExact(a);
+    if (!list && !PyTuple_CheckExact(a))
+        return Py_NewRef(a);
+    if (depth >= 64) {
+        *deep = 1;
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
+    PyObject *out = list ? PyList_New(n) : PyTuple_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        if (list && i >= PyList_GET_SIZE(a))  /* a list changed by a tensor's __instancecheck__: the Python walk */
+            *deep = 1;
+        PyObject *b = *deep ? NULL : Py_NewRef(PySequence_Fast_GET_ITEM(a, i));
+        PyObject *item = b == NULL ? NULL : scrubbed_item(b, depth + 1, deep);
+        Py_XDECREF(b);
+        if (item == NULL)
+            Py_CLEAR(out);
+        else if (list)
+            PyList_SET_ITEM(out, i, item);
+        else
+            PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+/* call_template.scrub_deep(args): the top-level tuple with tensors inside lists and tuples replaced too. */
+static PyObject *
+scrubbed_deep(PyObject *args)
+{
+    int deep = 0;
+    PyObject *out = PyTuple_New(PyTuple_GET_SIZE(args));
+    for (Py_ssize_t i = 0; out != NULL && i < PyTuple_GET_SIZE(args); i++) {
+        PyObject *item = scrubbed_item(PyTuple_GET_ITEM(args, i), 0, &deep);
+        if (item == NULL)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, i, item);
+    }
+    if (out == NULL && deep && !PyErr_Occurred())
+        return PyObject_CallOneArg(scrub_deep_fn, args);
+    return out;
+}
+
 /* Re-raise the exception a call raised, with the session's note on where it was raised (`_annotate`). */
 static PyObject *
 annotated_error(PyObject *session, PyObject *info)
@@ -904,7 +1013,7 @@ call_record(PyObject *d, PyObject **a, PyObject *info, PyObject *scanned, PyObje
     else {
         spec = Py_NewRef(Py_None);
         PyObject *scrubbed = PyTuple_GET_ITEM(scanned, 2);
-        s_args = PyTuple_GET_ITEM(scanned, 3) == Py_True ? PyObject_CallOneArg(scrub_deep_fn, args)
+        s_args = PyTuple_GET_ITEM(scanned, 3) == Py_True ? scrubbed_deep(args)
                  : Py_NewRef(scrubbed != Py_None ? scrubbed : args);
         s_kwargs = kwargs != Py_None && PyDict_GET_SIZE(kwargs) > 0 ? scrubbed_kwargs(kwargs) : Py_NewRef(Py_None);
     }

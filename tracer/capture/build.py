@@ -119,7 +119,9 @@ _PARAM_RECORDS = _configure_c_params()
 
 
 def live_calls(session: CaptureSession, ops: tuple[Op, ...]) -> dict[str, tuple]:
-    """Op label -> (func, args, kwargs) of the live call that produced it (for replay)."""
+    """Op label -> (func, args, kwargs) of the live call that produced it (for replay; kept only with values)."""
+    if not session.save_values:  # no record holds its live call
+        return {}
     with gc_paused():
         return {ops[i].label: rec[R_CALLSPEC] for i, rec in enumerate(session.records) if rec[R_CALLSPEC] is not None}
 
@@ -169,10 +171,22 @@ def _labels(records: list) -> list[str]:
 
 
 def _meta(raw: tuple, cache: dict) -> TensorMeta:
-    """The TensorMeta of a raw (shape, dtype, device, grad) tuple, cached by the tuple's id."""
-    shape, dtype, device, rg = raw
-    hit = cache[id(raw)] = new_meta(shape=tuple(shape), dtype=_dtype_text(dtype), device=str(device), requires_grad=rg)
+    """The TensorMeta of a raw (shape, dtype, device, grad) tuple, cached by the tuple's id (this build's
+    cache) and by its value (every capture's: a model captured again makes no new one)."""
+    hit = _METAS.get(raw)
+    if hit is None:
+        if len(_METAS) >= _MAX_SHARED:
+            _METAS.clear()
+        shape, dtype, device, rg = raw
+        hit = _METAS[raw] = new_meta(shape=tuple(shape), dtype=_dtype_text(dtype), device=str(device), requires_grad=rg)
+    cache[id(raw)] = hit
     return hit
+
+
+# TensorMeta and SourceSite are immutable: one per distinct value serves every trace of the process.
+_METAS: dict[tuple, TensorMeta] = {}
+_SITES: dict[tuple[int, int], tuple[Any, SourceSite]] = {}  # (id(code), offset) -> (code, its site): the code held
+_MAX_SHARED = 1 << 16  # entries per cache before it starts again
 
 
 def _dtype_text(dtype: torch.dtype) -> str:
@@ -187,11 +201,19 @@ _DTYPE_TEXT: dict[torch.dtype, str] = {}
 
 
 def _site(raw: tuple | None, cache: dict) -> SourceSite | None:
-    """The SourceSite of a raw (code, instruction offset) tuple, cached by the tuple's id."""
+    """The SourceSite of a raw (code, instruction offset) tuple, cached by the tuple's id (this build's cache)
+    and by the code and offset (every capture's)."""
     if raw is None:
         return None
     code, offset = raw
-    hit = cache[id(raw)] = new_site(file=_short_path(code.co_filename), line=line_at(code, offset), function=code.co_name)
+    key = (id(code), offset)  # by the code's id: hashing a code object hashes its bytecode
+    shared = _SITES.get(key)
+    if shared is None or shared[0] is not code:
+        if len(_SITES) >= _MAX_SHARED:
+            _SITES.clear()
+        shared = _SITES[key] = (code, new_site(file=_short_path(code.co_filename), line=line_at(code, offset),
+                                               function=code.co_name))
+    hit = cache[id(raw)] = shared[1]
     return hit
 
 

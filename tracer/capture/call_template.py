@@ -104,7 +104,8 @@ class CallTemplate(Mapping):
     """`Op.attrs` of a call op: encoded from the recorded call the first time it is read."""
 
     __slots__ = ("_func", "_args", "_kwargs", "_parents", "_params", "_encoded")
-    # Made only by `call_templates`, which sets the slots itself (no __init__ frame for 100,000s of them).
+    # Made only by `call_templates`, which sets the slots itself (no __init__ frame for 100,000s of them);
+    # `_kwargs` is None for a call without keyword arguments.
 
     def _data(self) -> dict[str, Any]:
         if self._encoded is None:
@@ -175,7 +176,7 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
             if live is not None:
                 func, args, kwargs = _detach_call(live, snapshots, [pos for _p, pos in rec[f_parents]])
             else:
-                func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or {}
+                func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or None
             last = _new(CallTemplate)
             last._func, last._args, last._kwargs, last._parents, last._params = \
                 func, args, kwargs, rec[f_parents], rec[f_params]

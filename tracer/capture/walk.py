@@ -13,37 +13,42 @@ _MAX_DEPTH = 8
 _C_NAMED_MODULES, _C_FIRST_VISITS, _C_NAMED_STATE = hotpath.named_modules, hotpath.first_visits, hotpath.named_state
 
 
-def iter_tensors(obj: Any, path: str = "", depth: int = 0, seen: set | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield `(path, tensor)` for every tensor in `obj`, in a stable order.
+def iter_tensors(obj: Any, path: str = "", depth: int = 0, seen: set | None = None) -> list[tuple[str, torch.Tensor]]:
+    """Every `(path, tensor)` in `obj`, in a stable order (a list: one recursive pass, no generator per level).
 
     Walks tensors, lists, tuples, dicts (ModelOutput included) and, for other objects
     such as a transformers `Cache`, their public attributes. Paths join keys with dots.
     """
+    found: list[tuple[str, torch.Tensor]] = []
+    _collect(obj, path, depth, set() if seen is None else seen, found)
+    return found
+
+
+def _collect(obj: Any, path: str, depth: int, seen: set, found: list) -> None:
     if isinstance(obj, torch.Tensor):
-        yield path, obj
+        found.append((path, obj))
         return
-    if depth >= _MAX_DEPTH or obj is None or isinstance(obj, (str, bytes, int, float, bool, nn.Module)):
-        return
-    if seen is None:
-        seen = set()
-    if id(obj) in seen:
+    if depth >= _MAX_DEPTH or obj is None or isinstance(obj, _LEAVES) or id(obj) in seen:
         return
     if isinstance(obj, dict):
         seen.add(id(obj))
         for key, value in obj.items():
-            yield from iter_tensors(value, _join(path, str(key)), depth + 1, seen)
+            _collect(value, _join(path, str(key)), depth + 1, seen, found)
         return
     if isinstance(obj, (list, tuple)):
         seen.add(id(obj))
         for i, value in enumerate(obj):
-            yield from iter_tensors(value, _join(path, str(i)), depth + 1, seen)
+            _collect(value, _join(path, str(i)), depth + 1, seen, found)
         return
     attrs = getattr(obj, "__dict__", None)
     if attrs and not type(obj).__module__.startswith(("torch", "builtins")):
         seen.add(id(obj))
         for key, value in attrs.items():
             if not key.startswith("_"):
-                yield from iter_tensors(value, _join(path, key), depth + 1, seen)
+                _collect(value, _join(path, key), depth + 1, seen, found)
+
+
+_LEAVES = (str, bytes, int, float, bool, nn.Module)
 
 
 def shallow_tensors(obj: Any) -> list[torch.Tensor]:

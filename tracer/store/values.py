@@ -11,8 +11,10 @@ are stored once, as the storage span they cover, under one owner's label (values
 `spans` `{owner: length}`, `views` `{label: [owner, offset, [stride, ...]]}`), and read back with
 `as_strided` over that span, so they share memory again. A span above
 `MAX_SPAN_FACTOR` times its values' size (plus `SPAN_SLACK`) is not stored: those views are stored
-dense and listed in `dense_views`. So an offline replay feeds each kernel the memory layout it saw
-in the forward.
+dense and listed in `dense_views`. Every value (or span) read starts on an `ALIGN`-byte boundary, as a
+fresh storage in the forward did: a run of values the file's buffer would leave unaligned is copied
+into an aligned buffer (one copy of those bytes while loading). So an offline replay feeds each kernel
+the memory layout it saw in the forward.
 """
 from __future__ import annotations
 
@@ -125,7 +127,7 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
 def _facts(values: Mapping[str, Any]) -> dict[str, tuple]:
     """Each value's `(dtype, shape, strides, storage key)` read once (the key None for an empty value);
     refuses a value that cannot be stored."""
-    files = {getattr(values, "file_storage", 0)}
+    files = set(getattr(values, "file_storages", ()))
     read_from = getattr(values, "span_owner", {})
     facts: dict[str, tuple] = {}
     for label, v in values.items():
@@ -292,7 +294,8 @@ class ReadValues(dict):
     """The values read from a file (label -> tensor), and which non-dense views it holds dense."""
 
     dense_views: tuple[str, ...] = ()
-    file_storage: int = 0  # the buffer read: its values share one storage only because they share a file
+    # the buffers read into: their values share a storage only because they share a file
+    file_storages: tuple[int, ...] = ()
     span_owner: dict[str, str] = {}  # label -> the owner of the span it was read from
 
 
@@ -317,14 +320,18 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
     if not labels:
         return values
     data = torch.frombuffer(buf, dtype=torch.uint8)
+    runs = []  # (first index, count, dtype, shape, bytes each, file offset): tensors of one dtype and shape, back to back
     i = 0
     for (dtype, shape), run in groupby(range(len(labels)), key=list(zip(dtypes, shapes)).__getitem__):
         k = len(list(run))
-        block = data[start + begins[i]:start + begins[i + k - 1] + math.prod(shape) * dtype.itemsize]
-        if (start + begins[i]) % dtype.itemsize:
-            block = block.clone()  # a tensor not aligned to its dtype (another writer's file)
-        values.update(zip(labels[i:i + k], block.view(dtype).view(k, *shape).unbind(0)))
+        runs.append((i, k, dtype, shape, math.prod(shape) * dtype.itemsize, start + begins[i]))
         i += k
+    aligned = _aligned_copies(data, runs)
+    for i, k, dtype, shape, nbytes, offset in runs:
+        block = aligned.get(i)
+        if block is None:  # aligned already (or empty): a view of the file's buffer
+            block = data[offset:offset + k * nbytes]
+        values.update(zip(labels[i:i + k], block.view(dtype).view(k, *shape).unbind(0)))
     for label, stride in layouts.items():
         if label not in values:
             raise TraceFileCorruptError(f"{site}: strides recorded for {label!r}, which has no value", site=site)
@@ -333,9 +340,41 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
     for label, (owner, offset, stride) in views.items():  # bounds were checked in _entries
         span = span_of_owner[owner]
         values[label] = span.as_strided(metas[label].shape, stride, span.storage_offset() + offset)
-    values.file_storage = data.untyped_storage().data_ptr()
+    values.file_storages = (data.untyped_storage().data_ptr(),
+                            *{t.untyped_storage().data_ptr() for t in aligned.values()})
     values.span_owner = {label: owner for label, (owner, _, _) in views.items()}
     return values
+
+
+ALIGN = 64  # bytes: torch's CPU allocator starts every new storage here
+
+
+def _aligned_copies(data: torch.Tensor, runs: list[tuple]) -> dict[int, torch.Tensor]:
+    """The runs whose tensors would not start on an ALIGN-byte boundary in the file's buffer, copied into
+    one new buffer where each tensor does (a row per tensor, padded): first index -> a (count, bytes) view.
+
+    A forward's values sit in fresh, aligned storages; a kernel may take another path on data that is
+    not aligned (MKL's matmul does, on AVX-512 machines) and round differently, so an offline replay of
+    an unaligned value would differ from the recorded one in the last bits. Costs one copy of those runs.
+    """
+    base = data.data_ptr()
+    pitches = {i: -(-nbytes // ALIGN) * ALIGN for i, _k, _d, _s, nbytes, offset in runs
+               if nbytes and (nbytes % ALIGN or (base + offset) % ALIGN)}
+    if not pitches:
+        return {}
+    sizes = [k * pitches[i] for i, k, *_ in runs if i in pitches]
+    into = torch.empty(sum(sizes) + ALIGN, dtype=torch.uint8)
+    cursor = -into.data_ptr() % ALIGN
+    copies: dict[int, torch.Tensor] = {}
+    for i, k, _dtype, _shape, nbytes, offset in runs:
+        pitch = pitches.get(i)
+        if pitch is None:
+            continue
+        rows = into[cursor:cursor + k * pitch].view(k, pitch)[:, :nbytes]
+        rows.copy_(data[offset:offset + k * nbytes].view(k, nbytes))
+        copies[i] = rows
+        cursor += k * pitch
+    return copies
 
 
 def _largest_data(metas: Mapping[str, TensorMeta | None]) -> int:
