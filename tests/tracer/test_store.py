@@ -181,7 +181,7 @@ def test_values_of_every_dtype_and_layout_round_trip(gpt2_trace, tmp_path):
 
 def test_loaded_values_start_where_a_forward_would_put_them(tmp_path):
     """Every value read back starts on a 64-byte boundary, as a fresh storage of the forward did (a kernel
-    may round differently on unaligned data: MKL's matmul does on AVX-512), and writing what was read
+    may round differently on unaligned data: MKL's sgemm did on an AVX-512 EPYC), and writing what was read
     gives the same file (copied runs are not mistaken for views of each other)."""
     from tracer.store.values import ALIGN, read_values, write_values
 

@@ -1,7 +1,7 @@
 """Finding tensors inside the nested objects models take and return."""
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn

@@ -354,7 +354,7 @@ def _aligned_copies(data: torch.Tensor, runs: list[tuple]) -> dict[int, torch.Te
     one new buffer where each tensor does (a row per tensor, padded): first index -> a (count, bytes) view.
 
     A forward's values sit in fresh, aligned storages; a kernel may take another path on data that is
-    not aligned (MKL's matmul does, on AVX-512 machines) and round differently, so an offline replay of
+    not aligned (MKL's sgemm did on an AMD EPYC machine with AVX-512) and round differently, so a replay of
     an unaligned value would differ from the recorded one in the last bits. Costs one copy of those runs.
     """
     base = data.data_ptr()
