@@ -128,12 +128,17 @@ error:
 static PyTypeObject *template_type = NULL;
 static Py_ssize_t template_offsets[6];  /* _func, _args, _kwargs, _parents, _params, _encoded */
 
-/* configure_templates(CallTemplate, its slot descriptors) */
+static PyObject *edge_placeholder = NULL;  /* call_template.TENSOR */
+static PyTypeObject *tensor_class = NULL;  /* torch.Tensor */
+
+/* configure_templates(CallTemplate, its slot descriptors[, TENSOR, torch.Tensor]): the last two turn on the
+ * saved-call fast path (`detached_call`) */
 static PyObject *
 configure_templates(PyObject *self, PyObject *args)
 {
-    PyObject *type, *descr;
-    if (!PyArg_ParseTuple(args, "O!O!:configure_templates", &PyType_Type, &type, &PyTuple_Type, &descr))
+    PyObject *type, *descr, *placeholder = NULL, *tensor = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!|OO!:configure_templates", &PyType_Type, &type, &PyTuple_Type, &descr,
+                          &placeholder, &PyType_Type, &tensor))
         return NULL;
     if (PyTuple_GET_SIZE(descr) != 6 || slot_offsets(descr, template_offsets, 6) < 0) {
         PyErr_SetString(PyExc_TypeError, "configure_templates: CallTemplate must have the slots _func, _args, _kwargs, "
@@ -141,7 +146,69 @@ configure_templates(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_XSETREF(template_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(edge_placeholder, placeholder == NULL || tensor == NULL ? NULL : Py_NewRef(placeholder));
+    Py_XSETREF(tensor_class, placeholder == NULL || tensor == NULL ? NULL : (PyTypeObject *)Py_NewRef(tensor));
     Py_RETURN_NONE;
+}
+
+/* Whether top-level argument `i` is one of a call's parents (`parents`: its (op index, position) pairs,
+ * the position of argument i being str(i)): 1, 0 (or -1 on error). */
+static int
+on_edge(PyObject *parents, Py_ssize_t i)
+{
+    if (!PyTuple_Check(parents))
+        return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(parents); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(parents, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1)))
+            continue;
+        PyObject *pos = PyTuple_GET_ITEM(pair, 1);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(pos), value = 0;
+        if (n == 0 || n > 9)
+            continue;
+        int digits = 1;
+        for (Py_ssize_t c = 0; c < n && digits; c++) {
+            Py_UCS4 ch = PyUnicode_READ_CHAR(pos, c);
+            digits = ch >= '0' && ch <= '9' && !(c == 0 && ch == '0' && n > 1);
+            value = value * 10 + (Py_ssize_t)(ch - '0');
+        }
+        if (digits && value == i)
+            return 1;
+    }
+    return 0;
+}
+
+/* `call_template._detach_call(live, snapshots, parents)` for its common case (new reference): a call without
+ * keyword arguments whose every argument is a plain value (int, float, str, bool, None) or a tensor on one of
+ * its edges, that wrote no parameter. NULL without an error for every other call (the Python does it). */
+static PyObject *
+detached_call(PyObject *live, PyObject *snapshots, PyObject *parents)
+{
+    if (edge_placeholder == NULL || !PyTuple_CheckExact(live) || PyTuple_GET_SIZE(live) != 3 ||
+        !PyDict_CheckExact(snapshots) || PyDict_GET_SIZE(snapshots) != 0)
+        return NULL;
+    PyObject *func = PyTuple_GET_ITEM(live, 0), *args = PyTuple_GET_ITEM(live, 1), *kwargs = PyTuple_GET_ITEM(live, 2);
+    if (!PyTuple_Check(args) || !PyDict_CheckExact(kwargs) || PyDict_GET_SIZE(kwargs) != 0)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i), *item = NULL;
+        if (a == Py_None || PyLong_CheckExact(a) || PyFloat_CheckExact(a) || PyUnicode_CheckExact(a) || PyBool_Check(a))
+            item = a;
+        else if (PyType_IsSubtype(Py_TYPE(a), tensor_class) && on_edge(parents, i))
+            item = edge_placeholder;
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, Py_NewRef(item));
+    }
+    PyObject *parts = PyTuple_Pack(3, func, out, Py_None);  /* no keyword arguments: None, as a scrubbed call has */
+    Py_DECREF(out);
+    return parts;
 }
 
 /* The template of a record that starts a call (new reference): its live call without its tensors
@@ -151,7 +218,9 @@ new_template(PyObject *rec, PyObject *snapshots, PyObject *detach)
 {
     PyObject *values[6] = {NULL}, *live = PyList_GET_ITEM(rec, R_CALLSPEC);
     if (live != Py_None) {
-        PyObject *parts = PyObject_CallFunctionObjArgs(detach, live, snapshots, PyList_GET_ITEM(rec, R_PARENTS), NULL);
+        PyObject *parts = detached_call(live, snapshots, PyList_GET_ITEM(rec, R_PARENTS));
+        if (parts == NULL && !PyErr_Occurred())
+            parts = PyObject_CallFunctionObjArgs(detach, live, snapshots, PyList_GET_ITEM(rec, R_PARENTS), NULL);
         if (parts == NULL)
             return NULL;
         if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 3) {

@@ -195,7 +195,8 @@ def _configure_c_templates() -> Any:
     """`hotpath.call_templates` set up for CallTemplate, or None (not built)."""
     if hotpath.call_templates is None or hotpath.configure_templates is None:
         return None
-    hotpath.configure_templates(CallTemplate, tuple(CallTemplate.__dict__[name] for name in CallTemplate.__slots__))
+    hotpath.configure_templates(CallTemplate, tuple(CallTemplate.__dict__[name] for name in CallTemplate.__slots__),
+                                TENSOR, _Tensor)
     return hotpath.call_templates
 
 
