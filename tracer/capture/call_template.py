@@ -76,11 +76,12 @@ class _Before:
 
 def _detach_call(source: tuple, snapshots: Mapping[int, str], edges: Container[str] = ()) -> tuple:
     """A live call without its tensors, so a template never keeps one alive (pre-write copies and small
-    tensors that are not on an edge encoded). `edges`: the argument positions of the call's parents."""
+    tensors that are not on an edge encoded; kwargs None when there are none). `edges`: the argument positions
+    of the call's parents."""
     func, args, kwargs = source
     return (func, tuple([a if type(a) in _ATOMS else _detach(a, snapshots, edges, _POS[i] if i < 16 else str(i))
                          for i, a in enumerate(args)]),
-            {k: _detach(v, snapshots, edges, k) for k, v in kwargs.items()} if kwargs else {})
+            {k: _detach(v, snapshots, edges, k) for k, v in kwargs.items()} if kwargs else None)
 
 
 _ATOMS = _PLAIN | {float}  # arguments `_detach` returns as they are
@@ -174,7 +175,7 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
             out.append(last)
         else:
             if live is not None:
-                func, args, kwargs = _detach_call(live, snapshots, [pos for _p, pos in rec[f_parents]])
+                func, args, kwargs = _detach_parts(live, snapshots, rec[f_parents])
             else:
                 func, args, kwargs = rec[f_info].func, rec[f_args], rec[f_kwargs] or None
             last = _new(CallTemplate)

@@ -362,8 +362,7 @@ def _aligned_copies(data: torch.Tensor, runs: list[tuple]) -> dict[int, torch.Te
                if nbytes and (nbytes % ALIGN or (base + offset) % ALIGN)}
     if not pitches:
         return {}
-    sizes = [k * pitches[i] for i, k, *_ in runs if i in pitches]
-    into = torch.empty(sum(sizes) + ALIGN, dtype=torch.uint8)
+    into = torch.empty(sum(k * pitches[i] for i, k, *_ in runs if i in pitches) + ALIGN, dtype=torch.uint8)
     cursor = -into.data_ptr() % ALIGN
     copies: dict[int, torch.Tensor] = {}
     for i, k, _dtype, _shape, nbytes, offset in runs:
