@@ -76,6 +76,8 @@ class BareRecorder(TorchFunctionMode):
 
 
 MIN_SAMPLE_CPU = 0.3  # CPU seconds a sample of a short forward runs for (repeating the forward inside it)
+PAIRS = 21  # rounds of the paired ratio (`paired_ratios`)
+MIN_PAIRED_CPU = 0.1  # CPU seconds of one sample of a pair: one 8B meta forward, two of GPT-2 small
 
 
 def _sync(device: str) -> None:
@@ -273,7 +275,24 @@ def model_cases(model: nn.Module, forward: Callable[[], object], capture: Callab
             "capture, grad on": capture}
 
 
-def gpt2_ratio(device: str, repeats: int, narrow: bool = False) -> dict[str, Times]:
+def paired_ratios(cases: dict[str, Callable[[], object]], device: str, pairs: int) -> list[float]:
+    """CPU ratios of the capture to the bare forward, one per round of `pairs` rounds that each time the bare
+    forward, then the capture, back to back with nothing between: on a host whose speed swings within seconds
+    (docs/benchmarks.md shows one) both samples of a pair see the same speed, where the ratio of two
+    medians taken over a minute need not."""
+    t = timed_in_turns({name: cases[name] for name in ("bare forward", "capture")}, device, pairs, MIN_PAIRED_CPU)
+    return [c / b for c, b in zip(t["capture"].cpu, t["bare forward"].cpu)]
+
+
+ModelRatios = tuple[dict[str, Times], list[float]]  # every case in turns, and the paired ratios
+
+
+def model_ratios(cases: dict[str, Callable[[], object]], device: str, repeats: int) -> ModelRatios:
+    """Every case timed in turns, then the paired ratios of the capture (`paired_ratios`)."""
+    return timed_in_turns(cases, device, repeats, MIN_SAMPLE_CPU), paired_ratios(cases, device, PAIRS)
+
+
+def gpt2_ratio(device: str, repeats: int, narrow: bool = False) -> ModelRatios:
     """GPT-2 small on 8 ids: the bare forward, the mechanism's floors and the capture (save=none), in turns.
 
     `narrow`: the same graph (12 blocks, 755 torch calls, 164 modules) at width 64 with a 1,000-token
@@ -287,10 +306,10 @@ def gpt2_ratio(device: str, repeats: int, narrow: bool = False) -> dict[str, Tim
     ids = torch.randint(0, config.vocab_size, (1, 8), device=device)
     none = tracer.CaptureOptions(save="none")
     cases = model_cases(model, lambda: model(ids), lambda: tracer.trace(model, (ids,), capture=none))
-    return timed_in_turns(cases, device, repeats, MIN_SAMPLE_CPU)
+    return model_ratios(cases, device, repeats)
 
 
-def weights_free_ratio(repeats: int) -> dict[str, Times]:
+def weights_free_ratio(repeats: int) -> ModelRatios:
     """The shipped Llama-3.1-8B config on the meta device: its bare meta forward, the mechanism's floors and
     its weights-free capture (`trace_ids`), in turns."""
     from tracer.bridges.transformers import build_meta_model, load_config, trace_ids
@@ -298,20 +317,25 @@ def weights_free_ratio(repeats: int) -> dict[str, Times]:
     model = build_meta_model(load_config("llama-3.1-8b"))
     ids = torch.zeros((1, 8), dtype=torch.long, device="meta")
     cases = model_cases(model, lambda: model(ids), lambda: trace_ids(model, (1, 8)))
-    return timed_in_turns(cases, "cpu", repeats, MIN_SAMPLE_CPU)
+    return model_ratios(cases, "cpu", repeats)
 
 
-def ratio_table(title: str, times: dict[str, Times]) -> list[str]:
+def ratio_table(title: str, ratios: ModelRatios) -> list[str]:
     """Markdown rows: each case's CPU and wall time, both as a ratio of medians to the bare (no_grad)
-    forward's, and the median (min-max) of the per-round CPU ratios: each round times every case once, so
-    a round's ratio pairs samples taken a second apart (the figure that survives the machine's drift)."""
+    forward's, and the median (min-max) of the per-round CPU ratios (each round times every case once);
+    then a line with the paired ratios' median, quartiles and range."""
     med = statistics.median
+    times, pairs = ratios
     bare = times["bare forward"]
     lines = [f"| {title} | CPU | ratio (CPU) | per-round CPU ratio | wall | ratio (wall) |", "|---|---|---|---|---|---|"]
     for case, t in times.items():
         rounds = [c / b for c, b in zip(t.cpu, bare.cpu)]
         lines.append(f"| {case} | {cpu(t)} | **{med(t.cpu) / med(bare.cpu):.2f}x** | {med(rounds):.2f}x "
                      f"({min(rounds):.2f}-{max(rounds):.2f}) | {fmt(t)} | {med(t) / med(bare):.2f}x |")
+    q1, _, q3 = statistics.quantiles(pairs, n=4)
+    lines += ["", f"Paired, {len(pairs)} rounds of the bare forward then the capture back to back (no_grad): capture "
+                  f"over bare **{med(pairs):.2f}x** (CPU; quartiles {q1:.2f}-{q3:.2f}, range "
+                  f"{min(pairs):.2f}-{max(pairs):.2f})"]
     return lines
 
 

@@ -345,3 +345,51 @@ def test_the_c_module_wrapper_closes_its_scope_when_the_forward_raises(monkeypat
             errors.append(str(info.value))
         assert "forward" not in model[1].__dict__ and "forward" not in model[0].__dict__
     assert errors[0] == errors[1]
+
+
+class _Routed(nn.Module):
+    """A weights-free forward through each branch of the C hook's guard: device reads (of a tensor and of a
+    parameter), constants (from Python data, from a factory), a dtype cast, a move to the model's device, a
+    meta kernel that refuses (torch._grouped_mm on float32: a declared fallback), a known value beside an
+    unknown one, and a branch on the device type."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 8, 12))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offs = torch.tensor([3, 7, 10], dtype=torch.int32, device=self.weight.device)
+        h = torch._grouped_mm(x * 2, self.weight, offs=offs)
+        h = h.to(torch.float64).to(x.device)
+        h = torch.cat([torch.zeros(1, 12, dtype=torch.float64, device=x.device), h])
+        return h.relu() if x.device.type == "cpu" else h.sigmoid()
+
+
+@needs_extension
+def test_a_weights_free_capture_runs_its_common_calls_in_c_as_the_python_would(monkeypatch):
+    with torch.device("meta"):
+        model = _Routed()
+    x = torch.zeros(10, 8, device="meta")
+    in_python: list[str] = []
+    slow = session.CaptureSession._torch_function_py
+
+    def counted(self, func, types, args=(), kwargs=None):
+        in_python.append(getattr(func, "__name__", repr(func)))
+        return slow(self, func, types, args, kwargs)
+
+    def capture() -> tracer.Trace:
+        return tracer.trace(model, (x,), capture=tracer.CaptureOptions(structure_only=True))
+
+    with_c, with_python = _both(monkeypatch, capture)
+    assert _canonical(with_c) == _canonical(with_python)
+    assert [op.kind for op in with_c.ops if op.kind not in ("input", "output")] == [
+        "tensor", "mul", "grouped_mm", "to", "to", "zeros", "cat", "relu"]  # the model saw the simulated cpu
+    admitted = [t.provenance["admission"] for t in (with_c, with_python)]
+    assert admitted[0]["meta_fallbacks"][0]["call"] == "torch._grouped_mm"
+    assert [a["meta_fallbacks"][0]["op_index"] for a in admitted] == [3, 3]
+    monkeypatch.setattr(session.CaptureSession, "_torch_function_py", counted)
+    capture()
+    # In C: the device reads, the product, the refused kernel's fallback, the cast, the concatenation of a
+    # known value and an unknown one, and the relu. In Python: the constants, and the move, whose device
+    # argument names the simulated device.
+    assert in_python == ["tensor", "to", "zeros"]

@@ -460,15 +460,23 @@ tensor_indices(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     return indices_of(argv[0], argv + 1, argc - 1);
 }
 
+/* Whether `t`'s type is exactly one of `plain` (a tuple of types). */
+static int
+of_plain_type(PyObject *t, PyObject *plain)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plain); i++)
+        if ((PyObject *)Py_TYPE(t) == PyTuple_GET_ITEM(plain, i))
+            return 1;
+    return 0;
+}
+
 /* Whether tensor `b` is on the meta device: `b.is_meta` for a plain tensor or parameter (`plain`: a tuple of
  * exact types), `b.device.type == "meta"` for a subclass. -1 on error. */
+
 static int
 on_meta(PyObject *b, PyObject *plain)
 {
-    int exact = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plain); i++)
-        exact |= (PyObject *)Py_TYPE(b) == PyTuple_GET_ITEM(plain, i);
-    if (exact) {
+    if (of_plain_type(b, plain)) {
         PyObject *flag = PyObject_GetAttr(b, str_is_meta);
         if (flag == NULL)
             return -1;
@@ -486,32 +494,49 @@ on_meta(PyObject *b, PyObject *plain)
     return r;
 }
 
-/* One argument of `scan_constants`; returns -1 on error. */
+/* What `scan_constants` gathers over a call's arguments. */
+typedef struct {
+    PyObject *reals;   /* the tensors not on meta (a list; NULL: counted only, in n_reals) */
+    Py_ssize_t n_reals, n;
+    PyObject *first;   /* the first meta tensor (new reference) */
+    int python_only;
+} ConstantScan;
+
+/* One tensor of `scan_constants`' pass; -1 on error. */
 static int
-scan_constant_arg(PyObject *a, PyObject *plain, PyObject *is_plain, PyObject *reals, Py_ssize_t *n, PyObject **first,
-                  int *python_only)
+scan_constant_tensor(PyObject *b, PyObject *plain, ConstantScan *s)
+{
+    int meta = on_meta(b, plain);
+    if (meta < 0)
+        return -1;
+    s->n += 1;
+    s->python_only = 0;
+    if (!meta) {
+        s->n_reals += 1;
+        return s->reals == NULL ? 0 : PyList_Append(s->reals, b);
+    }
+    if (s->first == NULL)
+        s->first = Py_NewRef(b);
+    return 0;
+}
+
+/* One argument of `scan_constants` (a tensor, or a list or tuple looked into one level); -1 on error. */
+static int
+scan_constant_arg(PyObject *a, PyObject *plain, PyObject *is_plain, ConstantScan *s)
 {
     int tensor = is_tensor(a);
     if (tensor < 0)
         return -1;
-    int seq = !tensor && (PyList_CheckExact(a) || PyTuple_CheckExact(a));
-    if (tensor || seq) {
-        PyObject *items = tensor ? PyTuple_Pack(1, a) : Py_NewRef(a);
-        if (items == NULL)
+    if (tensor) {
+        if (scan_constant_tensor(a, plain, s) < 0)
             return -1;
+    }
+    else if (PyList_CheckExact(a) || PyTuple_CheckExact(a)) {
+        PyObject *items = Py_NewRef(a);
         for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(items); j++) {
             PyObject *b = Py_NewRef(PySequence_Fast_GET_ITEM(items, j));
             int bt = is_tensor(b);
-            int meta = bt > 0 ? on_meta(b, plain) : 0;
-            int rc = bt < 0 || meta < 0 ? -1 : 0;
-            if (rc == 0 && bt > 0) {
-                *n += 1;
-                *python_only = 0;
-                if (!meta)
-                    rc = PyList_Append(reals, b);
-                else if (*first == NULL)
-                    *first = Py_NewRef(b);
-            }
+            int rc = bt < 0 ? -1 : bt > 0 ? scan_constant_tensor(b, plain, s) : 0;
             Py_DECREF(b);
             if (rc < 0) {
                 Py_DECREF(items);
@@ -520,7 +545,7 @@ scan_constant_arg(PyObject *a, PyObject *plain, PyObject *is_plain, PyObject *re
         }
         Py_DECREF(items);
     }
-    if (*python_only) {
+    if (s->python_only) {
         PyObject *r = PyObject_CallOneArg(is_plain, a);
         if (r == NULL)
             return -1;
@@ -529,9 +554,76 @@ scan_constant_arg(PyObject *a, PyObject *plain, PyObject *is_plain, PyObject *re
         if (ok < 0)
             return -1;
         if (!ok)
-            *python_only = 0;
+            s->python_only = 0;
     }
     return 0;
+}
+
+/* `scan_constants`' pass over positional then keyword arguments into `s` (its `first` to release); -1 on error. */
+static int
+scan_constant_args(PyObject *args, PyObject *kwargs, PyObject *plain, PyObject *is_plain, ConstantScan *s)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++)
+        if (scan_constant_arg(PyTuple_GET_ITEM(args, i), plain, is_plain, s) < 0)
+            return -1;
+    if (kwargs == NULL || PyDict_GET_SIZE(kwargs) == 0)
+        return 0;
+    PyObject *values = PyDict_Values(kwargs);
+    if (values == NULL)
+        return -1;
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values) && rc == 0; i++)
+        rc = scan_constant_arg(PyList_GET_ITEM(values, i), plain, is_plain, s);
+    Py_DECREF(values);
+    return rc;
+}
+
+/* Whether `first` has a known value in `known` (id -> (weak reference, ...)): 1, 0, -1 on error. */
+static int
+known_value(PyObject *first, PyObject *known)
+{
+    if (first == NULL)
+        return 0;
+    PyObject *tid = PyLong_FromVoidPtr(first);
+    if (tid == NULL)
+        return -1;
+    PyObject *hit = PyDict_GetItemWithError(known, tid);  /* borrowed */
+    Py_DECREF(tid);
+    if (hit == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(hit);
+    PyObject *ref = PySequence_GetItem(hit, 0);
+    PyObject *obj = ref == NULL ? NULL : PyObject_CallNoArgs(ref);
+    Py_XDECREF(ref);
+    Py_DECREF(hit);
+    if (obj == NULL)
+        return -1;
+    int same = obj == first;
+    Py_DECREF(obj);
+    return same;
+}
+
+/* Whether `a` is, or holds through exact lists and tuples (as `known_values._known` looks), a tensor with no
+ * known value in `known`: 1, 0 (also past 64 levels: the guard's Python looks), -1 on error. */
+static int
+holds_unknown(PyObject *a, PyObject *known, int depth)
+{
+    int tensor = is_tensor(a);
+    if (tensor) {
+        int k = tensor < 0 ? -1 : known_value(a, known);
+        return k < 0 ? -1 : !k;
+    }
+    if (depth >= 64 || (!PyList_CheckExact(a) && !PyTuple_CheckExact(a)))
+        return 0;
+    PyObject *seq = Py_NewRef(a);
+    int found = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq) && found == 0; i++) {
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        found = holds_unknown(item, known, depth + 1);
+        Py_DECREF(item);
+    }
+    Py_DECREF(seq);
+    return found;
 }
 
 /* scan_constants(args, kwargs, known, plain, is_plain) -> (reals, n, first_known, python_only)
@@ -550,56 +642,16 @@ scan_constants(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (!ready())
         return NULL;
-    PyObject *args = argv[0], *kwargs = argv[1], *known = argv[2], *plain = argv[3], *is_plain = argv[4];
-    PyObject *reals = PyList_New(0);
-    if (reals == NULL)
+    ConstantScan s = {PyList_New(0), 0, 0, NULL, 1};
+    if (s.reals == NULL)
         return NULL;
-    PyObject *first = NULL;
-    Py_ssize_t n = 0;
-    int python_only = 1;
-    PyObject *values = NULL;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++)
-        if (scan_constant_arg(PyTuple_GET_ITEM(args, i), plain, is_plain, reals, &n, &first, &python_only) < 0)
-            goto error;
-    if (PyDict_GET_SIZE(kwargs)) {
-        values = PyDict_Values(kwargs);
-        if (values == NULL)
-            goto error;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++)
-            if (scan_constant_arg(PyList_GET_ITEM(values, i), plain, is_plain, reals, &n, &first, &python_only) < 0)
-                goto error;
+    int first_known = scan_constant_args(argv[0], argv[1], argv[3], argv[4], &s) < 0 ? -1 : known_value(s.first, argv[2]);
+    Py_XDECREF(s.first);
+    if (first_known < 0) {
+        Py_DECREF(s.reals);
+        return NULL;
     }
-    int first_known = 0;
-    if (first != NULL) {
-        PyObject *tid = PyLong_FromVoidPtr(first);
-        if (tid == NULL)
-            goto error;
-        PyObject *hit = PyDict_GetItemWithError(known, tid);  /* borrowed */
-        Py_DECREF(tid);
-        if (hit == NULL && PyErr_Occurred())
-            goto error;
-        if (hit != NULL) {
-            Py_INCREF(hit);
-            PyObject *ref = PySequence_GetItem(hit, 0);
-            PyObject *obj = ref == NULL ? NULL : PyObject_CallNoArgs(ref);
-            Py_XDECREF(ref);
-            Py_DECREF(hit);
-            if (obj == NULL)
-                goto error;
-            first_known = obj == first;
-            Py_DECREF(obj);
-        }
-    }
-    Py_XDECREF(values);
-    Py_XDECREF(first);
-    PyObject *result = Py_BuildValue("(NnOO)", reals, n, first_known ? Py_True : Py_False,
-                                     python_only ? Py_True : Py_False);
-    return result;
-error:
-    Py_XDECREF(values);
-    Py_XDECREF(first);
-    Py_DECREF(reals);
-    return NULL;
+    return Py_BuildValue("(NnOO)", s.reals, s.n, first_known ? Py_True : Py_False, s.python_only ? Py_True : Py_False);
 }
 
 /* Whether `code` (keyed `key` = id(code)) is torch's or tracer's own, cached in `cache` (its code object
@@ -812,11 +864,11 @@ static PyObject *empty_dict = NULL, *empty_tuple = NULL, *empty_str = NULL, *zer
 /* The session attributes read on each call (interned). */
 enum {
     A_SIMULATED, A_SUSPENDED, A_EXITS, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS, A_METAS,
-    A_STACK, A_CALL_COUNTER, A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, N_ATTRS
+    A_STACK, A_CALL_COUNTER, A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, A_GUARD_FAST, N_ATTRS
 };
 static const char *attr_names[N_ATTRS] = {
     "simulated", "suspended", "exits", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
-    "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes"};
+    "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes", "_guard_fast"};
 static PyObject *attr_str[N_ATTRS];
 static PyObject *str_slow = NULL, *str_other = NULL, *str_annotate = NULL, *str_inplace = NULL, *str_out = NULL,
     *str_save = NULL;
@@ -1031,13 +1083,203 @@ end:
     return rec;
 }
 
+/* ---- a weights-free guard's common case (weights_free.guard.StructureOnlyGuard.common_case) ----------
+ *
+ * `fast`: (known, plain, is_plain, scrutinized kinds, FROM_PYTHON_DATA, the guard's instance dict, the
+ * simulated device's common case or None). That is (SimulatedDevice.common_case): (the kinds that move to a
+ * device by name, the kinds that may take a device positionally, the types that may name one, the answers
+ * to device reads of a meta tensor (a getter's descriptor or get_device -> answer), a getter's type,
+ * get_device). */
+enum { G_KNOWN, G_PLAIN, G_IS_PLAIN, G_SCRUTINIZED, G_FROM_DATA, G_STATE, G_SIMULATED, N_GUARD_FAST };
+enum { S_MOVES, S_DEVICE_ARGS, S_DEVICE_LIKE, S_ANSWERS, S_GETTER, S_GET_DEVICE, N_SIMULATED };
+static PyObject *str_constant_call = NULL, *str_mixed = NULL, *str_after_call = NULL, *str_failed = NULL,
+    *str_device_kw = NULL, *str_self = NULL, *str_module_name = NULL, *str_tracer_prefix = NULL;
+
+/* The guard's common case in C, when the session holds one (borrowed from the session's dict `d`), else NULL
+ * (and no error set: the Python hook checks every call). */
+static PyObject *
+guard_fast_of(PyObject *d)
+{
+    PyObject *fast = PyDict_GetItemWithError(d, attr_str[A_GUARD_FAST]);
+    if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != N_GUARD_FAST)
+        return NULL;
+    PyObject *sim = PyTuple_GET_ITEM(fast, G_SIMULATED);
+    if (sim != Py_None && !(PyTuple_CheckExact(sim) && PyTuple_GET_SIZE(sim) == N_SIMULATED &&
+                            PyDict_CheckExact(PyTuple_GET_ITEM(sim, S_ANSWERS))))
+        return NULL;
+    return fast;
+}
+
+/* `SimulatedDevice.read` for the session's own mode: the simulated answer (new reference) when `func` reads
+ * the device of a meta tensor of a `plain` type for the model's code, or NULL with *unread set when the call is no such
+ * read and the C hook goes on, or NULL with *unread 0 (and no error set) when the Python hook must look (a
+ * tensor subclass, a real tensor, a read by the tracer's own code); NULL with an error. */
+static PyObject *
+device_read(PyObject *sim, PyObject *plain, PyObject *func, PyObject *args, int *unread)
+{
+    *unread = 0;
+    PyObject *key;
+    if (func == PyTuple_GET_ITEM(sim, S_GET_DEVICE))
+        key = Py_NewRef(func);
+    else if ((PyObject *)Py_TYPE(func) == PyTuple_GET_ITEM(sim, S_GETTER)) {
+        if ((key = PyObject_GetAttr(func, str_self)) == NULL)
+            return NULL;
+    }
+    else {
+        *unread = 1;
+        return NULL;
+    }
+    PyObject *answer = PyDict_GetItemWithError(PyTuple_GET_ITEM(sim, S_ANSWERS), key);  /* borrowed */
+    Py_DECREF(key);
+    if (answer == NULL) {  /* another property (shape, dtype): no device read */
+        *unread = !PyErr_Occurred();
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) == 0)
+        return NULL;
+    PyObject *t = PyTuple_GET_ITEM(args, 0);
+    int meta = of_plain_type(t, plain) ? on_meta(t, plain) : 0;
+    if (meta <= 0)
+        return NULL;  /* an error, a subclass, or a real tensor's device: the Python hook runs the read */
+    PyObject *globals = PyEval_GetGlobals();  /* the frame that read the device (borrowed) */
+    PyObject *name = globals == NULL ? NULL : PyDict_GetItemWithError(globals, str_module_name);
+    if (PyErr_Occurred())
+        return NULL;
+    if (name != NULL && PyUnicode_Check(name) && PyUnicode_Tailmatch(name, str_tracer_prefix, 0, PY_SSIZE_T_MAX, -1))
+        return NULL;  /* the capture itself reads it: it must see meta (`_read_by_tracer`) */
+    return Py_NewRef(answer);
+}
+
+/* Whether a call may name the simulated device (`SimulatedDevice.on_meta` may not return None): 1, 0, -1 on
+ * error. A kind that moves to a device by name; a `device=` keyword that is not None; a kind that takes a
+ * device positionally, with a device or a string after its first argument. */
+static int
+names_device(PyObject *sim, PyObject *kind, PyObject *args, PyObject *kwargs)
+{
+    int hit = PySet_Contains(PyTuple_GET_ITEM(sim, S_MOVES), kind);
+    if (hit != 0)
+        return hit;
+    PyObject *device = kwargs == NULL ? NULL : PyDict_GetItemWithError(kwargs, str_device_kw);
+    if (device == NULL && PyErr_Occurred())
+        return -1;
+    if (device != NULL && device != Py_None)
+        return 1;
+    hit = PySet_Contains(PyTuple_GET_ITEM(sim, S_DEVICE_ARGS), kind);
+    if (hit < 0)
+        return -1;
+    for (Py_ssize_t i = 1; hit > 0 && i < PyTuple_GET_SIZE(args); i++) {
+        int like = PyObject_IsInstance(PyTuple_GET_ITEM(args, i), PyTuple_GET_ITEM(sim, S_DEVICE_LIKE));
+        if (like != 0)
+            return like;
+    }
+    return 0;
+}
+
+/* Whether the guard's `before_call` would pass the call as it is, setting only what the common case sets
+ * (`_constant_call` False, `_mixed` None): 1, 0 (the guard's Python checks it), -1 on error. The checks of
+ * `before_call`'s first branch: no value read, no random or shape-only kind, no constant from Python data,
+ * no real tensor, and some argument that is not Python data; no known first value, or another tensor with
+ * none (the output's value is then unknown: `_checked` lets the call run as made); with a simulated device,
+ * no argument that may name it (`SimulatedDevice.on_meta` returns None). */
+static int
+guard_passes(PyObject *fast, PyObject *info, PyObject *args, PyObject *kwargs)
+{
+    PyObject *kind = PyTuple_GET_ITEM(info, 0), *qualname = PyTuple_GET_ITEM(info, 1);
+    if (PyTuple_GET_ITEM(info, 4) != Py_False)  /* a value read */
+        return 0;
+    int hit = PySet_Contains(PyTuple_GET_ITEM(fast, G_SCRUTINIZED), kind);
+    if (hit == 0)
+        hit = PySet_Contains(PyTuple_GET_ITEM(fast, G_FROM_DATA), qualname);
+    PyObject *sim = PyTuple_GET_ITEM(fast, G_SIMULATED);
+    if (hit == 0 && sim != Py_None)
+        hit = names_device(sim, kind, args, kwargs);
+    if (hit != 0)
+        return hit < 0 ? -1 : 0;
+    ConstantScan s = {NULL, 0, 0, NULL, 1};
+    int known = scan_constant_args(args, kwargs, PyTuple_GET_ITEM(fast, G_PLAIN), PyTuple_GET_ITEM(fast, G_IS_PLAIN),
+                                   &s) < 0 ? -1 : known_value(s.first, PyTuple_GET_ITEM(fast, G_KNOWN));
+    Py_XDECREF(s.first);
+    if (known < 0 || s.n_reals || s.python_only)
+        return known < 0 ? -1 : 0;
+    if (known) {  /* the first tensor's value is known: the call's is not when another's is not (`values_for`) */
+        int unknown = holds_unknown(args, PyTuple_GET_ITEM(fast, G_KNOWN), 0);
+        PyObject *values = unknown == 0 && kwargs != NULL && PyDict_GET_SIZE(kwargs) ? PyDict_Values(kwargs) : NULL;
+        if (values != NULL) {
+            unknown = holds_unknown(values, PyTuple_GET_ITEM(fast, G_KNOWN), 0);
+            Py_DECREF(values);
+        }
+        else if (PyErr_Occurred())
+            return -1;
+        if (unknown <= 0)
+            return unknown;
+    }
+    PyObject *state = PyTuple_GET_ITEM(fast, G_STATE);
+    PyObject *constant = PyDict_GetItemWithError(state, str_constant_call);
+    PyObject *mixed = constant == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(state, str_mixed);
+    if (PyErr_Occurred())
+        return -1;
+    if (constant != Py_False && PyDict_SetItem(state, str_constant_call, Py_False) < 0)
+        return -1;
+    if (mixed != Py_None && PyDict_SetItem(state, str_mixed, Py_None) < 0)
+        return -1;
+    return 1;
+}
+
+/* The guard's `after_call` for a call's outputs: nothing to check when each is a plain tensor on meta, else
+ * the guard's Python (which raises for a real tensor it does not admit). 0, or -1 with the error set. */
+static int
+guard_after(PyObject *guard, PyObject *fast, PyObject *session, PyObject *info, PyObject *outs)
+{
+    PyObject *plain = PyTuple_GET_ITEM(fast, G_PLAIN);
+    int checked = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs) && checked; i++) {
+        PyObject *t = PyTuple_GET_ITEM(outs, i);
+        int meta = of_plain_type(t, plain) ? on_meta(t, plain) : 0;
+        if (meta < 0)
+            return -1;
+        checked = meta;
+    }
+    if (checked)
+        return 0;
+    PyObject *listed = PySequence_List(outs);
+    PyObject *done = listed == NULL ? NULL : PyObject_CallMethodObjArgs(guard, str_after_call, info, listed, session, NULL);
+    Py_XDECREF(listed);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* A guarded call that raised: `session._failed` annotates it and asks the guard, which returns the
+ * output it substitutes (a declared meta fallback) or raises (typed where the guard types it). */
+static PyObject *
+guarded_failure(PyObject *session, PyObject *info, PyObject *guard, PyObject *func, PyObject *args, PyObject *kwargs)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value == NULL) {
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *call_kwargs = kwargs == Py_None ? PyDict_New() : Py_NewRef(kwargs);
+    PyObject *out = call_kwargs == NULL ? NULL : PyObject_CallMethodObjArgs(session, str_failed, value, info, guard,
+                                                                            func, args, call_kwargs, NULL);
+    Py_XDECREF(call_kwargs);
+    Py_XDECREF(type);
+    Py_DECREF(value);
+    Py_XDECREF(tb);
+    return out;
+}
+
 /* torch_function(session, func, types, args=(), kwargs=None)
  *
  * The session's function mode hook, bound to the session as its `__torch_function__` for the forward.
- * A call no capture mode checks (no guard, no simulated device, nothing suspended, no functorch
- * transform, no tensor that left torch), that writes nothing in place, and whose tensor arguments are
- * all earlier ops' outputs or parameters, is recorded here as `CaptureSession._torch_function_py` records
- * it; every other call goes to that method before anything runs. */
+ * A call no capture mode checks (no simulated device, nothing suspended, no functorch transform, no
+ * tensor that left torch), that writes nothing in place, whose tensor arguments are all earlier ops'
+ * outputs or parameters, and that the session's guard (if any) passes in its common case
+ * (`_guard_fast`, from `CallGuard.common_case`), is recorded here as `CaptureSession._torch_function_py`
+ * records it; every other call goes to that method before anything runs. */
 static PyObject *
 torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
@@ -1052,6 +1294,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     PyObject *session = argv[0], *func = argv[1], *types = argv[2];
     PyObject *args = argc > 3 ? argv[3] : empty_tuple, *kwargs = argc > 4 ? argv[4] : Py_None;
     PyObject *a[N_ATTRS], *d = NULL, *info = NULL, *scanned = NULL, *out = NULL, *outs = NULL, *result = NULL;
+    PyObject *guard = NULL, *fast = NULL;  /* the guard and its common case, held for the call */
     if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_CheckExact(kwargs)))
         goto slow;
     d = PyObject_GenericGetDict(session, NULL);
@@ -1066,8 +1309,23 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     int suspended = PyObject_IsTrue(a[A_SUSPENDED]);
     if (suspended < 0)
         goto done;
-    if (suspended || a[A_SIMULATED] != Py_None)
+    if (suspended)
         goto slow;
+    if (a[A_SIMULATED] != Py_None) {  /* the model's device reads answered as `SimulatedDevice.read` answers them */
+        PyObject *sim_fast = guard_fast_of(d);
+        PyObject *sim = sim_fast == NULL ? NULL : PyTuple_GET_ITEM(sim_fast, G_SIMULATED);
+        if (sim == NULL || sim == Py_None) {  /* no simulated device in the guard's common case: the Python hook */
+            if (PyErr_Occurred())
+                goto done;
+            goto slow;
+        }
+        int unread;
+        result = device_read(sim, PyTuple_GET_ITEM(sim_fast, G_PLAIN), func, args, &unread);
+        if (result != NULL || PyErr_Occurred())
+            goto done;
+        if (!unread)
+            goto slow;
+    }
     PyObject *level = PyObject_CallNoArgs(peek_stack);  /* inside torch.vmap / torch.func: the Python path */
     if (level == NULL)
         goto done;
@@ -1097,8 +1355,10 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
             goto done;
         goto slow;
     }
-    if (a[A_GUARD] != Py_None || !PyList_CheckExact(a[A_EXITS]) || PyList_GET_SIZE(a[A_EXITS]) != 0)
+    if (!PyList_CheckExact(a[A_EXITS]) || PyList_GET_SIZE(a[A_EXITS]) != 0)
         goto slow;
+    if (a[A_GUARD] != Py_None && guard_fast_of(d) == NULL)
+        goto slow;  /* a guard with no common case in C (a chain, distributed): its Python checks every call */
     if (PyTuple_GET_ITEM(info, 2) != Py_False)  /* writes in place */
         goto slow;
     if (call_kwargs != NULL && PyDict_GET_SIZE(call_kwargs) > 0) {
@@ -1107,6 +1367,15 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         if (PyErr_Occurred())
             goto done;
         if (flag == Py_True || (target != NULL && target != Py_None))
+            goto slow;
+    }
+    if (a[A_GUARD] != Py_None) {
+        guard = Py_NewRef(a[A_GUARD]);
+        fast = Py_NewRef(a[A_GUARD_FAST]);
+        int passes = guard_passes(fast, info, args, call_kwargs);
+        if (passes < 0)
+            goto done;
+        if (!passes)
             goto slow;
     }
     int save = PyObject_IsTrue(a[A_SAVE_VALUES]);
@@ -1121,10 +1390,12 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         goto slow;
     /* The call runs: from here on nothing goes to the Python path. */
     out = PyObject_Call(func, args, call_kwargs);
-    if (out == NULL) {
+    if (out == NULL && guard == NULL) {
         annotated_error(session, info);
         goto done;
     }
+    if (out == NULL && (out = guarded_failure(session, info, guard, func, args, kwargs)) == NULL)
+        goto done;
     int tensor = is_tensor(out);
     if (tensor < 0)
         goto done;
@@ -1156,7 +1427,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         PyObject *rargv[8] = {outs, rec, a[A_RECORDS], a[A_METAS], a[A_TMAP], a[A_PARAM_IDS], a[A_SAVE_VALUES],
                               save_value};
         PyObject *done_rec = record_outputs(NULL, rargv, 8);
-        if (done_rec != NULL)
+        if (done_rec != NULL && (guard == NULL || guard_after(guard, fast, session, info, outs) == 0))
             result = Py_NewRef(out);
         Py_XDECREF(done_rec);
     }
@@ -1167,6 +1438,8 @@ slow:
     Py_CLEAR(info);
     Py_CLEAR(scanned);
     Py_CLEAR(d);
+    Py_CLEAR(guard);
+    Py_CLEAR(fast);
     return PyObject_CallMethodObjArgs(session, str_slow, func, types, args, kwargs, NULL);
 done:
     Py_XDECREF(info);
@@ -1174,6 +1447,8 @@ done:
     Py_XDECREF(out);
     Py_XDECREF(outs);
     Py_XDECREF(d);
+    Py_XDECREF(guard);
+    Py_XDECREF(fast);
     return result;
 }
 
@@ -1686,12 +1961,22 @@ PyInit__hotpath(void)
     str_inplace = PyUnicode_InternFromString("inplace");
     str_out = PyUnicode_InternFromString("out");
     str_save = PyUnicode_InternFromString("_save");
+    str_constant_call = PyUnicode_InternFromString("_constant_call");
+    str_mixed = PyUnicode_InternFromString("_mixed");
+    str_after_call = PyUnicode_InternFromString("after_call");
+    str_failed = PyUnicode_InternFromString("_failed");
+    str_device_kw = PyUnicode_InternFromString("device");
+    str_self = PyUnicode_InternFromString("__self__");
+    str_module_name = PyUnicode_InternFromString("__name__");
+    str_tracer_prefix = PyUnicode_InternFromString("tracer.");
     empty_dict = PyDict_New();
     empty_tuple = PyTuple_New(0);
     empty_str = PyUnicode_InternFromString("");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
-    if (!str_slow || !str_other || !str_annotate || !str_inplace || !str_out || !str_save || !empty_dict ||
+    if (!str_slow || !str_other || !str_annotate || !str_inplace || !str_out || !str_save || !str_constant_call ||
+        !str_mixed || !str_after_call || !str_failed || !str_device_kw || !str_self ||
+        !str_module_name || !str_tracer_prefix || !empty_dict ||
         !empty_tuple || !empty_str || !zero || !one)
         return NULL;
     str_forward = PyUnicode_InternFromString("forward");

@@ -88,6 +88,11 @@ class CallGuard:
         whose output is recorded as the call's, or None to re-raise it."""
         return None
 
+    def common_case(self) -> tuple | None:
+        """What the C hook (`hotpath.torch_function`) checks to pass a call without calling `before_call`
+        and `after_call`, or None: every call goes through them (the default)."""
+        return None
+
 
 class StandIn:
     """A call's output computed by a guard's declared rule when the kernel itself raised."""
@@ -110,6 +115,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         self.save_values = save_values
         self.record_source = record_source
         self.guard = guard
+        self._guard_fast: tuple | None = None  # the guard's common case, checked in C (`CallGuard.common_case`)
         self.suspended = 0  # >0 while a bridged hook (accelerate offload) runs: nothing is recorded
         self.witness: Any = None  # a tracer.witness.DispatchCensus when CaptureOptions(witness=True)
         self.exits: list[tuple[torch.Tensor, str]] = []  # tensors that left via .numpy()/__dlpack__
@@ -178,9 +184,10 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         """Run the forward under capture; the module wrappers and the mode are always removed."""
         self._record_inputs(args, kwargs)
         try:
-            if _TORCH_FUNCTION is not None and self.guard is None and self.simulated is None:
-                # the mode's hook in C for the forward (removed below: no cycle stays); a guarded capture (weights-free,
-                # distributed) checks every call in Python, so it keeps the Python hook
+            self._guard_fast = self.guard.common_case() if self.guard is not None else None
+            if _TORCH_FUNCTION is not None and ((self.guard is None and self.simulated is None) or self._guard_fast):
+                # the mode's hook in C for the forward (removed below: no cycle stays); a guard without a common
+                # case in C (distributed, a chain) checks every call in Python's hook
                 self.__torch_function__ = MethodType(_TORCH_FUNCTION, self)
             self._install_scopes()
             witness = self.witness  # the census wraps on_call only when it is on
@@ -193,6 +200,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         finally:
             self._remove_scopes()
             self.__dict__.pop("__torch_function__", None)
+            self._guard_fast = None
             self.recorder = None  # the mode is this session: no self-cycle outlives the forward
         self._record_outputs(output)
         return output
@@ -379,13 +387,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         try:
             out = func(*args, **kwargs)
         except BaseException as exc:
-            self._annotate(exc, info)
-            typed = guard.on_error(info, exc, self, (func, args, kwargs)) if guard is not None else None
-            if typed is None:
-                raise
-            if not isinstance(typed, StandIn):
-                raise typed from exc
-            out = typed.output
+            out = self._failed(exc, info, guard, func, args, kwargs)
         # Outputs: one record per tensor produced.
         if isinstance(out, _Tensor):
             outs = (out,)
@@ -453,6 +455,18 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
     # The whole call in Python: the class's hook, and where the C hook (hotpath.torch_function) sends every
     # call it does not record itself.
     _torch_function_py = __torch_function__
+
+    def _failed(self, exc: BaseException, info: FuncInfo, guard: CallGuard | None, func: Any, args: tuple,
+                kwargs: dict) -> Any:
+        """A recorded call raised `exc`: noted with where it was raised, then raised again (typed where the guard
+        types it), or the output the guard substitutes (a `StandIn`: a declared meta fallback)."""
+        self._annotate(exc, info)
+        typed = guard.on_error(info, exc, self, (func, args, kwargs)) if guard is not None else None
+        if typed is None:
+            raise exc
+        if not isinstance(typed, StandIn):
+            raise typed from exc
+        return typed.output
 
     def _other_output(self, info: FuncInfo, args: tuple, out: Any) -> Any:
         """A recorded call's result that holds no tensor (the C hook's case of `__torch_function__`'s last branch)."""

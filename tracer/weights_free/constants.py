@@ -130,7 +130,7 @@ class ConstantLedger:
         known only when every tensor it reads has one), and whether every argument is Python data (`is_plain`).
         In C where the capture's hot path is built (`tracer.capture.hotpath`), the same pass."""
         if _SCAN_CONSTANTS is not None:
-            return _SCAN_CONSTANTS(args, kwargs, self._known, PLAIN_TENSORS, is_plain)
+            return _SCAN_CONSTANTS(args, kwargs, *self.scan_spec())
         reals: list[Tensor] = []
         n = 0
         first = None  # the first meta tensor
@@ -156,6 +156,10 @@ class ConstantLedger:
                 python_only = False
         hit = self._known.get(id(first)) if first is not None else None  # as `value_of(first) is not None`
         return reals, n, hit is not None and hit[0]() is first, python_only
+
+    def scan_spec(self) -> tuple:
+        """What the C scan reads: the known values (id -> (weak reference, ...)), the plain tensor types, `is_plain`."""
+        return self._known, PLAIN_TENSORS, is_plain
 
     def value_of(self, t: Tensor) -> Tensor | None:
         """The known value of `t` (a CPU tensor), or None when its value depends on weights or inputs."""

@@ -100,6 +100,14 @@ class StructureOnlyGuard(CallGuard):
             session.simulated = self.simulated
         return self.simulated.reads(model, mode=session is None)
 
+    def common_case(self) -> tuple | None:
+        """The C hook's copy of `before_call`'s common case and `after_call`'s check (`_hotpath.guard_passes`,
+        `guard_after`): the ledger's scan, the kinds checked in full, FROM_PYTHON_DATA, and this guard's
+        `__dict__`, where it resets `_constant_call` and `_mixed` as the common case does; then the simulated
+        device's calls that may name it (`SimulatedDevice.common_case`)."""
+        simulated = self.simulated.common_case() if self.simulated is not None else None
+        return (*self.constants.scan_spec(), _SCRUTINIZED, FROM_PYTHON_DATA, self.__dict__, simulated)
+
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
         reals, n_tensors, first_known, python_only = self.constants.scan(args, kwargs)  # one pass over the arguments

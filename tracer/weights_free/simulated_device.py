@@ -195,6 +195,15 @@ class SimulatedDevice:
             return None
         return lambda *_a, **_k: func(*mapped_args, **mapped_kwargs)
 
+    def common_case(self) -> tuple:
+        """What the capture's C hook reads in place of `read` and `on_meta` (`_hotpath.device_read`,
+        `names_device`): the kinds that move to a device by name, those that may take one positionally,
+        the types that may name one, the answers to each device read of a meta tensor, a property getter's
+        type and get_device. A call that may name the device goes to the Python hook."""
+        answers = {_BASE.device: self.device, _GET_DEVICE: self.index,
+                   **{flag: self.type == kind for flag, kind in _FLAGS.items()}}
+        return _MOVES, _DEVICE_ARGS, (torch.device, str), answers, _GETTER, _GET_DEVICE
+
     def describe(self) -> dict[str, Any]:
         return {"device": str(self.device), "type": self.type}
 
