@@ -16,8 +16,9 @@ install still succeeds and the capture records the same through the Python path,
 - `scan_constants(args, kwargs, known, plain, is_plain)`: `weights_free.constants.ConstantLedger.scan`.
 - `torch_function(session, func, types, args, kwargs)`: `CaptureSession.__torch_function__`'s common
   case start to end (after `configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep,
-  shallow_tensors)`), bound to the session for its forward; every other call goes to the session's
-  `_torch_function_py` before anything runs.
+  shallow_tensors)`), bound to the session for its forward, with its guard's common case where the guard
+  gives one (`CallGuard.common_case`: the weights-free guard's, and its simulated device's reads); every
+  other call goes to the session's `_torch_function_py` before anything runs.
 - `ScopedForward(session, module, address, forward)`: `ModuleScopes._wrap`'s wrapper of a module's
   forward (after `configure_scopes(Module._call_impl's code, its inner closure's, ModuleStack, its
   slot descriptors)`), for a module without a fused fast path.
