@@ -10,8 +10,10 @@ times the mechanism's floors: a pass-through function mode, the bare recorder, a
 with a no-op pre- and post-hook on every module, and one with every module's forward wrapped by a no-op
 wrapper (what observing every call costs before anything is recorded, with capture's mechanism); GPT-2
 small's graph is timed a second time at width 64, where kernels cost next to nothing (the capture's own
-cost as a fast accelerator's forward shows it). The 1,000,000-op row captures with `save="none"` only (and
-reports the peak RSS it reached).
+cost as a fast accelerator's forward shows it). Under each model table, a paired ratio: rounds that time
+the bare forward and the capture back to back, the median of their ratios with quartiles and range (the
+figure a host whose speed swings within seconds moves least; docs/benchmarks.md). The 1,000,000-op row
+captures with `save="none"` only (and reports the peak RSS it reached).
 """
 from __future__ import annotations
 
