@@ -870,7 +870,7 @@ static const char *attr_names[N_ATTRS] = {
     "simulated", "suspended", "exits", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
     "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes", "_guard_fast"};
 static PyObject *attr_str[N_ATTRS];
-static PyObject *str_slow = NULL, *str_other = NULL, *str_annotate = NULL, *str_inplace = NULL, *str_out = NULL,
+static PyObject *str_slow = NULL, *str_other = NULL, *str_inplace = NULL, *str_out = NULL,
     *str_save = NULL;
 
 /* configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors) */
@@ -1003,25 +1003,6 @@ scrubbed_deep(PyObject *args)
     if (out == NULL && deep && !PyErr_Occurred())
         return PyObject_CallOneArg(scrub_deep_fn, args);
     return out;
-}
-
-/* Re-raise the exception a call raised, with the session's note on where it was raised (`_annotate`). */
-static PyObject *
-annotated_error(PyObject *session, PyObject *info)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL)
-        PyException_SetTraceback(value, tb);
-    if (value != NULL) {
-        PyObject *done = PyObject_CallMethodObjArgs(session, str_annotate, value, info, NULL);
-        if (done == NULL)
-            PyErr_Clear();  /* the call's own exception is the one to raise */
-        Py_XDECREF(done);
-    }
-    PyErr_Restore(type, value, tb);
-    return NULL;
 }
 
 /* The first `n` of the session's attributes the call reads (borrowed from its instance dict `d`): 1, 0
@@ -1248,10 +1229,10 @@ guard_after(PyObject *guard, PyObject *fast, PyObject *session, PyObject *info, 
     return done == NULL ? -1 : 0;
 }
 
-/* A guarded call that raised: `session._failed` annotates it and asks the guard, which returns the
- * output it substitutes (a declared meta fallback) or raises (typed where the guard types it). */
+/* A recorded call that raised: `session._failed` notes where, then asks the guard (`guard`: NULL without one),
+ * which returns the output it substitutes (a declared meta fallback) or raises (typed where it types it). */
 static PyObject *
-guarded_failure(PyObject *session, PyObject *info, PyObject *guard, PyObject *func, PyObject *args, PyObject *kwargs)
+failed_call(PyObject *session, PyObject *info, PyObject *guard, PyObject *func, PyObject *args, PyObject *kwargs)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -1263,8 +1244,9 @@ guarded_failure(PyObject *session, PyObject *info, PyObject *guard, PyObject *fu
     if (tb != NULL)
         PyException_SetTraceback(value, tb);
     PyObject *call_kwargs = kwargs == Py_None ? PyDict_New() : Py_NewRef(kwargs);
-    PyObject *out = call_kwargs == NULL ? NULL : PyObject_CallMethodObjArgs(session, str_failed, value, info, guard,
-                                                                            func, args, call_kwargs, NULL);
+    PyObject *out = call_kwargs == NULL ? NULL : PyObject_CallMethodObjArgs(session, str_failed, value, info,
+                                                                            guard ? guard : Py_None, func, args,
+                                                                            call_kwargs, NULL);
     Py_XDECREF(call_kwargs);
     Py_XDECREF(type);
     Py_DECREF(value);
@@ -1390,11 +1372,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         goto slow;
     /* The call runs: from here on nothing goes to the Python path. */
     out = PyObject_Call(func, args, call_kwargs);
-    if (out == NULL && guard == NULL) {
-        annotated_error(session, info);
-        goto done;
-    }
-    if (out == NULL && (out = guarded_failure(session, info, guard, func, args, kwargs)) == NULL)
+    if (out == NULL && (out = failed_call(session, info, guard, func, args, kwargs)) == NULL)
         goto done;
     int tensor = is_tensor(out);
     if (tensor < 0)
@@ -1957,7 +1935,6 @@ PyInit__hotpath(void)
     }
     str_slow = PyUnicode_InternFromString("_torch_function_py");
     str_other = PyUnicode_InternFromString("_other_output");
-    str_annotate = PyUnicode_InternFromString("_annotate");
     str_inplace = PyUnicode_InternFromString("inplace");
     str_out = PyUnicode_InternFromString("out");
     str_save = PyUnicode_InternFromString("_save");
@@ -1974,7 +1951,7 @@ PyInit__hotpath(void)
     empty_str = PyUnicode_InternFromString("");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
-    if (!str_slow || !str_other || !str_annotate || !str_inplace || !str_out || !str_save || !str_constant_call ||
+    if (!str_slow || !str_other || !str_inplace || !str_out || !str_save || !str_constant_call ||
         !str_mixed || !str_after_call || !str_failed || !str_device_kw || !str_self ||
         !str_module_name || !str_tracer_prefix || !empty_dict ||
         !empty_tuple || !empty_str || !zero || !one)
