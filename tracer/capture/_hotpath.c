@@ -472,7 +472,6 @@ of_plain_type(PyObject *t, PyObject *plain)
 
 /* Whether tensor `b` is on the meta device: `b.is_meta` for a plain tensor or parameter (`plain`: a tuple of
  * exact types), `b.device.type == "meta"` for a subclass. -1 on error. */
-
 static int
 on_meta(PyObject *b, PyObject *plain)
 {
@@ -578,13 +577,13 @@ scan_constant_args(PyObject *args, PyObject *kwargs, PyObject *plain, PyObject *
     return rc;
 }
 
-/* Whether `first` has a known value in `known` (id -> (weak reference, ...)): 1, 0, -1 on error. */
+/* Whether tensor `t` (NULL: none) has a known value in `known` (id -> (weak reference, ...)): 1, 0, -1 on error. */
 static int
-known_value(PyObject *first, PyObject *known)
+known_value(PyObject *t, PyObject *known)
 {
-    if (first == NULL)
+    if (t == NULL)
         return 0;
-    PyObject *tid = PyLong_FromVoidPtr(first);
+    PyObject *tid = PyLong_FromVoidPtr(t);
     if (tid == NULL)
         return -1;
     PyObject *hit = PyDict_GetItemWithError(known, tid);  /* borrowed */
@@ -598,7 +597,7 @@ known_value(PyObject *first, PyObject *known)
     Py_DECREF(hit);
     if (obj == NULL)
         return -1;
-    int same = obj == first;
+    int same = obj == t;
     Py_DECREF(obj);
     return same;
 }
@@ -863,12 +862,12 @@ static PyObject *empty_dict = NULL, *empty_tuple = NULL, *empty_str = NULL, *zer
 
 /* The session attributes read on each call (interned). */
 enum {
-    A_SIMULATED, A_SUSPENDED, A_EXITS, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS, A_METAS,
-    A_STACK, A_CALL_COUNTER, A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, A_GUARD_FAST, N_ATTRS
+    A_SIMULATED, A_SUSPENDED, A_GUARD_FAST, A_EXITS, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS,
+    A_METAS, A_STACK, A_CALL_COUNTER, A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, N_ATTRS
 };
 static const char *attr_names[N_ATTRS] = {
-    "simulated", "suspended", "exits", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
-    "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes", "_guard_fast"};
+    "simulated", "suspended", "_guard_fast", "exits", "guard", "tmap", "param_ids", "buffer_ids", "save_values",
+    "records", "_metas", "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes"};
 static PyObject *attr_str[N_ATTRS];
 static PyObject *str_slow = NULL, *str_other = NULL, *str_inplace = NULL, *str_out = NULL,
     *str_save = NULL;
@@ -1076,13 +1075,12 @@ enum { S_MOVES, S_DEVICE_ARGS, S_DEVICE_LIKE, S_ANSWERS, S_GETTER, S_GET_DEVICE,
 static PyObject *str_constant_call = NULL, *str_mixed = NULL, *str_after_call = NULL, *str_failed = NULL,
     *str_device_kw = NULL, *str_self = NULL, *str_module_name = NULL, *str_tracer_prefix = NULL;
 
-/* The guard's common case in C, when the session holds one (borrowed from the session's dict `d`), else NULL
- * (and no error set: the Python hook checks every call). */
+/* The session's `_guard_fast` when it is a guard's common case in C, else NULL (the Python hook checks every
+ * call). */
 static PyObject *
-guard_fast_of(PyObject *d)
+guard_fast_of(PyObject *fast)
 {
-    PyObject *fast = PyDict_GetItemWithError(d, attr_str[A_GUARD_FAST]);
-    if (fast == NULL || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != N_GUARD_FAST)
+    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != N_GUARD_FAST)
         return NULL;
     PyObject *sim = PyTuple_GET_ITEM(fast, G_SIMULATED);
     if (sim != Py_None && !(PyTuple_CheckExact(sim) && PyTuple_GET_SIZE(sim) == N_SIMULATED &&
@@ -1294,13 +1292,10 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     if (suspended)
         goto slow;
     if (a[A_SIMULATED] != Py_None) {  /* the model's device reads answered as `SimulatedDevice.read` answers them */
-        PyObject *sim_fast = guard_fast_of(d);
+        PyObject *sim_fast = guard_fast_of(a[A_GUARD_FAST]);
         PyObject *sim = sim_fast == NULL ? NULL : PyTuple_GET_ITEM(sim_fast, G_SIMULATED);
-        if (sim == NULL || sim == Py_None) {  /* no simulated device in the guard's common case: the Python hook */
-            if (PyErr_Occurred())
-                goto done;
+        if (sim == NULL || sim == Py_None)  /* no simulated device in the guard's common case: the Python hook */
             goto slow;
-        }
         int unread;
         result = device_read(sim, PyTuple_GET_ITEM(sim_fast, G_PLAIN), func, args, &unread);
         if (result != NULL || PyErr_Occurred())
@@ -1339,7 +1334,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (!PyList_CheckExact(a[A_EXITS]) || PyList_GET_SIZE(a[A_EXITS]) != 0)
         goto slow;
-    if (a[A_GUARD] != Py_None && guard_fast_of(d) == NULL)
+    if (a[A_GUARD] != Py_None && guard_fast_of(a[A_GUARD_FAST]) == NULL)
         goto slow;  /* a guard with no common case in C (a chain, distributed): its Python checks every call */
     if (PyTuple_GET_ITEM(info, 2) != Py_False)  /* writes in place */
         goto slow;
