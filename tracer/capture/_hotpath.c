@@ -470,19 +470,25 @@ of_plain_type(PyObject *t, PyObject *plain)
     return 0;
 }
 
+/* `b.is_meta` (a getter that answers without building a device object): 1, 0, -1 on error. */
+static int
+is_meta_flag(PyObject *b)
+{
+    PyObject *flag = PyObject_GetAttr(b, str_is_meta);
+    if (flag == NULL)
+        return -1;
+    int r = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    return r;
+}
+
 /* Whether tensor `b` is on the meta device: `b.is_meta` for a plain tensor or parameter (`plain`: a tuple of
  * exact types), `b.device.type == "meta"` for a subclass. -1 on error. */
 static int
 on_meta(PyObject *b, PyObject *plain)
 {
-    if (of_plain_type(b, plain)) {
-        PyObject *flag = PyObject_GetAttr(b, str_is_meta);
-        if (flag == NULL)
-            return -1;
-        int r = PyObject_IsTrue(flag);
-        Py_DECREF(flag);
-        return r;
-    }
+    if (of_plain_type(b, plain))
+        return is_meta_flag(b);
     PyObject *device = PyObject_GetAttr(b, str_device);
     PyObject *kind = device == NULL ? NULL : PyObject_GetAttr(device, str_type);
     Py_XDECREF(device);
@@ -491,6 +497,14 @@ on_meta(PyObject *b, PyObject *plain)
     int r = PyObject_RichCompareBool(kind, str_meta, Py_EQ);
     Py_DECREF(kind);
     return r;
+}
+
+/* Whether `t` is of a `plain` type and on meta: 1, 0 (also for a subclass, which the Python hook looks at), -1 on
+ * error. */
+static int
+plain_on_meta(PyObject *t, PyObject *plain)
+{
+    return of_plain_type(t, plain) ? is_meta_flag(t) : 0;
 }
 
 /* What `scan_constants` gathers over a call's arguments. */
@@ -1117,7 +1131,7 @@ device_read(PyObject *sim, PyObject *plain, PyObject *func, PyObject *args, int 
     if (PyTuple_GET_SIZE(args) == 0)
         return NULL;
     PyObject *t = PyTuple_GET_ITEM(args, 0);
-    int meta = of_plain_type(t, plain) ? on_meta(t, plain) : 0;
+    int meta = plain_on_meta(t, plain);
     if (meta <= 0)
         return NULL;  /* an error, a subclass, or a real tensor's device: the Python hook runs the read */
     PyObject *globals = PyEval_GetGlobals();  /* the frame that read the device (borrowed) */
@@ -1213,7 +1227,7 @@ guard_after(PyObject *guard, PyObject *fast, PyObject *session, PyObject *info, 
     int checked = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs) && checked; i++) {
         PyObject *t = PyTuple_GET_ITEM(outs, i);
-        int meta = of_plain_type(t, plain) ? on_meta(t, plain) : 0;
+        int meta = plain_on_meta(t, plain);
         if (meta < 0)
             return -1;
         checked = meta;
