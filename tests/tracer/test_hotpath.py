@@ -393,3 +393,46 @@ def test_a_weights_free_capture_runs_its_common_calls_in_c_as_the_python_would(m
     # known value and an unknown one, and the relu. In Python: the constants, and the move, whose device
     # argument names the simulated device.
     assert in_python == ["tensor", "to", "zeros"]
+
+
+@needs_extension
+def test_the_c_hook_reads_the_forwards_fixed_state_as_one_tuple_and_what_changes_per_call(monkeypatch):
+    """`_hot` holds the very objects HOT_STATE names, for the forward only; without it every call takes the
+    Python path, which records the same trace."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
+    x = torch.randn(3, 4)
+    seen: list = []
+    run = session.CaptureSession.run
+
+    def watched(self, *a):
+        forward = self.model.forward
+
+        def peek(*args, **kwargs):
+            hot = self.__dict__["_hot"]
+            seen.append(len(hot) == len(hotpath.hot_state) and all(
+                v is getattr(self, name) for name, v in zip(hotpath.hot_state, hot)))
+            return forward(*args, **kwargs)
+        self.model.forward = peek
+        try:
+            return run(self, *a)
+        finally:
+            del self.model.forward
+            seen.append("_hot" in self.__dict__)
+
+    assert {"tmap", "records", "guard", "save_values"} <= set(hotpath.hot_state)
+    assert not {"stack", "call_counter", "suspended", "exits"} & set(hotpath.hot_state)  # these change per call
+    monkeypatch.setattr(session.CaptureSession, "run", watched)
+    plain = tracer.CaptureOptions(record_source=False)  # the counting wrapper below would be the Python path's site
+    with_hot = tracer.trace(model, (x,), capture=plain)
+    assert seen == [True, False]  # set for the forward, gone after it
+    in_python: list[str] = []
+    slow = session.CaptureSession._torch_function_py
+
+    def counted(self, func, types, args=(), kwargs=None):
+        in_python.append(getattr(func, "__name__", repr(func)))
+        return slow(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(session.CaptureSession, "_torch_function_py", counted)
+    monkeypatch.setattr(session, "_HOT_STATE", ())  # a `_hot` of the wrong length: the C hook sends every call on
+    without = tracer.trace(model, (x,), capture=plain)
+    assert in_python == ["linear", "relu", "linear"] and _canonical(without) == _canonical(with_hot)

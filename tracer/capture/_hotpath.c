@@ -874,15 +874,20 @@ static PyObject *scrub_deep_fn = NULL;  /* call_template.scrub_deep */
 static PyObject *shallow_fn = NULL;     /* walk.shallow_tensors */
 static PyObject *empty_dict = NULL, *empty_tuple = NULL, *empty_str = NULL, *zero = NULL, *one = NULL;
 
-/* The session attributes read on each call (interned). */
+/* The session attributes read on each call (interned). The first N_HOT stay the same object for the whole
+ * forward: `CaptureSession.run` hands them over as one tuple, the session's `_hot` (in HOT_STATE's order), read
+ * with one lookup per call; the rest change during the forward and are read from the instance dict. */
 enum {
-    A_SIMULATED, A_SUSPENDED, A_GUARD_FAST, A_EXITS, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS,
-    A_METAS, A_STACK, A_CALL_COUNTER, A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, N_ATTRS
+    A_SIMULATED, A_GUARD_FAST, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS, A_METAS,
+    A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, N_HOT,
+    A_SUSPENDED = N_HOT, A_EXITS, A_STACK, A_CALL_COUNTER, N_ATTRS
 };
 static const char *attr_names[N_ATTRS] = {
-    "simulated", "suspended", "_guard_fast", "exits", "guard", "tmap", "param_ids", "buffer_ids", "save_values",
-    "records", "_metas", "stack", "call_counter", "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes"};
+    "simulated", "_guard_fast", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
+    "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes",
+    "suspended", "exits", "stack", "call_counter"};
 static PyObject *attr_str[N_ATTRS];
+static PyObject *str_hot = NULL;  /* "_hot" */
 static PyObject *str_slow = NULL, *str_other = NULL, *str_inplace = NULL, *str_out = NULL,
     *str_save = NULL;
 
@@ -1018,12 +1023,23 @@ scrubbed_deep(PyObject *args)
     return out;
 }
 
-/* The first `n` of the session's attributes the call reads (borrowed from its instance dict `d`): 1, 0
- * when one is missing (the session is not set up for this path), -1 on error. */
+/* The session's attributes a call reads (borrowed), from its instance dict `d`: the forward's fixed state from
+ * `_hot`, and the attributes from `first` to N_ATTRS that change during it. 1, 0 when one is missing (the session
+ * is not set up for this path), -1 on error. */
 static int
-session_attrs(PyObject *d, PyObject **a, int n)
+session_attrs(PyObject *d, PyObject **a, int first)
 {
-    for (int i = 0; i < n; i++) {
+    if (first < N_HOT) {
+        PyObject *hot = PyDict_GetItemWithError(d, str_hot);
+        if (hot == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != N_HOT)
+            return 0;
+        for (int i = 0; i < N_HOT; i++)
+            a[i] = PyTuple_GET_ITEM(hot, i);
+        first = N_HOT;
+    }
+    for (int i = first; i < N_ATTRS; i++) {
         a[i] = PyDict_GetItemWithError(d, attr_str[i]);
         if (a[i] == NULL)
             return PyErr_Occurred() ? -1 : 0;
@@ -1294,7 +1310,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     d = PyObject_GenericGetDict(session, NULL);
     if (d == NULL)
         return NULL;
-    int have = session_attrs(d, a, A_EXITS);  /* what a metadata-only call needs checked; the rest below */
+    int have = session_attrs(d, a, 0);  /* every one: the fixed state (one lookup), then what changes */
     if (have <= 0) {
         if (have < 0)
             goto done;
@@ -1339,12 +1355,6 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     if (PyTuple_GET_ITEM(info, 3) == Py_True) {  /* metadata only: run it, record nothing */
         result = PyObject_Call(func, args, call_kwargs);
         goto done;
-    }
-    have = session_attrs(d, a, N_ATTRS);
-    if (have <= 0) {
-        if (have < 0)
-            goto done;
-        goto slow;
     }
     if (!PyList_CheckExact(a[A_EXITS]) || PyList_GET_SIZE(a[A_EXITS]) != 0)
         goto slow;
@@ -1402,7 +1412,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (outs == NULL)
         goto done;
-    have = session_attrs(d, a, N_ATTRS);  /* again: the call ran Python code, which may have replaced some */
+    have = session_attrs(d, a, A_STACK);  /* again, what changes: the call ran Python code (a module's scope) */
     if (have <= 0) {
         if (have == 0)
             PyErr_SetString(PyExc_RuntimeError, "the capture session lost an attribute during a call");
@@ -1942,6 +1952,9 @@ PyInit__hotpath(void)
         if (attr_str[i] == NULL)
             return NULL;
     }
+    str_hot = PyUnicode_InternFromString("_hot");
+    if (str_hot == NULL)
+        return NULL;
     str_slow = PyUnicode_InternFromString("_torch_function_py");
     str_other = PyUnicode_InternFromString("_other_output");
     str_inplace = PyUnicode_InternFromString("inplace");
@@ -1989,5 +2002,12 @@ PyInit__hotpath(void)
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "ScopedForward", (PyObject *)&ScopedForwardType) < 0)
         Py_CLEAR(m);
+    PyObject *hot = m == NULL ? NULL : PyTuple_New(N_HOT);  /* HOT_STATE: the names `_hot` holds, in order */
+    for (int i = 0; hot != NULL && i < N_HOT; i++)
+        PyTuple_SET_ITEM(hot, i, Py_NewRef(attr_str[i]));
+    if (m != NULL && (hot == NULL || PyModule_AddObject(m, "HOT_STATE", hot) < 0)) {
+        Py_XDECREF(hot);
+        Py_CLEAR(m);
+    }
     return m;
 }

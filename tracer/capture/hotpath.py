@@ -18,7 +18,10 @@ install still succeeds and the capture records the same through the Python path,
   case start to end (after `configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep,
   shallow_tensors)`), bound to the session for its forward, with its guard's common case where the guard
   gives one (`CallGuard.common_case`: the weights-free guard's, and its simulated device's reads); every
-  other call goes to the session's `_torch_function_py` before anything runs.
+  other call goes to the session's `_torch_function_py` before anything runs. The session attributes that stay
+  the same object for the forward (`HOT_STATE`: its containers, guard, options) come as one tuple, the session's
+  `_hot`, set by `CaptureSession.run` for the forward; the four that change (suspended, exits, stack, call
+  counter) are read from the session per call.
 - `ScopedForward(session, module, address, forward)`: `ModuleScopes._wrap`'s wrapper of a module's
   forward (after `configure_scopes(Module._call_impl's code, its inner closure's, ModuleStack, its
   slot descriptors)`), for a module without a fused fast path.
@@ -68,6 +71,7 @@ site: Callable[..., Any] | None = getattr(_ext, "site", None)
 tensor_indices: Callable[..., Any] | None = getattr(_ext, "tensor_indices", None)
 scan_constants: Callable[..., Any] | None = getattr(_ext, "scan_constants", None)
 torch_function: Callable[..., Any] | None = getattr(_ext, "torch_function", None)
+hot_state: tuple[str, ...] = getattr(_ext, "HOT_STATE", ())  # the session attributes `torch_function` reads as one tuple
 configure_call: Callable[..., Any] | None = getattr(_ext, "configure_call", None)
 ScopedForward: type | None = getattr(_ext, "ScopedForward", None)
 configure_scopes: Callable[..., Any] | None = getattr(_ext, "configure_scopes", None)

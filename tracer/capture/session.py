@@ -41,6 +41,7 @@ _SCAN_ARGS, _RECORD_OUTPUTS, _SITE = _hotpath.scan_args, _hotpath.record_outputs
 if _hotpath.configure_call is not None:
     _hotpath.configure_call(_INFO_CACHE, _in_functorch_transform, scrub_deep, shallow_tensors)
 _TORCH_FUNCTION = _hotpath.torch_function  # a call start to end in C, bound to the session for its forward
+_HOT_STATE: tuple[str, ...] = _hotpath.hot_state  # the attributes the C hook reads as one tuple (`_hot`)
 # The fields a call template is made from (see call_template.call_templates).
 TEMPLATE_FIELDS = (R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL)
 
@@ -188,6 +189,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
             if _TORCH_FUNCTION is not None and ((self.guard is None and self.simulated is None) or self._guard_fast):
                 # the mode's hook in C for the forward (removed below: no cycle stays); a guard without a common
                 # case in C (distributed, a chain) checks every call in Python's hook
+                self._hot = tuple([getattr(self, name) for name in _HOT_STATE])  # fixed for the forward: one lookup
                 self.__torch_function__ = MethodType(_TORCH_FUNCTION, self)
             self._install_scopes()
             witness = self.witness  # the census wraps on_call only when it is on
@@ -200,6 +202,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         finally:
             self._remove_scopes()
             self.__dict__.pop("__torch_function__", None)
+            self.__dict__.pop("_hot", None)
             self._guard_fast = None
             self.recorder = None  # the mode is this session: no self-cycle outlives the forward
         self._record_outputs(output)
