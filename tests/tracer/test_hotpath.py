@@ -436,3 +436,32 @@ def test_the_c_hook_reads_the_forwards_fixed_state_as_one_tuple_and_what_changes
     monkeypatch.setattr(session, "_HOT_STATE", ())  # a `_hot` of the wrong length: the C hook sends every call on
     without = tracer.trace(model, (x,), capture=plain)
     assert in_python == ["linear", "relu", "linear"] and _canonical(without) == _canonical(with_hot)
+
+
+@needs_extension
+def test_the_c_record_keeps_values_as_the_sessions_save_does():
+    """Saved values, their versions (-1 for an inference tensor) and storage keys (shared by views, a tensor's id
+    where it has no storage), in C as `CaptureSession._save` keeps them."""
+    from types import SimpleNamespace
+
+    base = torch.arange(6.0)
+    base.add_(1)  # version 1
+    with torch.inference_mode():
+        frozen = torch.ones(2)
+    outs = (base, base.view(2, 3), torch.zeros(3).to_sparse(), frozen, torch.empty(0))
+    record = tuple([None] * 16)
+
+    def tables() -> SimpleNamespace:
+        return SimpleNamespace(values={}, value_versions={}, shared_storage={})
+
+    in_c, in_python = tables(), tables()
+    hotpath.record_outputs(outs, record, [], {}, {}, {}, True,
+                           (in_c.values, in_c.value_versions, in_c.shared_storage))
+    for idx, t in enumerate(outs):
+        session.CaptureSession._save(in_python, idx, t)
+    assert in_c == in_python
+    assert in_c.value_versions[0] == 1 and in_c.value_versions[3] == -1
+    assert in_c.shared_storage[base.untyped_storage().data_ptr()] == [0, 1]
+    assert in_c.shared_storage[id(outs[2])] == [2] and in_c.shared_storage[id(outs[4])] == [4]
+    with pytest.raises(TypeError):  # value tables that are not the session's three dicts
+        hotpath.record_outputs(outs, record, [], {}, {}, {}, True, in_c.values)

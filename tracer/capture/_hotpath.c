@@ -268,27 +268,102 @@ error:
     return NULL;
 }
 
-/* record_outputs(outs, record, records, metas, tmap, param_ids, save, save_value) -> None
+static PyObject *str_version = NULL, *str_untyped_storage = NULL, *str_data_ptr = NULL;
+
+/* Whether the error set is one of `exc` (cleared then), as an `except (...)` clause of the session's. */
+static int
+clear_if(PyObject *const *exc, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (PyErr_ExceptionMatches(exc[i])) {
+            PyErr_Clear();
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* `CaptureSession._storage_key(t)` (new reference): the address of the tensor's storage, or its id where it
+ * has none (0, or a sparse, nested or other storage-less tensor). */
+static PyObject *
+storage_key(PyObject *t)
+{
+    PyObject *caught[3] = {PyExc_RuntimeError, PyExc_NotImplementedError, PyExc_TypeError};
+    PyObject *storage = PyObject_CallMethodNoArgs(t, str_untyped_storage);
+    PyObject *ptr = storage == NULL ? NULL : PyObject_CallMethodNoArgs(storage, str_data_ptr);
+    Py_XDECREF(storage);
+    if (ptr == NULL) {
+        if (!clear_if(caught, 3))
+            return NULL;
+    }
+    else {
+        int zero_ptr = PyObject_Not(ptr);
+        if (zero_ptr < 0) {
+            Py_DECREF(ptr);
+            return NULL;
+        }
+        if (!zero_ptr)
+            return ptr;
+        Py_DECREF(ptr);
+    }
+    return PyLong_FromVoidPtr(t);
+}
+
+/* `CaptureSession._save(idx, t)` on its tables (values, value_versions, shared_storage): the value, its version
+ * (-1 for an inference tensor, which has none) and its index under its storage's key. 0, or -1 with an error. */
+static int
+save_value(PyObject *tables, PyObject *idx, PyObject *t)
+{
+    PyObject *values = PyTuple_GET_ITEM(tables, 0), *versions = PyTuple_GET_ITEM(tables, 1),
+             *shared = PyTuple_GET_ITEM(tables, 2);
+    if (PyDict_SetItem(values, idx, t) < 0)
+        return -1;
+    PyObject *caught[1] = {PyExc_RuntimeError};
+    PyObject *version = PyObject_GetAttr(t, str_version);
+    if (version == NULL) {
+        if (!clear_if(caught, 1) || (version = PyLong_FromLong(-1)) == NULL)
+            return -1;
+    }
+    int rc = PyDict_SetItem(versions, idx, version);
+    Py_DECREF(version);
+    PyObject *key = rc < 0 ? NULL : storage_key(t);
+    if (key == NULL)
+        return -1;
+    PyObject *fresh = PyList_New(0);
+    PyObject *held = fresh == NULL ? NULL : PyDict_SetDefault(shared, key, fresh);  /* borrowed */
+    rc = held == NULL || !PyList_Check(held) ? -1 : PyList_Append(held, idx);
+    if (held != NULL && !PyList_Check(held))
+        PyErr_SetString(PyExc_TypeError, "shared_storage holds a list per storage");
+    Py_XDECREF(fresh);
+    Py_DECREF(key);
+    return rc;
+}
+
+/* record_outputs(outs, record, records, metas, tmap, param_ids, save, value_tables) -> None
  *
  * For each output tensor: a copy of `record` (a raw record's fields, a tuple) with its tensor, its
  * shared metadata tuple and its output index filled in, appended to `records`; its tmap entry (the
- * tensor itself when values are saved, else a weak reference); `save_value(index, tensor)` when
- * saved. The caller handles in-place calls (a written base, a buffer's value before the write). */
+ * tensor itself when values are saved, else a weak reference); when saved, the value in `value_tables`
+ * (the session's values, value_versions and shared_storage, as `CaptureSession._save` keeps them). The caller
+ * handles in-place calls (a written base, a buffer's value before the write). */
 static PyObject *
 record_outputs(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     if (argc != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "record_outputs(outs, record, records, metas, tmap, param_ids, save, save_value)");
+                        "record_outputs(outs, record, records, metas, tmap, param_ids, save, value_tables)");
         return NULL;
     }
     PyObject *outs = argv[0], *record = argv[1], *records = argv[2], *metas = argv[3], *tmap = argv[4],
-             *param_ids = argv[5], *save_value = argv[7];
+             *param_ids = argv[5], *tables = argv[7];
     int save = PyObject_IsTrue(argv[6]);
     if (save < 0)
         return NULL;
     if (!PyTuple_CheckExact(outs) || !PyTuple_CheckExact(record) || !PyList_CheckExact(records) ||
-        !PyDict_CheckExact(metas) || !PyDict_CheckExact(tmap) || !PyDict_CheckExact(param_ids)) {
+        !PyDict_CheckExact(metas) || !PyDict_CheckExact(tmap) || !PyDict_CheckExact(param_ids) ||
+        (save && !(PyTuple_CheckExact(tables) && PyTuple_GET_SIZE(tables) == 3 &&
+                   PyDict_CheckExact(PyTuple_GET_ITEM(tables, 0)) && PyDict_CheckExact(PyTuple_GET_ITEM(tables, 1)) &&
+                   PyDict_CheckExact(PyTuple_GET_ITEM(tables, 2))))) {
         PyErr_SetString(PyExc_TypeError, "record_outputs: unexpected container types");
         return NULL;
     }
@@ -359,13 +434,9 @@ record_outputs(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
             Py_XDECREF(idx_obj);
             return NULL;
         }
-        if (save) {
-            PyObject *done = PyObject_CallFunctionObjArgs(save_value, idx_obj, t, NULL);
-            if (done == NULL) {
-                Py_DECREF(idx_obj);
-                return NULL;
-            }
-            Py_DECREF(done);
+        if (save && save_value(tables, idx_obj, t) < 0) {
+            Py_DECREF(idx_obj);
+            return NULL;
         }
         Py_DECREF(idx_obj);
     }
@@ -879,17 +950,16 @@ static PyObject *empty_dict = NULL, *empty_tuple = NULL, *empty_str = NULL, *zer
  * with one lookup per call; the rest change during the forward and are read from the instance dict. */
 enum {
     A_SIMULATED, A_GUARD_FAST, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS, A_METAS,
-    A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, N_HOT,
+    A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, A_VALUE_TABLES, N_HOT,
     A_SUSPENDED = N_HOT, A_EXITS, A_STACK, A_CALL_COUNTER, N_ATTRS
 };
 static const char *attr_names[N_ATTRS] = {
     "simulated", "_guard_fast", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
-    "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes",
+    "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes", "_value_tables",
     "suspended", "exits", "stack", "call_counter"};
 static PyObject *attr_str[N_ATTRS];
 static PyObject *str_hot = NULL;  /* "_hot" */
-static PyObject *str_slow = NULL, *str_other = NULL, *str_inplace = NULL, *str_out = NULL,
-    *str_save = NULL;
+static PyObject *str_slow = NULL, *str_other = NULL, *str_inplace = NULL, *str_out = NULL;
 
 /* configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors) */
 static PyObject *
@@ -1418,18 +1488,16 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
             PyErr_SetString(PyExc_RuntimeError, "the capture session lost an attribute during a call");
         goto done;
     }
-    PyObject *save_value = save ? PyObject_GetAttr(session, str_save) : Py_NewRef(Py_None);
-    PyObject *rec = save_value == NULL ? NULL : call_record(d, a, info, scanned, func, args, kwargs, outs, save);
+    PyObject *rec = call_record(d, a, info, scanned, func, args, kwargs, outs, save);
     if (rec != NULL) {
         PyObject *rargv[8] = {outs, rec, a[A_RECORDS], a[A_METAS], a[A_TMAP], a[A_PARAM_IDS], a[A_SAVE_VALUES],
-                              save_value};
+                              a[A_VALUE_TABLES]};
         PyObject *done_rec = record_outputs(NULL, rargv, 8);
         if (done_rec != NULL && (guard == NULL || guard_after(guard, fast, session, info, outs) == 0))
             result = Py_NewRef(out);
         Py_XDECREF(done_rec);
     }
     Py_XDECREF(rec);
-    Py_XDECREF(save_value);
     goto done;
 slow:
     Py_CLEAR(info);
@@ -1953,13 +2021,15 @@ PyInit__hotpath(void)
             return NULL;
     }
     str_hot = PyUnicode_InternFromString("_hot");
-    if (str_hot == NULL)
+    str_version = PyUnicode_InternFromString("_version");
+    str_untyped_storage = PyUnicode_InternFromString("untyped_storage");
+    str_data_ptr = PyUnicode_InternFromString("data_ptr");
+    if (str_hot == NULL || str_version == NULL || str_untyped_storage == NULL || str_data_ptr == NULL)
         return NULL;
     str_slow = PyUnicode_InternFromString("_torch_function_py");
     str_other = PyUnicode_InternFromString("_other_output");
     str_inplace = PyUnicode_InternFromString("inplace");
     str_out = PyUnicode_InternFromString("out");
-    str_save = PyUnicode_InternFromString("_save");
     str_constant_call = PyUnicode_InternFromString("_constant_call");
     str_mixed = PyUnicode_InternFromString("_mixed");
     str_after_call = PyUnicode_InternFromString("after_call");
@@ -1973,7 +2043,7 @@ PyInit__hotpath(void)
     empty_str = PyUnicode_InternFromString("");
     zero = PyLong_FromLong(0);
     one = PyLong_FromLong(1);
-    if (!str_slow || !str_other || !str_inplace || !str_out || !str_save || !str_constant_call ||
+    if (!str_slow || !str_other || !str_inplace || !str_out || !str_constant_call ||
         !str_mixed || !str_after_call || !str_failed || !str_device_kw || !str_self ||
         !str_module_name || !str_tracer_prefix || !empty_dict ||
         !empty_tuple || !empty_str || !zero || !one)

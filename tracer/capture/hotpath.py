@@ -8,8 +8,9 @@ install still succeeds and the capture records the same through the Python path,
 - `scan_args(args, kwargs, tmap, param_ids, buffer_ids, save)`: a call's parents (positional, then
   keyword), parameters, scrubbed positional arguments and whether a list argument holds tensors; None
   where the Python path must scan (a buffer, which is watched for writes; a tensor no op produced).
-- `record_outputs(outs, record, records, metas, tmap, param_ids, save, save_value)`: one raw record
-  and tmap entry per output of a call that writes nothing in place.
+- `record_outputs(outs, record, records, metas, tmap, param_ids, save, value_tables)`: one raw record
+  and tmap entry per output of a call that writes nothing in place, and with `save` its value, version and
+  storage key in `value_tables` (the session's `values`, `value_versions`, `shared_storage`, as `_save`).
 - `site(internal, codes, sites, prefixes)`: `CaptureSession._site`.
 - `tensor_indices(tmap, *objs)`: the op indices of the tensors a module call takes or returns
   (`_indices_of(shallow_tensors(...))`); None where the Python walk must run (a dict or list subclass).

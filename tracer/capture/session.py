@@ -132,6 +132,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         self.value_versions: dict[int, int] = {}
         # storage key -> op indices whose saved value is still the live tensor on that storage (copy-on-write)
         self.shared_storage: dict[int, list[int]] = {}
+        self._value_tables = (self.values, self.value_versions, self.shared_storage)  # what `_save` fills, for C
         self.aliased: dict[int, int] = {}  # op index of a value copied for a write through an alias -> the write's
         self.warnings: list[str] = []
         self.transform_warned = False
@@ -429,7 +430,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         metas = self._metas
         if _RECORD_OUTPUTS is not None and not inplace:  # the C loop (hotpath.py), same records
             _RECORD_OUTPUTS(outs, (info, ptuple, None, None, call_id, 0, n, stack, pa, writes, inplace, site, "", spec,
-                                   s_args, s_kwargs), records, metas, tmap, param_ids, save, self._save)
+                                   s_args, s_kwargs), records, metas, tmap, param_ids, save, self._value_tables)
             if guard is not None:
                 guard.after_call(info, list(outs), self)
             return out
