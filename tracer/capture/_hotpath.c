@@ -1482,7 +1482,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (outs == NULL)
         goto done;
-    have = session_attrs(d, a, A_STACK);  /* again, what changes: the call ran Python code (a module's scope) */
+    have = session_attrs(d, a, 0);  /* again (`a` is borrowed): the call ran Python code, which changes the stack */
     if (have <= 0) {
         if (have == 0)
             PyErr_SetString(PyExc_RuntimeError, "the capture session lost an attribute during a call");
