@@ -12,7 +12,8 @@ wrapper (what observing every call costs before anything is recorded, with captu
 small's graph is timed a second time at width 64, where kernels cost next to nothing (the capture's own
 cost as a fast accelerator's forward shows it). Under each model table, a paired ratio: rounds that time
 the bare forward and the capture back to back, the median of their ratios with quartiles and range (the
-figure a host whose speed swings within seconds moves least; docs/benchmarks.md). The 1,000,000-op row
+figure a host whose speed swings within seconds moves least, and the one the model targets are read from;
+the table's ratio of medians compares samples taken seconds apart; docs/benchmarks.md). The 1,000,000-op row
 captures with `save="none"` only (and reports the peak RSS it reached).
 """
 from __future__ import annotations
@@ -337,7 +338,7 @@ def ratio_table(title: str, ratios: ModelRatios) -> list[str]:
     q1, _, q3 = statistics.quantiles(pairs, n=4)
     lines += ["", f"Paired, {len(pairs)} rounds of the bare forward then the capture back to back (no_grad): capture "
                   f"over bare **{med(pairs):.2f}x** (CPU; quartiles {q1:.2f}-{q3:.2f}, range "
-                  f"{min(pairs):.2f}-{max(pairs):.2f})"]
+                  f"{min(pairs):.2f}-{max(pairs):.2f}): the figure the model targets are read from"]
     return lines
 
 
