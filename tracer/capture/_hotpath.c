@@ -1094,22 +1094,19 @@ scrubbed_deep(PyObject *args)
 }
 
 /* The session's attributes a call reads (borrowed), from its instance dict `d`: the forward's fixed state from
- * `_hot`, and the attributes from `first` to N_ATTRS that change during it. 1, 0 when one is missing (the session
- * is not set up for this path), -1 on error. */
+ * `_hot`, then the attributes that change during it. 1, 0 when one is missing (the session is not set up for
+ * this path), -1 on error. */
 static int
-session_attrs(PyObject *d, PyObject **a, int first)
+session_attrs(PyObject *d, PyObject **a)
 {
-    if (first < N_HOT) {
-        PyObject *hot = PyDict_GetItemWithError(d, str_hot);
-        if (hot == NULL)
-            return PyErr_Occurred() ? -1 : 0;
-        if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != N_HOT)
-            return 0;
-        for (int i = 0; i < N_HOT; i++)
-            a[i] = PyTuple_GET_ITEM(hot, i);
-        first = N_HOT;
-    }
-    for (int i = first; i < N_ATTRS; i++) {
+    PyObject *hot = PyDict_GetItemWithError(d, str_hot);
+    if (hot == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != N_HOT)
+        return 0;
+    for (int i = 0; i < N_HOT; i++)
+        a[i] = PyTuple_GET_ITEM(hot, i);
+    for (int i = N_HOT; i < N_ATTRS; i++) {
         a[i] = PyDict_GetItemWithError(d, attr_str[i]);
         if (a[i] == NULL)
             return PyErr_Occurred() ? -1 : 0;
@@ -1380,7 +1377,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     d = PyObject_GenericGetDict(session, NULL);
     if (d == NULL)
         return NULL;
-    int have = session_attrs(d, a, 0);  /* every one: the fixed state (one lookup), then what changes */
+    int have = session_attrs(d, a);  /* every one: the fixed state (one lookup), then what changes */
     if (have <= 0) {
         if (have < 0)
             goto done;
@@ -1482,7 +1479,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (outs == NULL)
         goto done;
-    have = session_attrs(d, a, 0);  /* again (`a` is borrowed): the call ran Python code, which changes the stack */
+    have = session_attrs(d, a);  /* again (`a` is borrowed): the call ran Python code, which changes the stack */
     if (have <= 0) {
         if (have == 0)
             PyErr_SetString(PyExc_RuntimeError, "the capture session lost an attribute during a call");
