@@ -484,3 +484,17 @@ class Trace:
             f"<Trace {self.model_class}: {len(self.ops)} ops, {self.num_edges} edges, "
             f"{len(self.modules)} modules, {n_params:,} params{saved}; {self.ladder_state}>"
         )
+
+    # -- agent and figure surfaces (tracer.agent_json; the `draw` view) -------------------------
+    def to_agent_json(self, *, ops: bool = True, fold: bool = True, doctor: Any = None) -> dict[str, Any]:
+        """This trace as plain JSON for coding agents (schema `torchlens-explore.agent/1`, docs/agent.md)."""
+        from .agent_json import agent_json
+
+        return agent_json(self, ops=ops, fold=fold, doctor=doctor)
+
+    def draw(self, path: Any = None, **options: Any) -> Any:
+        """The figure of the default view with the ladder caption: the SVG text, or written to `path`
+        (.svg or .png; returns the path). Options as `exporters.figures.export_svg`'s."""
+        from .frontends import draw
+
+        return draw(self, path, **options)
