@@ -27,9 +27,22 @@ class TracerError(Exception):
             self.code = code
         self.message = message
         self.site = site
-        self.remedy = remedy if remedy is not None else self.default_remedy
         self.findings = findings
-        super().__init__(self._render())
+        super().__init__()
+        self.remedy = remedy if remedy is not None else self.default_remedy  # renders the message (below)
+
+    @property
+    def remedy(self) -> str:
+        """The remedy that applies; setting it (a refusal that learns a better one) re-renders the message."""
+        return self._remedy
+
+    @remedy.setter
+    def remedy(self, value: str) -> None:
+        self._remedy = value
+        self.args = (self._render(),)
+
+    def __str__(self) -> str:
+        return self._render()  # the message, site and remedy as they are now
 
     def _render(self) -> str:
         text = f"[{self.code}] {self.message}"

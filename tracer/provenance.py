@@ -48,6 +48,7 @@ class Provenance:
     # module address -> the fused kernel the plain forward runs there and capture did not (capture.fast_paths)
     fast_paths: Mapping[str, Any] | None = None
     distributed: Mapping[str, Any] | None = None  # rank, world size, backend, meshes (tracer.distributed)
+    compiled: Mapping[str, Any] | None = None  # torch.compile regions traced as their eager graph (capture.compiled)
 
     def __post_init__(self) -> None:
         for name in _MAPPINGS:  # own plain copies: JSON-shaped, and not shared with the parts that found them
@@ -114,7 +115,7 @@ class Provenance:
 
 _NAMES = tuple(f.name for f in fields(Provenance))
 _MAPPINGS = ("distributed", "options", "admission", "versions", "twin", "witness", "foreign_kernels", "offload", "quantization",
-             "text_route", "summary", "fast_paths")
+             "text_route", "summary", "fast_paths", "compiled")
 
 
 def _is_set(name: str, value: Any) -> bool:

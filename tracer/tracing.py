@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from .bridges.distributed import admit_distributed
-from .capture import boundaries
+from .capture import boundaries, compiled, gaps, higher_order
 from .capture.build import build_ops, build_trace, live_calls
 from .capture.collector import assembling, fewer_collections
 from .capture.exclusive import exclusive_capture
 from .capture.guards import chain
-from .capture.session import CallGuard, CaptureSession
+from .capture.session import CallGuard, CaptureSession, outer_suspended
 from .capture.walk import iter_tensors, named_modules, params_and_buffers
 from .claims.envelope import seal_new_envelope
 from .claims.twin import describe_twin
@@ -42,13 +42,22 @@ def trace(
     A single tensor for `args` is treated as one positional input. With
     `CaptureOptions(backward=True)` (or a `loss`), the backward of `loss(output)` (default: the
     output's sum) runs after the forward and is recorded in `trace.backward`.
+    Called from inside a captured forward, the outer capture records the inner forward's ops (they are
+    computation of the outer forward) and none of this capture's own work.
     """
+    with outer_suspended():
+        return _trace(model, args, input_kwargs, capture, loss)
+
+
+def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, capture: CaptureOptions,
+           loss: Callable[[Any], torch.Tensor] | None) -> Trace:
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"trace() needs an nn.Module, got {type(model).__name__}", site="trace(model=...)")
     if not isinstance(capture, CaptureOptions):
         raise InvalidInputError(f"capture must be a CaptureOptions, got {type(capture).__name__}", site="trace(capture=...)")
     args_t = _as_args(args)
     kwargs = dict(input_kwargs or {})
+    model, unwrapped = compiled.unwrap(model)  # a torch.compile wrapper: its original module (disclosed)
     walked = named_modules(model, remove_duplicate=False)  # once per capture: linear at any nesting depth
     state = params_and_buffers(model, modules=walked)  # read by each admission below, walked once
     distributed = admit_distributed(model, args_t, kwargs, modules=walked, state=state,  # None outside a process group
@@ -81,17 +90,18 @@ def trace(
     # triggered by the records, ops and claims walk only what this capture made.
     with fewer_collections():
         with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, \
-                saving, device_reads:
+                saving, device_reads, compiled.eager_regions() as stance:
             output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
         elapsed = time.perf_counter() - started
         with assembling():  # the trace built with the GC paused, then moved out of the young generation
+            compiled_found = (unwrapped, compiled.compiled_submodules(walked), stance)
             return _assemble(session, output, elapsed, scope, model, capture, admission, twin, guard, distributed,
-                             backward, loss)
+                             backward, loss, compiled_found)
 
 
 def _assemble(session: CaptureSession, output: Any, elapsed: float, scope: Any, model: nn.Module,
               capture: CaptureOptions, admission: dict, twin: Any, guard: Any, distributed: Any, backward: Any,
-              loss: Any) -> Trace:
+              loss: Any, compiled_found: tuple = (None, [], None)) -> Trace:
     """The one Trace of a finished forward: ops, the backward when asked, findings, then the envelope."""
     ops = build_ops(session)
     if distributed is not None:  # layouts, local shapes and collectives onto the ops (tracer.distributed)
@@ -99,7 +109,10 @@ def _assemble(session: CaptureSession, output: Any, elapsed: float, scope: Any, 
     backward_pass = backward.run(output, loss, ops, model) if backward is not None else None
     findings = Findings()  # every part reports here; the trace is then built once
     calls = scope.report(ops, live_calls(session, ops), findings)  # bridges + witness
+    higher_order.mark(session)  # torch.cond, while_loop, map, flex attention: one boundary op each
     boundaries.report(ops, session, findings)  # foreign-kernel boundary ops
+    compiled.disclose(findings, *compiled_found)  # torch.compile regions run as their eager graph
+    gaps.report(ops, session, findings)  # parameters read by no op, an output no op produced
     if session.fast_paths:  # fused kernels the plain forward runs and capture could not (warned in the session)
         findings.add(fast_paths={f["address"]: f for f in session.fast_paths})
     if distributed is not None:

@@ -248,6 +248,8 @@ def roundtrip_kind(exit_kinds: list[str]) -> str:
 _WHAT = {
     FUNCTION_KIND: "autograd Function {name} ran as one boundary op; the ops inside its forward are not recorded",
     SCRIPT_KIND: "TorchScript module {name} ran as one boundary op; the ops inside it are not recorded",
+    "higher_order_op": "higher-order op {name} ran as one boundary op; its branches or body are not recorded op by "
+                       "op, and parameters they read without taking them as operands are not attributed to it",
     "numpy_roundtrip": "a numpy round trip ran inside the forward; it is recorded as one boundary op whose "
                        "parents are the tensors that left torch, and it cannot be replayed",
     "dlpack_roundtrip": "a DLPack round trip ran inside the forward; it is recorded as one boundary op whose "

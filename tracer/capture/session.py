@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import sys
+import threading
 import weakref
 from types import MethodType
 from typing import Any, Callable
@@ -59,6 +60,29 @@ def _internal_prefixes() -> tuple[str, ...]:
         tracer_dir = os.path.dirname(tracer.__file__) + os.sep
         _INTERNAL_PREFIXES = (torch_dir, tracer_dir, "<frozen ")
     return _INTERNAL_PREFIXES
+
+
+_ACTIVE = threading.local()  # .session: the capture whose forward runs in this thread (None outside one)
+
+
+def active_session() -> "CaptureSession | None":
+    """The capture whose forward is running in this thread, or None."""
+    return getattr(_ACTIVE, "session", None)
+
+
+@contextlib.contextmanager
+def outer_suspended() -> Any:
+    """Inside a running capture (a `tracer.trace` called from a captured forward): the outer capture records
+    nothing of this block except the inner forward itself (`CaptureSession.run` resumes it around that)."""
+    outer = active_session()
+    if outer is None:
+        yield None
+        return
+    outer.suspended += 1
+    try:
+        yield outer
+    finally:
+        outer.suspended -= 1
 
 
 class _Recorder(TorchFunctionMode):
@@ -196,10 +220,19 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
             witness = self.witness  # the census wraps on_call only when it is on
             recorder = self if witness is None else _Recorder(witness.wrap(self.on_call))
             self.recorder = recorder  # fast_paths.FusedCall lifts it around a fused kernel
-            with grad_context, recorder, \
-                    (witness if witness is not None else contextlib.nullcontext()), \
-                    _boundaries.function_boundaries(self):  # Function.apply, restored on exit
-                output = self.model(*args, **kwargs)
+            outer = active_session()  # a capture inside a captured forward: the outer one records this forward
+            _ACTIVE.session = self
+            if outer is not None:
+                outer.suspended -= 1  # suspended by `outer_suspended` for the inner capture's own work
+            try:
+                with grad_context, recorder, \
+                        (witness if witness is not None else contextlib.nullcontext()), \
+                        _boundaries.function_boundaries(self):  # Function.apply, restored on exit
+                    output = self.model(*args, **kwargs)
+            finally:
+                _ACTIVE.session = outer
+                if outer is not None:
+                    outer.suspended += 1
         finally:
             self._remove_scopes()
             self.__dict__.pop("__torch_function__", None)
