@@ -881,6 +881,10 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_assembly", "A finished capture's records as trace objects, in C.",
                                     -1, methods};
 
+#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (hotpath.py compares it) */
+#define TLX_SOURCE_DIGEST ""
+#endif
+
 PyMODINIT_FUNC
 PyInit__assembly(void)
 {
@@ -896,5 +900,8 @@ PyInit__assembly(void)
     if (str_entry == NULL || str_modules == NULL || str_training == NULL || str_parameters == NULL || str_buffers == NULL ||
         str_shape == NULL || str_dtype == NULL || str_device == NULL || str_requires_grad == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", TLX_SOURCE_DIGEST) < 0)
+        Py_CLEAR(m);
+    return m;
 }

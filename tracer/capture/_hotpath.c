@@ -1994,6 +1994,10 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", "The capture's per-call loops in C.", -1,
                                     methods};
 
+#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (hotpath.py compares it) */
+#define TLX_SOURCE_DIGEST ""
+#endif
+
 PyMODINIT_FUNC
 PyInit__hotpath(void)
 {
@@ -2067,6 +2071,8 @@ PyInit__hotpath(void)
         !str_meta)
         return NULL;
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", TLX_SOURCE_DIGEST) < 0)
+        Py_CLEAR(m);
     if (m != NULL && PyModule_AddObjectRef(m, "ScopedForward", (PyObject *)&ScopedForwardType) < 0)
         Py_CLEAR(m);
     PyObject *hot = m == NULL ? NULL : PyTuple_New(N_HOT);  /* HOT_STATE: the names `_hot` holds, in order */

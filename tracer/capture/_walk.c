@@ -226,11 +226,18 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_walk", "A capture's model walks, in C.", -1, methods};
 
+#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (hotpath.py compares it) */
+#define TLX_SOURCE_DIGEST ""
+#endif
+
 PyMODINIT_FUNC
 PyInit__walk(void)
 {
     str_modules = PyUnicode_InternFromString("_modules");
     if (str_modules == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_DIGEST", TLX_SOURCE_DIGEST) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -3,7 +3,17 @@
 
 `pip install -e .` builds the extension where a C compiler is found (it is optional: without one the
 install still succeeds and the capture records the same through the Python path, more slowly).
-`TORCHLENS_EXPLORE_PURE_PYTHON=1` in the environment turns the extension off (tests run both paths).
+
+The kernel for a process: `TORCHLENS_EXPLORE_KERNEL=python` (or the older `TORCHLENS_EXPLORE_PURE_PYTHON=1`)
+in the environment turns the extension off (for debugging, and tests run both paths); `c`, the default, uses it
+where it can. Where it cannot, the capture runs the Python path and this module says why ONCE, with a
+`KernelFallbackWarning` (a RuntimeWarning; its `reason` is "missing", "stale" or "layout"), never an ImportError:
+- missing: an extension is not built (no compiler at install time, or a fresh checkout);
+- stale: an extension was built from other sources than the `.c` / `.h` beside it (each embeds the digest of its
+  sources, `source_digest.py`; an installed wheel carries no sources, so there is nothing to compare);
+- layout: the record fields the C fills are not where the session keeps them (`configure`, `check_layout`).
+  Found when the session configures the extension, after other modules of the package bound entry points:
+  those references are set to None too (`_turn_off`), so a capture never mixes the two kernels.
 
 - `scan_args(args, kwargs, tmap, param_ids, buffer_ids, save)`: a call's parents (positional, then
   keyword), parameters, scrubbed positional arguments and whether a list argument holds tensors; None
@@ -49,23 +59,72 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+import warnings
+from pathlib import Path
 from typing import Any, Callable
 
+from . import source_digest
+
 ENV_PURE_PYTHON = "TORCHLENS_EXPLORE_PURE_PYTHON"
+ENV_KERNEL = "TORCHLENS_EXPLORE_KERNEL"
+KERNELS = ("c", "python")
+REMEDY = "pip install -e . (with a C compiler) rebuilds the capture's C extensions"
+# The raw record fields the C fills, at the positions it was written for (session.R_* must match).
+RECORD_FIELDS = {"R_INFO": 0, "R_PARENTS": 1, "R_TENSOR": 2, "R_META": 3, "R_CALL": 4, "R_OUT_IDX": 5, "R_N_OUT": 6,
+                 "R_STACK": 7, "R_PARAMS": 8, "R_WRITES": 9, "R_INPLACE": 10, "R_SITE": 11, "R_IO": 12,
+                 "R_CALLSPEC": 13, "R_ARGS": 14, "R_KWARGS": 15}
 
 
-def _load(name: str) -> Any:
+class KernelFallbackWarning(RuntimeWarning):
+    """The capture's C kernel is not used: captures run the Python path (the same records, more slowly)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason, self.detail = reason, detail
+        super().__init__(f"the capture's C kernel is not used ({reason}: {detail}); captures run the Python path, "
+                         f"which records the same, more slowly. Remedy: {REMEDY}.")
+
+
+def kernel() -> str:
+    """The kernel this process asks for: "python" where the environment turns the extension off, else "c"."""
     if os.environ.get(ENV_PURE_PYTHON, "").strip() not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module(f"{__package__}.{name}")
-    except ImportError:
-        return None
+        return "python"
+    return "python" if os.environ.get(ENV_KERNEL, "").strip().lower() == "python" else "c"
 
 
-_ext = _load("_hotpath")
-_asm = _load("_assembly")
-_walk = _load("_walk")
+def check_layout(fields: dict[str, int]) -> str | None:
+    """Why the session's record `fields` do not fit the C, or None where they do."""
+    got = {k: fields.get(k) for k in RECORD_FIELDS}
+    return None if got == RECORD_FIELDS else f"the C fills record fields {RECORD_FIELDS}; the session's are {got}"
+
+
+def _fall_back(reason: str, detail: str) -> None:
+    warnings.warn(KernelFallbackWarning(reason, detail), stacklevel=3)
+
+
+def _load_all() -> tuple[Any, Any, Any]:
+    """The three extensions, or three Nones (an install builds them all or none; never a mix)."""
+    if kernel() == "python":
+        return None, None, None
+    folder, mods, problems = Path(__file__).resolve().parent, [], []
+    for name in ("_hotpath", "_assembly", "_walk"):
+        try:
+            mod = importlib.import_module(f"{__package__}.{name}")
+        except ImportError as exc:
+            problems.append(("missing", f"{name} is not built: {exc}"))
+            continue
+        expected = source_digest.digest(folder, name)
+        if expected is not None and getattr(mod, "SOURCE_DIGEST", "") != expected:
+            sources = " and ".join(source_digest.SOURCES[name])
+            problems.append(("stale", f"{name} was built from other sources than the {sources} beside it"))
+        mods.append(mod)
+    if problems:
+        _fall_back(problems[0][0], "; ".join(detail for _r, detail in problems))
+        return None, None, None
+    return tuple(mods)
+
+
+_ext, _asm, _walk = _load_all()
 scan_args: Callable[..., Any] | None = getattr(_ext, "scan_args", None)
 record_outputs: Callable[..., Any] | None = getattr(_ext, "record_outputs", None)
 site: Callable[..., Any] | None = getattr(_ext, "site", None)
@@ -90,18 +149,37 @@ configure_params: Callable[..., Any] | None = getattr(_asm, "configure_params", 
 named_modules: Callable[..., Any] | None = getattr(_walk, "named_modules", None)
 first_visits: Callable[..., Any] | None = getattr(_walk, "first_visits", None)
 named_state: Callable[..., Any] | None = getattr(_walk, "named_state", None)
+# The names above that hold a C entry point (what a layout mismatch turns off)
+_ENTRY_POINTS = tuple(n for n, v in list(globals().items()) if v is not None and not n.startswith("_")
+                      and any(v is getattr(m, n, None) for m in (_ext, _asm, _walk)))
 # All three built (an install builds them all or, without a compiler, none)
 ACTIVE = _ext is not None and _asm is not None and _walk is not None
 
 
 def configure(tensor_type: type, placeholder: Any, positions: tuple[str, ...], fields: dict[str, int]) -> None:
     """Hand the extension torch.Tensor, the scrub placeholder and the position names; check the record
-    fields it fills are where the session keeps them."""
+    fields it fills are where the session keeps them (where not: the Python path, with one warning)."""
     if _ext is None:
         return
-    expected = {"R_INFO": 0, "R_PARENTS": 1, "R_TENSOR": 2, "R_META": 3, "R_CALL": 4, "R_OUT_IDX": 5, "R_N_OUT": 6,
-                "R_STACK": 7, "R_PARAMS": 8, "R_WRITES": 9, "R_INPLACE": 10, "R_SITE": 11, "R_IO": 12, "R_CALLSPEC": 13,
-                "R_ARGS": 14, "R_KWARGS": 15}
-    if {k: fields[k] for k in expected} != expected:
-        raise ImportError(f"tracer.capture._hotpath fills record fields {expected}; the session's are {fields}")
+    mismatch = check_layout(fields)
+    if mismatch is not None:
+        _turn_off()
+        _fall_back("layout", mismatch)
+        return
     _ext.configure(tensor_type, placeholder, positions)
+
+
+def _turn_off() -> None:
+    """Every C entry point to None: here, and wherever a module of this package bound one before the session
+    configured the extension (the walks, the module scopes, the call templates): a capture never mixes kernels."""
+    global _ext, _asm, _walk, hot_state, ACTIVE
+    c_objects = {id(globals()[name]) for name in _ENTRY_POINTS}
+    top = __package__.split(".")[0]
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and (module_name == top or module_name.startswith(top + ".")):
+            space = getattr(module, "__dict__", {})
+            for key, value in list(space.items()):
+                if id(value) in c_objects:
+                    space[key] = None
+    _ext = _asm = _walk = None
+    hot_state, ACTIVE = (), False
