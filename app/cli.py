@@ -67,6 +67,8 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     p.add_argument("--dpi", type=int, default=300, help="PNG resolution (default 300)")
     p.add_argument("--direction", choices=("TB", "LR"), default="TB",
                    help="TB: top to bottom (default); LR: left to right, frame headers up their left side")
+    p.add_argument("--follow-symlinks", action="store_true",
+                   help="write through --out when it is a symbolic link (refused otherwise)")
     from exporters.figures import add_overlay_arguments
 
     add_overlay_arguments(p)
@@ -92,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .memory_cli import memory_figure_main
 
             return memory_figure_main(args[1:])
+        if args and args[0] == "mcp":  # issue 38: the agent surface over stdio (app.mcp_server)
+            from .mcp_server import main as mcp_main
+
+            return mcp_main(args[1:])
         if args and args[0] == "export-html":
             from .export_html import export_html_main
 
@@ -225,6 +231,9 @@ def snapshot(ns: argparse.Namespace) -> int:
 
         raise InvalidInputError(f"--out {ns.out!r} must end in .svg or .png", site="snapshot --out",
                                 remedy="Name the figure fig.svg (vector, for papers) or fig.png.")
+    from tracer.atomic_write import resolve_target
+
+    resolve_target(out, follow_symlinks=ns.follow_symlinks, site="snapshot --out")  # before any capture
     if ns.diff:
         from .diff_cli import snapshot_diff
 
@@ -246,7 +255,7 @@ def snapshot(ns: argparse.Namespace) -> int:
                                 **figures.snapshot_overlay_options(loaded.trace, ns.overlay,
                                                                                    ns.overlay_scale, ns.rollup))
     size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
-    written = figures.write_scene(scene, out, size, fmt, ns.dpi)
+    written = figures.write_scene(scene, out, size, fmt, ns.dpi, follow_symlinks=ns.follow_symlinks)
     done = time.perf_counter()
     print(f"torchlens-explore: wrote {written}: {size.width_in:.2f} x {size.height_in:.2f} in, labels {size.font_pt:.1f} pt"
           f"{'' if size.legible else ' (small: try --width page, --hide, or fewer expanded modules)'}; "

@@ -53,3 +53,8 @@ class WorkerFailedError(CaptureError):
     code = "worker_failed"
     default_remedy = ("The child process doing this work stopped without an answer (killed, out of memory, or a bug); "
                       "the message quotes its last line. Try again, or run the same step from the command line.")
+
+
+class NoTraceOpenError(InvalidInputError):
+    code = "no_trace_open"
+    default_remedy = "Open a trace first: the MCP tool open_trace with a saved trace path or a config name (llama-3.1-8b)."
