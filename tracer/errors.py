@@ -445,3 +445,26 @@ class DiffSchemaError(StoreError):
 class DiffSavePathError(StoreError):
     code = "diff_save_path_invalid"
     default_remedy = "Pass a file path ending in .json whose folder can be written; an existing non-diff file is left alone."
+
+
+# -- bounded reads of user files (tracer.bounded_io) ------------------------------------
+class InputNotRegularFileError(InvalidInputError):
+    code = "input_not_regular_file"
+    default_remedy = "Pass a regular file: a FIFO, a device (or a link to one), a socket or a folder is not read."
+
+
+class InputTooLargeError(InvalidInputError):
+    code = "input_too_large"
+    default_remedy = "The file is larger than this input may be (or inflates past its bound); pass the file it should be."
+
+
+class InputUnreadableError(InvalidInputError):
+    code = "input_unreadable"
+    default_remedy = "The file cannot be opened or read (permissions, a broken link, corrupt compression); check the path."
+
+
+# -- files written by exporters and the CLI (tracer.atomic_write) ------------------------
+class OutputPathUnsafeError(InvalidInputError):
+    code = "output_path_unsafe"
+    default_remedy = ("The output path is a symbolic link (or not a regular file); pass another path, or "
+                      "--follow-symlinks to write through the link.")

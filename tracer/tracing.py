@@ -25,7 +25,7 @@ from .errors import InvalidInputError
 from .ir import Trace
 from .options import CaptureOptions
 from .provenance import Findings
-from .weights_free.admission import admit_structure_only
+from .weights_free.admission import admit_structure_only, refuse_fake_or_functional
 from .witness import capture_scope
 
 
@@ -36,15 +36,22 @@ def trace(
     *,
     capture: CaptureOptions = CaptureOptions(),
     loss: Callable[[Any], torch.Tensor] | None = None,
+    tokenizer: Any = None,
 ) -> Trace:
     """Capture `model(*args, **input_kwargs)` into a Trace; the model's own output is `trace.output`.
 
-    A single tensor for `args` is treated as one positional input. With
+    A single tensor for `args` is treated as one positional input; text (a string or a list of
+    strings) is tokenized with `tokenizer` as `tracer.bridges.transformers.trace_text` does. With
     `CaptureOptions(backward=True)` (or a `loss`), the backward of `loss(output)` (default: the
     output's sum) runs after the forward and is recorded in `trace.backward`.
     Called from inside a captured forward, the outer capture records the inner forward's ops (they are
     computation of the outer forward) and none of this capture's own work.
     """
+    if tokenizer is not None or isinstance(args, str) or (isinstance(args, (list, tuple)) and args
+                                                          and isinstance(args[0], str)):
+        from .bridges.transformers import text_trace
+
+        return text_trace(model, args, tokenizer, capture, loss, input_kwargs)
     with outer_suspended():
         return _trace(model, args, input_kwargs, capture, loss)
 
@@ -65,6 +72,7 @@ def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, 
                                     backward=capture.backward or loss is not None)
     guard: CallGuard | None = None
     admission: dict[str, Any] = {"mode": "eager"}
+    refuse_fake_or_functional(args_t, kwargs, state)  # they compute no values: nothing real to record
     any_meta = _any_meta(args_t, kwargs, state)
     if not capture.structure_only and any_meta and _offloaded(model):
         admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence

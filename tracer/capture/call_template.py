@@ -299,9 +299,18 @@ def _slice_part(p: Any) -> Any:
     return _UNSTORABLE
 
 
+# Dtypes whose elements `tolist` reads as JSON numbers (not complex, bfloat16, quantized, unsigned wide).
+_INLINE_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                            torch.float16, torch.float32, torch.float64,
+                            *(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))})
+
+
 def tensor_value(t: torch.Tensor) -> dict[str, Any] | None:
-    """A small tensor's value as JSON (None above `INLINE_NUMEL` elements or for odd dtypes)."""
-    if t.numel() > INLINE_NUMEL or t.is_complex() or t.dtype in (torch.bfloat16,) or t.device.type == "meta":
+    """A small tensor's value as JSON (None above `INLINE_NUMEL` elements, for odd dtypes and for layouts
+    other than dense: sparse COO/CSR/CSC/BSR/BSC, nested, quantized, mkldnn)."""
+    if t.layout is not torch.strided or t.dtype not in _INLINE_DTYPES or t.is_nested or t.device.type == "meta":
+        return None
+    if t.numel() > INLINE_NUMEL:
         return None
     if is_traceable_wrapper_subclass(t) or _storage_freed(t):
         return None  # a DTensor (or another wrapper subclass), or storage freed since (FSDP's resharded parameters)

@@ -43,6 +43,15 @@ def compiled_submodules(modules: list[tuple[str, nn.Module]]) -> list[str]:
     return [name for name, m in modules if is_compiled(m)]
 
 
+def _compiling_callback(frame: Any) -> bool:
+    """Whether the stance is read to enter a compiled region (dynamo's `_callback_from_stance` asked with a real
+    callback), not a `torch._dynamo.disable` wrapper around one of torch's own functions (callback None/False)."""
+    if frame is None or frame.f_code.co_name != "_callback_from_stance":
+        return False
+    callback = frame.f_locals.get("callback")
+    return callback is not None and callback is not False
+
+
 class _EagerStance:
     """Dynamo's stance object while a capture runs: `force_eager` in the capturing thread, its reads counted
     (dynamo reads it when a compiled region is entered), the prior stance everywhere else."""
@@ -55,7 +64,8 @@ class _EagerStance:
     @property
     def stance(self) -> str:
         if threading.get_ident() == self._thread:
-            self.entries += 1
+            if _compiling_callback(sys._getframe(1)):
+                self.entries += 1
             return "force_eager"
         return self._prior.stance
 

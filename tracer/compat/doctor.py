@@ -35,6 +35,12 @@ class Row:
             raise ValueError(f"row {self.key}: bad status/severity {self.status}/{self.severity}")
 
 
+def module_name(obj: Any) -> str:
+    """The name of the module `obj`'s class was defined in ("" where it has none, or not a string)."""
+    name = getattr(type(obj), "__module__", None)
+    return name if isinstance(name, str) else ""
+
+
 @dataclass(frozen=True)
 class Detector:
     """A ledger entry: the path's general row, and `detect(model, inputs)` -> its row for this model, or None."""
@@ -48,7 +54,11 @@ class Detector:
 
     def row_for(self, model: nn.Module, inputs: Any) -> Row:
         """The detector's row when the path applies; the ledger row marked `applies=False` otherwise."""
-        found = self.detect(model, inputs)
+        try:
+            found = self.detect(model, inputs)
+        except Exception as exc:  # a detector that cannot read this model: the row says so, the doctor goes on
+            return replace(self.ledger, applies=True, status="not_tested", severity="warning",
+                           detail=f"the detector could not inspect this model ({type(exc).__name__}: {exc})"[:300])
         if found is None:
             return replace(self.ledger, applies=False, detail="")
         if found.key != self.key:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .doctor import Detector, Row
+from .doctor import Detector, Row, module_name
 from .zoo import torch_nn_ledger, transformers_ledger, zoo_torch_nn, zoo_transformers
 
 T_VALIDATE = "tests/tracer/test_validate.py::test_real_models_replay_bit_exact_and_every_edge_carries_data"
@@ -232,10 +232,10 @@ def cuda_graphs(model: nn.Module, inputs: Any) -> Row | None:
 
 
 def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
-    package = type(model).__module__.split(".")[0]
+    package = module_name(model).split(".")[0]
     if package not in ("vllm", "sglang"):
         return None
-    return replace(SERVING, detail=f"{type(model).__module__}")
+    return replace(SERVING, detail=f"{module_name(model)}")
 
 
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
@@ -322,13 +322,16 @@ def _foreign_kernels_in(model: nn.Module) -> list[str]:
 
     names = {script_name(m) for _address, m in outside_scripts(model.named_modules())
              if isinstance(m, torch.jit.ScriptModule)}
-    for module_name in {type(m).__module__ for m in model.modules()}:
-        if module_name.partition(".")[0] in TRANSPARENT_PACKAGES:
+    for source in {module_name(m) for m in model.modules()}:
+        if source.partition(".")[0] in TRANSPARENT_PACKAGES:
             continue
-        for value in vars(sys.modules.get(module_name, object())).values():
+        namespace = getattr(sys.modules.get(source) if source else None, "__dict__", None)
+        if not isinstance(namespace, dict):  # a class whose module is gone (or was never imported by name)
+            continue
+        for value in list(namespace.values()):
             if isinstance(value, type) and issubclass(value, torch.autograd.Function) \
-                    and value is not torch.autograd.Function and value.__module__ == module_name:
-                names.add(f"{module_name}.{value.__qualname__}")
+                    and value is not torch.autograd.Function and value.__module__ == source:
+                names.add(f"{source}.{value.__qualname__}")
             elif type(value).__name__ == "CustomOpDef":
                 names.add(str(getattr(value, "_qualname", value)))
     return sorted(names)

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from .doctor import Row
+from .doctor import Row, module_name
 
 FACTS_FILE = "zoo_facts.json"
 T_ZOO_HF = "tests/zoo/test_zoo_transformers.py::test_validate_passes"
@@ -55,7 +55,7 @@ def torch_nn_ledger() -> Row:
 
 def zoo_transformers(model: nn.Module, inputs: Any) -> Row | None:
     """Applies to a transformers model: its class's zoo result, or not tested when the sweep lacks it."""
-    if not type(model).__module__.startswith("transformers."):
+    if not module_name(model).startswith("transformers."):
         return None
     name = type(model).__name__
     ledger = transformers_ledger()
@@ -85,7 +85,7 @@ def zoo_torch_nn(model: nn.Module, inputs: Any) -> Row | None:
     mode = "train" if model.training else "eval"
     found = {}
     for m in model.modules():
-        failures = table.get(type(m).__name__, {}).get("failures", {}) if type(m).__module__.startswith("torch.nn") \
+        failures = table.get(type(m).__name__, {}).get("failures", {}) if module_name(m).startswith("torch.nn") \
             else {}
         hits = {cell: why for cell, why in failures.items() if cell.split(".")[0] in (mode, f"{mode}_no_grad")}
         if hits:

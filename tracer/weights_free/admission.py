@@ -93,6 +93,36 @@ def _without_flag(model: nn.Module, state: list, meta_state: list, real_state: l
                   "offloaded": len(meta_state)}
 
 
+def refuse_fake_or_functional(args: tuple, kwargs: Mapping[str, Any], state: tuple[list, list]) -> None:
+    """An eager capture of fake or functional tensors (or under an active FakeTensorMode / FunctionalTensorMode)
+    refused, typed: their kernels compute no values, so neither the recorded values nor a replay would be real."""
+    for name, t in _state(None, state) + input_tensors(args, kwargs):
+        kind = _unsupported_kind(t)
+        if kind in ("fake", "functional"):
+            raise UnsupportedTensorStateError(
+                f"{name} is a {kind} tensor, which an eager capture does not admit (it computes no values)",
+                site=name, tensor=name, state=kind,
+                remedy="Capture real tensors eagerly, or build the model on meta and capture it with "
+                       "CaptureOptions(structure_only=True) outside FakeTensorMode.")
+    mode = _fake_or_functional_mode()
+    if mode is not None:
+        raise UnsupportedTensorStateError(
+            f"a {mode} is active: every tensor the forward makes would be {mode.replace('TensorMode', '').lower()}",
+            site="trace()", state=mode,
+            remedy="Call tracer.trace outside the mode, on real tensors (or on meta with structure_only=True).")
+
+
+def _fake_or_functional_mode() -> str | None:
+    """The name of an active FakeTensorMode or FunctionalTensorMode on this thread's dispatch stack, else None."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    for mode in _get_current_dispatch_mode_stack():
+        name = type(mode).__name__
+        if name in ("FakeTensorMode", "FunctionalTensorMode"):
+            return name
+    return None
+
+
 def input_tensors(args: tuple, kwargs: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
     """`(path, tensor)` of every input, named as the trace names them (`args.0`, `kwargs.attention_mask`)."""
     return list(iter_tensors(list(args), "args")) + list(iter_tensors(dict(kwargs), "kwargs"))

@@ -1,0 +1,230 @@
+"""Zero untyped on the PyTorch surface (issue #35 deliver 3): each former escape, and its class.
+
+Sparse layouts of any size, fake and functional tensors in eager, torch.ao quantized state, the
+doctor on classes whose module is gone, the remedy a refusal prints, and the numpy admission row.
+"""
+from __future__ import annotations
+
+import types
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import tracer
+from tracer.capture.call_template import tensor_value
+from tracer.errors import MixedSubstrateError, TracerError
+
+
+class SparseWeight(nn.Module):
+    def __init__(self, weight: torch.Tensor, as_param: bool) -> None:
+        super().__init__()
+        if as_param:
+            self.w = nn.Parameter(weight, requires_grad=False)
+        else:
+            self.register_buffer("w", weight)
+
+    def forward(self, x):
+        if self.w.layout == torch.sparse_coo:
+            return torch.sparse.mm(self.w, x.t())
+        return self.w @ x.t()
+
+
+def _layouts(n: int) -> dict[str, torch.Tensor]:
+    eye = torch.eye(n)
+    return {"coo": eye.to_sparse(), "csr": eye.to_sparse_csr(), "csc": eye.to_sparse_csc(),
+            "bsr": eye.to_sparse_bsr((4, 4))}
+
+
+@pytest.mark.parametrize("n", [8, 256])
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc", "bsr"])
+@pytest.mark.parametrize("as_param", [False, True])
+def test_a_sparse_weight_of_any_layout_and_size_is_captured_and_replays(n, layout, as_param):
+    weight = _layouts(n)[layout]
+    x = torch.randn(2, n)
+    model = SparseWeight(weight, as_param)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tracer.trace(model, (x,))
+        structure = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save="none"))
+    assert torch.equal(t.output, model(x))
+    assert t.provenance.verified and "w" in {p for op in t.ops for p in op.params}
+    assert [op.kind for op in structure.ops] == [op.kind for op in t.ops]
+    report = tracer.validate(t)
+    assert report.passed, report.findings
+
+
+def test_tensor_value_never_inlines_a_non_dense_or_odd_dtype_tensor():
+    for weight in _layouts(8).values():
+        assert tensor_value(weight) is None
+    assert tensor_value(torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)) is None
+    assert tensor_value(torch.zeros(2, dtype=torch.bfloat16)) is None
+    assert tensor_value(torch.arange(3))["data"] == [0, 1, 2]
+
+
+class QuantizedBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("q", torch.quantize_per_tensor(torch.randn(8), 0.1, 0, torch.qint8))
+
+    def forward(self, x):
+        return x + self.q.dequantize()
+
+
+def test_a_torch_ao_quantized_buffer_is_captured():
+    x = torch.randn(2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tracer.trace(QuantizedBuffer(), (x,), capture=tracer.CaptureOptions(save="none"))
+    assert [op.kind for op in t.ops] == ["input", "dequantize", "add", "output"]
+    assert t.ops[1].params == ("q",)
+
+
+def test_torch_ao_static_and_dynamic_quantization_capture_or_report_typed():
+    x = torch.randn(2, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dynamic = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(8, 8)), {nn.Linear})
+        assert tracer.validate(tracer.trace(dynamic, (x,))).passed
+        static = nn.Sequential(torch.ao.quantization.QuantStub(), nn.Linear(8, 8), torch.ao.quantization.DeQuantStub())
+        static.qconfig = torch.ao.quantization.get_default_qconfig("fbgemm")
+        torch.ao.quantization.prepare(static, inplace=True)
+        static(x)
+        torch.ao.quantization.convert(static, inplace=True)
+        t = tracer.trace(static, (x,))
+    assert "quantized_linear" in [op.kind for op in t.ops]
+    report = tracer.validate(t)  # quantized tensors cannot be perturbed and replayed: a finding, never "exact"
+    assert not report.passed and all(f.check == "not_replayable" for f in report.findings)
+
+
+def test_an_eager_capture_under_fake_tensor_mode_is_refused_typed():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        model = nn.Linear(4, 4)
+        x = torch.randn(2, 4)
+        with pytest.raises(TracerError) as err:
+            tracer.trace(model, (x,))
+    assert err.value.code == "unsupported_tensor_state" and err.value.findings["state"] == "fake"
+
+
+def test_a_fake_input_to_a_real_model_is_refused_typed():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = FakeTensorMode().from_tensor(torch.randn(2, 4))
+    with pytest.raises(TracerError) as err:
+        tracer.trace(nn.Linear(4, 4), (x,))
+    assert err.value.code == "unsupported_tensor_state" and err.value.site == "args.0"
+
+
+def test_a_functional_tensor_is_refused_typed():
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    with FunctionalTensorMode():
+        x = FunctionalTensor.to_functional(torch.randn(2, 4))
+        with pytest.raises(TracerError) as err:
+            tracer.trace(nn.Linear(4, 4), (x,))
+    assert err.value.code == "unsupported_tensor_state"
+
+
+def test_an_active_fake_mode_with_real_tensors_is_refused_typed():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model, x = nn.Linear(4, 4), torch.randn(2, 4)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with pytest.raises(TracerError) as err:
+            tracer.trace(model, (x,))
+    assert err.value.code == "unsupported_tensor_state" and err.value.findings["state"] == "FakeTensorMode"
+
+
+def test_the_doctor_reads_a_class_whose_module_is_gone():
+    gone = types.ModuleType("a_module_not_in_sys_modules")
+    exec("from torch import nn\nclass Gone(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+         "        self.lin = nn.Linear(4, 4)\n    def forward(self, x):\n        return self.lin(x)\n", gone.__dict__)
+    report = tracer.doctor(gone.Gone(), (torch.randn(2, 4),))
+    assert report.row("foreign.kernels") is not None
+    assert not any("could not inspect" in r.detail for r in report.rows if r.key == "foreign.kernels")
+
+
+def test_a_doctor_row_whose_detector_cannot_read_the_model_says_so():
+    nameless = type("Nameless", (nn.Linear,), {"__module__": None})
+    report = tracer.doctor(nameless(4, 4), (torch.randn(2, 4),))  # no untyped TypeError / AttributeError
+    assert len(report.rows) > 10
+    for row in report.rows:
+        if "could not inspect" in row.detail:
+            assert row.status == "not_tested" and row.applies
+
+
+def test_a_refusal_prints_the_remedy_that_applies():
+    err = MixedSubstrateError("split")
+    assert MixedSubstrateError.default_remedy in str(err)
+    err.remedy = "init_empty_weights(include_buffers=True)"
+    assert "include_buffers=True" in str(err) and MixedSubstrateError.default_remedy not in str(err)
+    assert "include_buffers=True" in err.args[0]
+
+
+def test_init_empty_weights_without_buffers_prints_include_buffers():
+    accelerate = pytest.importorskip("accelerate")
+
+    class WithBuffer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("scale", torch.ones(4))
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    with accelerate.init_empty_weights():
+        model = WithBuffer()
+    with pytest.raises(MixedSubstrateError) as err:
+        tracer.trace(model, (torch.randn(2, 4, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
+    assert "include_buffers=True" in str(err.value)
+    assert MixedSubstrateError.default_remedy not in str(err.value)
+
+
+def _numpy_model(make):
+    class FromNumpy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return make(self.lin(x))
+
+    with torch.device("meta"):
+        return FromNumpy()
+
+
+_META_X = (torch.empty(2, 4, device="meta"),)
+_WF = tracer.CaptureOptions(structure_only=True)
+
+
+def test_from_numpy_mid_forward_is_a_disclosed_stand_in_on_the_simulated_device():
+    t = tracer.trace(_numpy_model(lambda y: y + torch.from_numpy(np.ones(4, dtype=np.float32))), _META_X, capture=_WF)
+    external = t.provenance["admission"]["external_tensors"]
+    assert len(external) == 1 and external[0]["shape"] == [4] and external[0]["device"] == "cpu"
+
+
+def test_from_numpy_mid_forward_refuses_without_a_simulated_device():
+    model = _numpy_model(lambda y: y + torch.from_numpy(np.ones(4, dtype=np.float32)))
+    with pytest.raises(TracerError) as err:
+        tracer.trace(model, _META_X, capture=tracer.CaptureOptions(structure_only=True, simulate_device=None))
+    assert err.value.code == "real_tensor_mid_forward"
+
+
+def test_a_value_read_of_a_numpy_stand_in_refuses():
+    model = _numpy_model(lambda y: y * 2 if torch.from_numpy(np.ones(1, dtype=np.float32)).add(1).item() > 0 else y)
+    with pytest.raises(TracerError) as err:
+        tracer.trace(model, _META_X, capture=_WF)
+    assert err.value.code == "value_dependent_branch"
+
+
+@pytest.mark.parametrize("factory", [torch.tensor, torch.as_tensor])
+def test_torch_tensor_of_a_numpy_array_mid_forward_refuses(factory):
+    model = _numpy_model(lambda y: y + factory(np.ones(4, dtype=np.float32)))
+    with pytest.raises(TracerError) as err:
+        tracer.trace(model, _META_X, capture=_WF)
+    assert err.value.code == "real_tensor_mid_forward"
