@@ -87,7 +87,7 @@ def snapshot_diff(ns: argparse.Namespace) -> int:
     scene = diff_scene(result, left.trace, right.trace, expanded=None if not ns.expand else ns.expand,
                        fold_repeats=ns.fold, hide=hide, caption=caption)
     size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
-    written = figures.write_scene(scene, out, size, fmt, ns.dpi)
+    written = figures.write_scene(scene, out, size, fmt, ns.dpi, follow_symlinks=getattr(ns, "follow_symlinks", False))
     print(f"torchlens-explore: wrote {written}: diff of {left.title} against {right.title}; "
           f"{size.width_in:.2f} x {size.height_in:.2f} in")
     return 0

@@ -13,7 +13,8 @@ from typing import Any
 
 from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.configs import shipped_configs
-from tracer.errors import TraceFileCorruptError, TracerError
+from tracer.bounded_io import read_capped
+from tracer.errors import InputNotRegularFileError, InputTooLargeError, TraceFileCorruptError, TracerError
 
 from . import tempdirs
 from .config_check import build_checked, read_config
@@ -50,6 +51,9 @@ def resolve_config(name_or_path: str | Path) -> Path:
         return path / "config.json"
     if path.is_file():
         return path
+    if path.exists() and not path.is_dir():
+        raise InputNotRegularFileError(f"{text!r} is not a regular file (a FIFO, a device or a link to one)",
+                                       site=f"config {text!r}")
     raise SourceNotFoundError(
         f"no shipped config named {text!r} and no config file at that path",
         site=f"config {text!r}",
@@ -97,10 +101,8 @@ def is_config_json(path: Path) -> bool:
     if path.suffix != ".json" or not path.is_file():
         return False
     try:
-        if path.stat().st_size > current_limits().config_bytes:
-            return False
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_capped(path, current_limits().config_bytes).decode("utf-8"))
+    except (TracerError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
@@ -205,12 +207,10 @@ def _file_kind(p: Path) -> str:
     if p.suffix != ".json":
         return "neither"
     try:
-        if p.stat().st_size > current_limits().config_bytes:
-            return "config"  # the config reader refuses it with the limit
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except (ValueError, RecursionError):
-        return "config"  # the config reader says what is wrong with the text
-    except OSError:
+        data = json.loads(read_capped(p, current_limits().config_bytes).decode("utf-8"))
+    except (InputTooLargeError, InputNotRegularFileError, ValueError, RecursionError):
+        return "config"  # the config reader refuses it in a config's terms (size, file kind, text)
+    except TracerError:
         return "trace"
     if isinstance(data, dict) and "schema_version" in data:
         return "trace"

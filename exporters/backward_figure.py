@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from tracer.backward.memory import REST, LayerTable
 
-from .figures import _check_dpi, _font, _write, paper_width
+from . import markup
+from .figures import _check_dpi, _font, _write, check_png_pixels, paper_width
 from .layout.style import FONT_FAMILY, text_width
 
 SERIES = (("parameters", "#9ecae1"), ("gradients", "#4292c6"), ("saved for backward", "#fd8d3c"))
@@ -184,9 +184,9 @@ def memory_svg(table: LayerTable, width_in: float = 7.0) -> str:
         if p.text:
             rot = f' transform="rotate(-90 {p.x:.1f} {p.y:.1f})"' if p.rotate else ""
             out.append(f'<text x="{p.x:.1f}" y="{p.y:.1f}" font-size="{p.size}" text-anchor="{p.anchor}"{rot}>'
-                       f"{escape(p.text)}</text>")
+                       f"{markup.text(p.text)}</text>")
         else:
-            out.append(f'<rect x="{p.x:.2f}" y="{p.y:.2f}" width="{p.w:.2f}" height="{p.h:.2f}" fill="{p.fill}"/>')
+            out.append(f'<rect x="{p.x:.2f}" y="{p.y:.2f}" width="{p.w:.2f}" height="{p.h:.2f}" fill="{markup.attr(p.fill)}"/>')
     return "\n".join([*out, "</svg>"])
 
 
@@ -198,6 +198,7 @@ def memory_png(table: LayerTable, width_in: float = 7.0, dpi: int = 300):
     w = width_in * 72
     h, parts = bar_parts(table, w)
     k = dpi / 72
+    check_png_pixels(max(1, round(w * k)), max(1, round(h * k)), "exporters.backward_figure")
     img = Image.new("RGB", (max(1, round(w * k)), max(1, round(h * k))), "white")
     d = ImageDraw.Draw(img)
     for p in parts:
@@ -229,14 +230,18 @@ def figure_format(path) -> str:
     return fmt
 
 
-def write_memory_figure(table: LayerTable, path, *, width: str | float = "page", dpi: int = 300) -> Path:
-    """Write the per-layer memory figure as .svg or .png (by the suffix); returns the path."""
+def write_memory_figure(table: LayerTable, path, *, width: str | float = "page", dpi: int = 300,
+                        follow_symlinks: bool = False) -> Path:
+    """Write the per-layer memory figure as .svg or .png (by the suffix) atomically; returns the path."""
     import io
+
+    from tracer.atomic_write import resolve_target
 
     path = Path(path)
     width_in = paper_width(width)
+    resolve_target(path, follow_symlinks=follow_symlinks)
     if figure_format(path) == "svg":
-        return _write(path, memory_svg(table, width_in).encode("utf-8"))
+        return _write(path, memory_svg(table, width_in).encode("utf-8"), follow_symlinks)
     buf = io.BytesIO()
     memory_png(table, width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
-    return _write(path, buf.getvalue())
+    return _write(path, buf.getvalue(), follow_symlinks)

@@ -69,3 +69,10 @@ class HtmlWriteError(ExportError):
 
     code = "html_write_failed"
     default_remedy = "Write the HTML file to a writable path (its folder is created if missing)."
+
+
+class ModelExplorerWriteError(ExportError):
+    """A Model Explorer graph or node-data file could not be written (the old file, if any, is left as it was)."""
+
+    code = "model_explorer_write_failed"
+    default_remedy = "Free disk space or pick a folder you can write, then export again."

@@ -12,12 +12,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
-from xml.sax.saxutils import escape
 
 from .errors import FigureOptionsError, FigureWriteError
+from tracer.atomic_write import resolve_target, write_atomic
 from tracer.ir import Trace
 
-from . import overlays
+from . import markup, overlays
 from .layout import Layout, LayoutEngine
 from .layout.dag import COMPACT
 from .layout.direction import DIRECTIONS, transpose
@@ -213,12 +213,12 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
         if scene.direction == "LR":  # the header runs up the frame's left strip, ending near its top
             hx, hy = f.x0 + FRAME_HEADER - 5, f.y0 + 6
             header = (f'<text x="{hx:.1f}" y="{hy:.1f}" transform="rotate(-90 {hx:.1f} {hy:.1f})" '
-                      f'text-anchor="end" font-weight="bold" fill="#334">{escape(f.label)}</text>')
+                      f'text-anchor="end" font-weight="bold" fill="#334">{markup.text(f.label)}</text>')
         else:
             header = (f'<text x="{f.x0 + 6:.1f}" y="{f.y0 + FRAME_HEADER - 5:.1f}" font-weight="bold" '
-                      f'fill="#334">{escape(f.label)}</text>')
+                      f'fill="#334">{markup.text(f.label)}</text>')
         out.append(
-            f'<g class="frame" data-address="{escape(f.address)}"><rect x="{f.x0:.1f}" y="{f.y0:.1f}" '
+            f'<g class="frame" data-address="{markup.attr(f.address)}"><rect x="{f.x0:.1f}" y="{f.y0:.1f}" '
             f'width="{f.x1 - f.x0:.1f}" height="{f.y1 - f.y0:.1f}" rx="6" fill="{FRAME_FILLS[f.depth % 4]}" '
             f'stroke="#9aa7b8" stroke-width="0.8"/>{header}</g>'
         )
@@ -226,7 +226,7 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
         marker = "arrow-back" if e.back_edge else "arrow"
         dash = ' stroke-dasharray="3,2"' if e.back_edge else ""
-        out.append(f'<polyline class="edge" points="{pts}" fill="none" stroke="{color}" stroke-width="0.8"'
+        out.append(f'<polyline class="edge" points="{pts}" fill="none" stroke="{markup.attr(color)}" stroke-width="0.8"'
                    f'{dash} marker-end="url(#{marker})"/>')
     for n in lay.nodes:
         x0, y0 = n.x - n.width / 2, n.y - n.height / 2
@@ -234,17 +234,17 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
         extra = ""
         if n.kind == "folded":  # a second outline behind (below-right) reads as a stack of blocks
             extra = (f'<rect x="{x0 + 3:.1f}" y="{y0 + 3:.1f}" width="{n.width:.1f}" height="{n.height:.1f}" '
-                     f'rx="{rx}" fill="{scene.fills[n.id]}" stroke="{STROKE}" stroke-width="0.6"/>')
+                     f'rx="{rx}" fill="{markup.attr(scene.fills[n.id])}" stroke="{STROKE}" stroke-width="0.6"/>')
         out.append(
-            f'<g class="node" data-id="{escape(n.id)}" data-kind="{n.kind}">{extra}<rect x="{x0:.1f}" y="{y0:.1f}" '
-            f'width="{n.width:.1f}" height="{n.height:.1f}" rx="{rx}" fill="{scene.fills[n.id]}" stroke="{STROKE}" '
+            f'<g class="node" data-id="{markup.attr(n.id)}" data-kind="{markup.attr(n.kind)}">{extra}<rect x="{x0:.1f}" y="{y0:.1f}" '
+            f'width="{n.width:.1f}" height="{n.height:.1f}" rx="{rx}" fill="{markup.attr(scene.fills[n.id])}" stroke="{STROKE}" '
             f'stroke-width="0.7"/><text x="{n.x:.1f}" y="{n.y:.1f}" text-anchor="middle" '
-            f'dominant-baseline="central"{_ink(scene.fills[n.id])}>{escape(n.label)}</text></g>'
+            f'dominant-baseline="central"{_ink(scene.fills[n.id])}>{markup.text(n.label)}</text></g>'
         )
     out.extend(_legend_svg(scene))
     for i, line in enumerate(scene.caption_lines):
         out.append(f'<text class="caption" x="{w / 2:.1f}" y="{_caption_baseline(scene, i):.1f}" '
-                   f'text-anchor="middle" font-style="italic">{escape(line)}</text>')
+                   f'text-anchor="middle" font-style="italic">{markup.text(line)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -288,11 +288,11 @@ def _legend_svg(scene: Scene) -> list[str]:
     title, _ = _legend_items(scene)
     base, row, size, cells = _legend_cells(scene)
     out = [f'<g class="legend"><text x="6" y="{base:.1f}" font-weight="bold">'
-           f'{escape(fit_text(title, scene.width - 12))}</text>']
+           f'{markup.text(fit_text(title, scene.width - 12))}</text>']
     for x, text, color in cells:
-        out.append(f'<rect x="{x:.1f}" y="{row:.1f}" width="{size:.1f}" height="{size:.1f}" fill="{color}" '
+        out.append(f'<rect x="{x:.1f}" y="{row:.1f}" width="{size:.1f}" height="{size:.1f}" fill="{markup.attr(color)}" '
                    f'stroke="{STROKE}" stroke-width="0.5"/><text x="{x + size + 4:.1f}" y="{row + size * 0.85:.1f}">'
-                   f'{escape(text)}</text>')
+                   f'{markup.text(text)}</text>')
     out.append("</g>")
     return out
 
@@ -321,17 +321,20 @@ def export_svg(
     return write_scene(scene, path, figure_size(scene, width_in, max_height_in, font_pt), "svg")
 
 
-def write_scene(scene: Scene, path, size: FigureSize, fmt: str, dpi: int = 300) -> Path:
-    """Write `scene` at `size` as `fmt` ("svg" or "png", the PNG at `dpi`); returns the path."""
+def write_scene(scene: Scene, path, size: FigureSize, fmt: str, dpi: int = 300, *,
+                follow_symlinks: bool = False) -> Path:
+    """Write `scene` at `size` as `fmt` ("svg" or "png", the PNG at `dpi`) atomically; returns the path.
+    A path that is a symbolic link is refused unless `follow_symlinks`."""
     path = Path(path)
+    resolve_target(path, follow_symlinks=follow_symlinks)  # refuse a link before any drawing
     if fmt == "png":
         import io
 
         _check_dpi(dpi)
         buf = io.BytesIO()
         scene_png(scene, size.width_in, dpi).save(buf, format="PNG", dpi=(dpi, dpi), optimize=True)
-        return _write(path, buf.getvalue())
-    return _write(path, scene_svg(scene, size.width_in, size.height_in).encode("utf-8"))
+        return _write(path, buf.getvalue(), follow_symlinks)
+    return _write(path, scene_svg(scene, size.width_in, size.height_in).encode("utf-8"), follow_symlinks)
 
 
 # -- PNG -----------------------------------------------------------------------------
@@ -341,6 +344,7 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
 
     target_w = max(1, round(width_in * dpi))
     target_h = max(1, round(target_w * scene.height / scene.width))
+    check_png_pixels(target_w, target_h)
     ss = 2
     k = target_w * ss / scene.width  # pixels per layout unit while drawing
     img = Image.new("RGB", (target_w * ss, target_h * ss), "white")
@@ -441,10 +445,18 @@ def _check_dpi(dpi: float) -> None:
         raise FigureOptionsError(f"figure dpi out of range: dpi={dpi!r}", site="exporters.figures", dpi=dpi)
 
 
-def _write(path: Path, data: bytes) -> Path:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except OSError as exc:
-        raise FigureWriteError(f"cannot write the figure to {path}: {exc}", site=str(path)) from exc
-    return path
+def _write(path: Path, data: bytes, follow_symlinks: bool = False) -> Path:
+    """Write the figure atomically (a temporary file beside it, then a rename): a failure leaves the old file."""
+    return write_atomic(path, data, error=FigureWriteError, follow_symlinks=follow_symlinks, what="the figure")
+
+
+MAX_PNG_PIXELS = 64_000_000  # a PNG's width x height; drawn 2x supersampled, so ~770 MB of pixels while drawing
+
+
+def check_png_pixels(width_px: int, height_px: int, site: str = "exporters.figures") -> None:
+    """Refuse (typed, before any pixel is made) a PNG larger than MAX_PNG_PIXELS."""
+    if width_px * height_px > MAX_PNG_PIXELS:
+        raise FigureOptionsError(
+            f"the PNG would be {width_px:,} x {height_px:,} pixels, over the bound of {MAX_PNG_PIXELS:,}",
+            site=site, width_px=width_px, height_px=height_px,
+            remedy="Lower --dpi, the width or the height cap, or write an SVG (vector, any size).")

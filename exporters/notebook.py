@@ -6,11 +6,11 @@ notebook saved as HTML.
 """
 from __future__ import annotations
 
-import html
 from typing import Mapping
 
 from tracer.ir import Trace
 
+from . import markup
 from .html import html_document
 
 
@@ -22,15 +22,18 @@ class ExplorerView:
         self.height = int(height)
 
     def _repr_html_(self) -> str:
-        return (f'<iframe class="tlx-explorer" srcdoc="{html.escape(self.page, quote=True)}" '
+        return (f'<iframe class="tlx-explorer" srcdoc="{markup.attr(self.page)}" '
                 f'style="width:100%;height:{self.height}px;border:1px solid #d7dde6" '
                 'sandbox="allow-scripts" title="torchlens-explore"></iframe>')
 
-    def save(self, path) -> None:
-        """Write the page as a standalone HTML file."""
-        from pathlib import Path
+    def save(self, path, *, follow_symlinks: bool = False) -> None:
+        """Write the page as a standalone HTML file (atomically; a symbolic link only with `follow_symlinks`)."""
+        from tracer.atomic_write import write_atomic
 
-        Path(path).write_text(self.page, encoding="utf-8")
+        from .errors import HtmlWriteError
+
+        write_atomic(path, self.page.encode("utf-8"), error=HtmlWriteError, follow_symlinks=follow_symlinks,
+                     what="the HTML file")
 
 
 def explore(trace: Trace, *, overlay: Mapping[str, float] | None = None, title: str | None = None,

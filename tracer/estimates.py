@@ -52,13 +52,13 @@ def op_flops(op: Op, trace: Trace) -> int:
         return out
     if op.kind == "scaled_dot_product_attention":
         shapes = [trace[e.source].out.shape for e in op.parents[:2] if trace[e.source].out is not None]
-        if len(shapes) == 2 and len(shapes[0]) >= 2:
+        if len(shapes) == 2 and len(shapes[0]) >= 2 and len(shapes[1]) >= 2 and len(op.out.shape) >= 1:
             q, k = shapes
             lq, d = q[-2], q[-1]
             lk = k[-2]
             batch = out // max(lq * op.out.shape[-1], 1)
             return 2 * batch * lq * lk * (d + op.out.shape[-1])
-        return out
+        return out  # a query, key or output recorded with fewer dims than attention has: counted as elementwise
     if op.kind in ("layer_norm", "rms_norm", "group_norm", "batch_norm", "softmax", "log_softmax"):
         return 5 * out
     return out

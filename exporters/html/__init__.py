@@ -11,13 +11,14 @@ from __future__ import annotations
 import base64
 import gc
 import gzip
-import html
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
+from .. import markup
 from ..errors import HtmlWriteError
+from tracer.atomic_write import resolve_target, write_atomic
 from tracer.ir import Trace
 
 from .data import page_data, to_json
@@ -34,7 +35,7 @@ def html_document(trace: Trace, *, overlay: Mapping[str, float] | None = None, t
     asset = resources.files(__name__)
     css = asset.joinpath("page.css").read_text(encoding="utf-8")
     js = asset.joinpath("page.js").read_text(encoding="utf-8")
-    heading = html.escape(f"{data['title']} · torchlens-explore")
+    heading = markup.text(f"{data['title']} · torchlens-explore")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
@@ -57,13 +58,12 @@ def _cyclic_gc_paused():
             gc.enable()
 
 
-def write_html(trace: Trace, path, *, overlay: Mapping[str, float] | None = None, title: str | None = None) -> Path:
-    """Write the self-contained explorer page of `trace` to `path`; returns the path."""
+def write_html(trace: Trace, path, *, overlay: Mapping[str, float] | None = None, title: str | None = None,
+               follow_symlinks: bool = False) -> Path:
+    """Write the self-contained explorer page of `trace` to `path` atomically (a failure leaves the old
+    file as it was; a symbolic link is refused unless `follow_symlinks`); returns the path."""
     path = Path(path)
+    resolve_target(path, follow_symlinks=follow_symlinks)  # refuse a link before building the page
     text = html_document(trace, overlay=overlay, title=title)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise HtmlWriteError(f"cannot write the HTML file to {path}: {exc}", site=str(path)) from exc
-    return path
+    return write_atomic(path, text.encode("utf-8"), error=HtmlWriteError, follow_symlinks=follow_symlinks,
+                        what="the HTML file")

@@ -198,7 +198,7 @@ class GroupTree:
         """Class plus the op kinds, relative module paths and internal wiring of everything inside."""
         where = {op.label: i for i, op in enumerate(g.all_ops)}
         prefix = g.address + "." if g.address else ""
-        h = blake2b(g.class_name.encode(), digest_size=12)
+        h = blake2b(g.class_name.encode("utf-8", "surrogatepass"), digest_size=12)
         for op in g.all_ops:
             if op.module == g.address:
                 rel = ""
@@ -206,7 +206,7 @@ class GroupTree:
                 rel = op.module[len(prefix):] if op.module.startswith(prefix) else op.module
             wires = ",".join(str(where.get(e.source, -1)) for e in op.parents)
             shape = op.out.shape if op.out is not None else ()
-            h.update(f"{op.kind}|{rel}|{wires}|{shape}|{op.out.dtype if op.out else ''};".encode())
+            h.update(f"{op.kind}|{rel}|{wires}|{shape}|{op.out.dtype if op.out else ''};".encode("utf-8", "surrogatepass"))
         return h.hexdigest()
 
     # -- queries -------------------------------------------------------------

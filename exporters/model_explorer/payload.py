@@ -23,12 +23,14 @@ from typing import Any
 
 import msgspec
 
+from tracer.atomic_write import write_atomic
 from tracer.estimates import trace_totals
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
 from tracer.module_tree import module_param_counts
 from tracer.store.codec import gc_paused
 
 from .. import overlays
+from ..errors import ModelExplorerWriteError
 from ..overlays import CLAIM_COLORS
 from .check import validate_payload
 from .distributed import distributed_attrs
@@ -80,9 +82,7 @@ def export(trace: Trace, path: str | Path, *, keep_single_child_layers: bool = F
     with gc_paused():  # the payload is built, encoded and freed before the collector runs again
         data = _encode_json(_graph_collection(trace, keep_single_child_layers), indent)
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
-    return out
+    return write_atomic(out, data, error=ModelExplorerWriteError, what="the Model Explorer graph")
 
 
 def _encode_json(payload: Any, indent: int | None = None) -> bytes:
@@ -283,10 +283,10 @@ def node_data(trace: Trace, metric: str) -> dict[str, Any]:
 def export_node_data(trace: Trace, path: str | Path, metrics: tuple[str, ...] = NODE_DATA_METRICS) -> dict[str, Path]:
     """Write one node-data file per metric next to the graph file `path`: `<stem>.<metric>.nodedata.json`."""
     base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
     written = {}
     for metric in metrics:
         out = base.with_name(f"{base.stem}.{metric}.nodedata.json")
-        out.write_text(json.dumps(node_data(trace, metric)), encoding="utf-8")
+        write_atomic(out, json.dumps(node_data(trace, metric)).encode("utf-8"), error=ModelExplorerWriteError,
+                     what="the Model Explorer node data")
         written[metric] = out
     return written

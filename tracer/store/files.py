@@ -1,14 +1,17 @@
 """File access for trace folders: the folder of a path, regular files that stay inside it, bounded reads."""
 from __future__ import annotations
 
-import gzip
 import os
 import stat
-import zlib
 from pathlib import Path
+
+from ..bounded_io import ReadErrors, inflate_capped, open_regular, read_fd_capped
 
 from ..errors import StoreError, TraceFileCorruptError, TraceFileNotFoundError, TraceFileUnsafeError, TraceLimitError
 from .format import MAX_STRUCTURE_BYTES, STRUCTURE_FILE, STRUCTURE_FILE_GZ
+
+STORE_READ_ERRORS = ReadErrors(too_large=TraceLimitError, not_regular=TraceFileUnsafeError,
+                               unreadable=TraceFileCorruptError)
 
 
 def as_path(path: object, what: str, error: type[StoreError] = TraceFileNotFoundError) -> Path:
@@ -54,21 +57,15 @@ def checked_file(folder: Path, path: Path) -> Path:
 
 
 def read_structure(path: Path) -> bytes:
-    """The structure file's bytes (gunzipped for `.gz`), refusing more than MAX_STRUCTURE_BYTES."""
+    """The structure file's bytes (gunzipped for `.gz`), refusing more than MAX_STRUCTURE_BYTES (and a
+    `.gz` that inflates far past its compressed size) after bounded work, and anything not a regular file."""
+    fd = open_regular(path, STORE_READ_ERRORS)
     try:
-        with open(path, "rb") as fh:
-            if path.name.endswith(".gz"):
-                return _bounded(gzip.GzipFile(fileobj=fh), path)
-            return _bounded(fh, path)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFileCorruptError(f"{path} cannot be read ({exc})", site=str(path)) from None
-
-
-def _bounded(fh, path: Path) -> bytes:
-    data = fh.read(MAX_STRUCTURE_BYTES + 1)
-    if len(data) > MAX_STRUCTURE_BYTES:
-        raise TraceLimitError(f"{path} is larger than {MAX_STRUCTURE_BYTES:,} bytes", site=str(path))
-    return data
+        if path.name.endswith(".gz"):
+            return inflate_capped(fd, MAX_STRUCTURE_BYTES, path, STORE_READ_ERRORS)
+        return read_fd_capped(fd, MAX_STRUCTURE_BYTES, path, STORE_READ_ERRORS)
+    finally:
+        os.close(fd)
 
 
 def _exists(path: Path) -> bool:

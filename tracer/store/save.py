@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..atomic_write import fsync_path as _fsync
 from ..errors import TraceSaveFailedError, TraceSavePathError
 from ..ir import Trace
 from .codec import encode_body, gc_paused
@@ -93,14 +94,6 @@ def _write(trace: Trace, tmp: Path, compress: bool) -> None:
     for name in os.listdir(tmp):
         _fsync(tmp / name)
     _fsync(tmp)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _swap_in(tmp: Path, folder: Path) -> None:

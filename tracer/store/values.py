@@ -35,6 +35,8 @@ import torch
 from ..errors import (TraceFileCorruptError, TraceFileTamperedError, TraceLimitError, TraceSaveFailedError,
                       TraceSchemaError)
 from ..ir import TensorMeta
+from ..bounded_io import open_regular, read_fd_capped, sha256_fd
+from .files import STORE_READ_ERRORS
 from .format import FORMAT, MAX_VALUES_HEADER_BYTES
 
 DTYPES: dict[str, torch.dtype] = {
@@ -310,10 +312,8 @@ def layout_note(labels: Any) -> str:
 def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta | None]) -> ReadValues:
     """Read, verify and split `path`; every tensor must match its op's recorded shape and dtype."""
     site = str(path)
-    buf = _read_all(path, 8 + MAX_VALUES_HEADER_BYTES + MAX_SPAN_FACTOR * _largest_data(metas)
-                    + SPAN_SLACK * 16 * len(metas))
-    if hashlib.sha256(buf).hexdigest() != expected_digest:
-        raise TraceFileTamperedError(f"{path} does not match its digest", site=site)
+    buf = _read_verified(path, 8 + MAX_VALUES_HEADER_BYTES + MAX_SPAN_FACTOR * _largest_data(metas)
+                         + SPAN_SLACK * 16 * len(metas), expected_digest)
     labels, dtypes, shapes, begins, start, layouts, (spans, views, dense_views) = _entries(buf, site, metas)
     values = ReadValues()
     values.dense_views = tuple(label for label in dense_views if label in metas)
@@ -329,8 +329,9 @@ def read_values(path: Path, expected_digest: str, metas: Mapping[str, TensorMeta
     aligned = _aligned_copies(data, runs)
     for i, k, dtype, shape, nbytes, offset in runs:
         block = aligned.get(i)
-        if block is None:  # aligned already (or empty): a view of the file's buffer
-            block = data[offset:offset + k * nbytes]
+        if block is None:  # aligned already: a view of the file's buffer
+            # empty values get their own (empty) storage: a view at an odd offset cannot take a wider dtype
+            block = data[offset:offset + k * nbytes] if nbytes else torch.empty(0, dtype=torch.uint8)
         values.update(zip(labels[i:i + k], block.view(dtype).view(k, *shape).unbind(0)))
     for label, stride in layouts.items():
         if label not in values:
@@ -384,21 +385,42 @@ def _largest_data(metas: Mapping[str, TensorMeta | None]) -> int:
     return sum(math.prod(shape) * itemsize.get(dtype, 0) * n for (shape, dtype), n in shapes.items())
 
 
-def _read_all(path: Path, limit: int) -> bytearray:
+PREHASH_BYTES = 64 << 20  # a values file past this is digested in streaming before its buffer is made
+
+
+def _read_verified(path: Path, limit: int, expected_digest: str) -> bytearray:
+    """The values file's bytes, refused typed (before a buffer of its size is made) when it holds more than
+    `limit` bytes, more than this machine's memory, or bytes that do not match `expected_digest`."""
+    fd = open_regular(path, STORE_READ_ERRORS)
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size > limit:
-                raise TraceLimitError(f"{path} holds {size:,} bytes, more than the trace's recorded outputs "
-                                      f"({limit:,})", site=str(path))
-            buf = bytearray(size)
-            if fh.readinto(buf) != size:
-                raise OSError("short read")
-    except OSError as exc:
-        raise TraceFileCorruptError(f"{path} cannot be read ({exc})", site=str(path)) from None
-    except MemoryError:
-        raise TraceLimitError(f"{path} ({size:,} bytes) does not fit in memory", site=str(path)) from None
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise TraceLimitError(f"{path} holds {size:,} bytes, more than the trace's recorded outputs "
+                                  f"({limit:,})", site=str(path))
+        if size > PREHASH_BYTES:  # a large file: its digest first, in blocks, then one buffer
+            digest, size = sha256_fd(fd, path, STORE_READ_ERRORS, limit=limit)
+            if digest != expected_digest:
+                raise TraceFileTamperedError(f"{path} does not match its digest", site=str(path))
+            if size > _memory_bytes():
+                raise TraceLimitError(f"{path} ({size:,} bytes) is larger than this machine's memory", site=str(path))
+            buf = read_fd_capped(fd, size, path, STORE_READ_ERRORS)
+            if len(buf) != size:
+                raise TraceFileCorruptError(f"{path} changed while it was read", site=str(path))
+            return buf
+        buf = read_fd_capped(fd, limit, path, STORE_READ_ERRORS)
+    finally:
+        os.close(fd)
+    if hashlib.sha256(buf).hexdigest() != expected_digest:
+        raise TraceFileTamperedError(f"{path} does not match its digest", site=str(path))
     return buf
+
+
+def _memory_bytes() -> int:
+    """Physical memory of this machine in bytes (unbounded where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 def _entries(buf: bytearray, site: str,
