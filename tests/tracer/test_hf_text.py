@@ -6,7 +6,7 @@ import torch
 
 import tracer
 from tests.models import tiny_llama
-from tracer import errors
+from tracer import CaptureOptions, errors
 from tracer.bridges.transformers import trace_ids, trace_text
 
 WORDS = ["[UNK]", "[PAD]", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
@@ -79,3 +79,63 @@ def test_padded_prompts_refuse(tokenizer_dir):
 def test_equal_length_prompts_batch(tokenizer_dir):
     st = trace_text(meta_twin(tiny_llama(attn="eager")), ["the cat sat", "a dog ran"], tokenizer=tokenizer_dir)
     assert st.inputs[0].out.shape == (2, 3)
+
+
+# -- issue 38: raw text through tracer.trace, and trace_text honouring every CaptureOptions field --------------
+def test_tracer_trace_takes_text_with_a_tokenizer_and_discharges_corroborated(tokenizer_dir):
+    real = tiny_llama(attn="eager")
+    st = tracer.trace(meta_twin(real), TEXT, tokenizer=tokenizer_dir, capture=CaptureOptions(structure_only=True))
+    assert st.structure_only and st.ladder_state == "HYPOTHESIS" and st.values == {}
+    assert {op.io_path: (op.out.shape, op.out.device) for op in st.inputs} == {
+        "kwargs.input_ids": ((1, 6), "meta"), "kwargs.attention_mask": ((1, 6), "meta")}
+    assert st.envelope.input_plan["attention_mask"].startswith("all_ones")
+    assert st.provenance["text_route"] == {"prompts": 1, "tokens": 6, "mask": "all_ones"}
+    rt = tracer.trace(real, TEXT, tokenizer=tokenizer_dir)
+    assert rt.ladder_state == "OBSERVED" and rt.values
+    assert st.discharge_against(rt).state == "CORROBORATED"
+
+
+def test_text_capture_options_reach_the_capture_not_the_forward(tokenizer_dir):
+    real = tiny_llama(attn="eager")
+    none_saved = trace_text(real, TEXT, tokenizer=tokenizer_dir, capture=CaptureOptions(save="none"))
+    assert none_saved.values == {} and none_saved.provenance["options"]["save"] == "none"
+    assert {op.io_path for op in none_saved.inputs} == {"kwargs.input_ids", "kwargs.attention_mask"}  # no `capture` input
+    linears = trace_text(real, TEXT, tokenizer=tokenizer_dir, capture=CaptureOptions(save=lambda op: op.kind == "linear"))
+    assert linears.values and all(linears[label].kind == "linear" for label in linears.values)
+    with_backward = trace_text(real, TEXT, tokenizer=tokenizer_dir, capture=CaptureOptions(backward=True, save_grads="none"))
+    assert with_backward.backward is not None
+    unsourced = tracer.trace(real, TEXT, tokenizer=tokenizer_dir, capture=CaptureOptions(record_source=False))
+    assert all(op.source is None for op in unsourced.ops)
+
+
+def test_text_structure_only_on_a_real_model_refuses_and_meta_needs_the_flag(tokenizer_dir):
+    real = tiny_llama(attn="eager")
+    with pytest.raises(errors.RealStateWithStructureOnlyError):
+        trace_text(real, TEXT, tokenizer=tokenizer_dir, capture=CaptureOptions(structure_only=True))
+    with pytest.raises(errors.MetaStateWithoutFlagError):  # as tracer.trace on meta ids without the flag
+        tracer.trace(meta_twin(real), TEXT, tokenizer=tokenizer_dir)
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_text_simulated_device_option_is_kept(tokenizer_dir):
+    st = trace_text(meta_twin(tiny_llama(attn="eager")), TEXT, tokenizer=tokenizer_dir,
+                    capture=CaptureOptions(structure_only=True, simulate_device=None))
+    assert st.envelope.twin["simulated_device"] is None
+    assert trace_text(meta_twin(tiny_llama(attn="eager")), TEXT, tokenizer=tokenizer_dir).envelope.twin[
+        "simulated_device"] == "cpu"
+
+
+def test_text_refusals_are_typed(tokenizer_dir):
+    meta = meta_twin(tiny_llama(attn="eager"))
+    structure = CaptureOptions(structure_only=True)
+    with pytest.raises(errors.PaddedPromptError):
+        tracer.trace(meta, ["the cat", "the cat sat"], tokenizer=tokenizer_dir, capture=structure)
+    with pytest.raises(errors.TokenizerNotFoundError) as info:
+        tracer.trace(meta, TEXT, capture=structure)
+    assert "tokenizer=" in info.value.remedy
+    with pytest.raises(errors.InvalidInputError):
+        tracer.trace(meta, TEXT, {"attention_mask": torch.ones(1, 6)}, tokenizer=tokenizer_dir, capture=structure)
+    with pytest.raises(errors.InvalidInputError):
+        tracer.trace(meta, ["the cat", 3], tokenizer=tokenizer_dir, capture=structure)
+    with pytest.raises(errors.InvalidInputError):
+        trace_text(meta, TEXT, tokenizer=tokenizer_dir, capture="structure_only")

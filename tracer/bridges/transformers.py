@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -154,21 +154,46 @@ def _ids_of(tok: Any, text: str) -> list[int]:
     return ids
 
 
-def trace_text(model: nn.Module, text: str | Sequence[str], *, tokenizer: Any, **input_kwargs: Any) -> Trace:
+def trace_text(model: nn.Module, text: str | Sequence[str], *, tokenizer: Any,
+               capture: CaptureOptions | None = None, loss: Any = None, **input_kwargs: Any) -> Trace:
     """Trace `model` on tokenized text with an all-ones mask: structure-only for a meta model, eager otherwise.
 
-    On meta, only the ids' shape travels (the ids go to meta) and the mask is declared all-ones.
-    Under an attention backend that reads the mask's values (sdpa), the capture refuses typed.
+    `capture` is passed to the capture whole (every field holds; None: structure-only on a meta model,
+    the default options on a real one), `loss` as `tracer.trace`'s. On meta only the ids' shape travels
+    (the ids go to meta) and the mask is declared all-ones; prompts that would need padding refuse typed.
+    Under an attention backend that reads the mask's values (sdpa), the meta capture refuses typed.
     """
+    return text_trace(model, text, tokenizer, capture, loss, input_kwargs)
+
+
+def text_trace(model: nn.Module, text: Any, tokenizer: Any, capture: CaptureOptions | None, loss: Any,
+               input_kwargs: Any) -> Trace:
+    """`trace_text`'s work, with the model's other keyword inputs as one mapping (what `tracer.trace` has)."""
     from ..tracing import trace
 
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"trace() needs an nn.Module, got {type(model).__name__}", site="trace(model=...)")
+    if input_kwargs is not None and not (isinstance(input_kwargs, Mapping) and all(isinstance(k, str) for k in input_kwargs)):
+        raise InvalidInputError("input_kwargs must be a mapping of keyword names to inputs", site="trace(input_kwargs=...)")
+    input_kwargs = dict(input_kwargs or {})
+    if tokenizer is None:
+        raise TokenizerNotFoundError("text needs a tokenizer to become token ids", site="trace(text, tokenizer=None)",
+                                     remedy="Pass tokenizer= a tokenizer object or a local folder holding tokenizer.json.")
+    if capture is not None and not isinstance(capture, CaptureOptions):
+        raise InvalidInputError(f"capture must be a CaptureOptions, got {type(capture).__name__}",
+                                site="trace_text(capture=...)")
+    made = sorted({"input_ids", "attention_mask"} & set(input_kwargs))
+    if made:
+        raise InvalidInputError(f"the text route makes {made} from the text; they cannot also be passed",
+                                site="trace_text(**input_kwargs)", remedy="Pass token ids to tracer.trace instead of text, "
+                                                                           "or drop input_ids / attention_mask.")
     ids, mask = encode_text(text, tokenizer)
     meta = any(p.is_meta for p in model.parameters())
-    if not meta:
-        result = trace(model, (), {"input_ids": ids, "attention_mask": mask, **input_kwargs})
-    else:
-        result = trace(model, (), {"input_ids": ids.to("meta"), "attention_mask": torch.ones_like(ids, device="meta"),
-                                   **input_kwargs}, capture=CaptureOptions(structure_only=True))
+    if meta:
+        ids, mask = ids.to("meta"), torch.ones_like(ids, device="meta")
+    options = capture if capture is not None else CaptureOptions(structure_only=meta)
+    result = trace(model, (), {"input_ids": ids, "attention_mask": mask, **input_kwargs}, capture=options, loss=loss)
+    if result.envelope is not None:
         result = _declare_all_ones_mask(result)
     return result.with_provenance(text_route={"prompts": 1 if isinstance(text, str) else len(text),
                                               "tokens": int(ids.shape[-1]), "mask": "all_ones"})
@@ -176,8 +201,10 @@ def trace_text(model: nn.Module, text: str | Sequence[str], *, tokenizer: Any, *
 
 def _declare_all_ones_mask(result: Trace) -> Trace:
     """The meta mask was built all-ones by `trace_text`: the twin's mask policy says so (a new trace)."""
-    twin = {**(result.provenance.twin or {}), "attention_mask": "all_ones"}
     env = result.envelope
-    plan = {**{k: v for k, v in env.to_dict()["input_plan"].items()}, "attention_mask": "all_ones (declared by trace_text)"}
-    declared = env.evolve("mask_declared_all_ones", twin=twin, input_plan=plan)
+    sealed = env.to_dict()
+    plan = {**sealed["input_plan"], "attention_mask": "all_ones (declared by trace_text)"}
+    declared = env.evolve("mask_declared_all_ones", twin={**sealed["twin"], "attention_mask": "all_ones"},
+                          input_plan=plan)  # the sealed twin keeps what the capture added (the simulated device)
+    twin = {**(result.provenance.twin or {}), "attention_mask": "all_ones"}
     return result.with_provenance(twin=twin).with_envelope(declared)
