@@ -103,6 +103,78 @@ def offload_evidence(model: nn.Module) -> dict[str, Any] | None:
     }
 
 
+def _hooks_file() -> str | None:
+    """The source file of accelerate's hooks (their `new_forward` wraps every hooked module's forward)."""
+    import sys
+
+    hooks = sys.modules.get("accelerate.hooks")
+    return getattr(hooks, "__file__", None) if hooks is not None else None
+
+
+def _in_memory(store: Any, key: str) -> torch.Tensor | None:
+    """The tensor an offload store holds in memory for `key` (a dict, or a loader's state_dict), without loading
+    anything from disk; None where it is not in memory."""
+    while getattr(store, "dataset", None) is not None and hasattr(store, "prefix"):  # PrefixedDataset
+        key, store = f"{store.prefix}{key}", store.dataset
+    table = store if isinstance(store, dict) else getattr(store, "state_dict", None)
+    value = table.get(key) if isinstance(table, dict) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def offload_ties(model: nn.Module, evidence: dict[str, Any] | None) -> dict[str, tuple[list[str], str]]:
+    """Parameters tied in the model as prepared that offload split into one meta tensor per module:
+    first address (in `named_parameters` order, as a plain capture names it) -> (its other addresses, evidence).
+
+    Evidence: the offload store holds one storage for them (cpu_offload keeps the prepared state dict), or,
+    where the store cannot tell (disk), the model declares the tie (transformers' `all_tied_weights_keys`)."""
+    if not evidence or not evidence.get("offloaded"):
+        return {}
+    offloaded = set(evidence.get("addresses", ()))
+    params = [(a, p) for a, p in model.named_parameters(remove_duplicate=False) if a in offloaded]
+    order = {a: i for i, (a, _p) in enumerate(params)}
+    groups: dict[tuple, list[str]] = {}
+    for address, p in params:
+        found = covering_hook(model, address)
+        held = _in_memory(found[0].weights_map, found[1]) if found is not None else None
+        if held is None or held.layout is not torch.strided:
+            continue
+        key = (held.untyped_storage().data_ptr(), held.storage_offset(), tuple(held.shape), held.stride(), held.dtype)
+        groups.setdefault(key, []).append(address)
+    ties: dict[str, tuple[list[str], str]] = {}
+    grouped: set[str] = set()
+    for members in groups.values():
+        if len(members) > 1:
+            ties[members[0]] = (members[1:], "one storage in the offload store")
+            grouped.update(members)
+    declared = getattr(model, "all_tied_weights_keys", None)
+    shapes = {a: (tuple(p.shape), p.dtype) for a, p in params}
+    if isinstance(declared, dict):
+        for target, source in declared.items():
+            if not (isinstance(target, str) and isinstance(source, str)) or target in grouped or source in grouped:
+                continue
+            if target in shapes and source in shapes and shapes[target] == shapes[source]:
+                first, other = sorted((target, source), key=order.__getitem__)
+                ties.setdefault(first, ([], "declared by the model (all_tied_weights_keys)"))[0].append(other)
+                grouped.update((target, source))
+    return ties
+
+
+def retie(session: Any, model: nn.Module, ties: dict[str, tuple[list[str], str]]) -> None:
+    """Name each split tied parameter by its first address in the session, as the plain model's capture does."""
+    if not ties:
+        return
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    for canonical, (others, _why) in ties.items():
+        if canonical not in session.tied:
+            continue
+        for other in others:
+            t = tensors.get(other)
+            if t is None or session.param_ids.get(id(t)) != other:
+                continue
+            session.param_ids[id(t)] = canonical
+            session.tied[canonical].extend([other, *session.tied.pop(other, [])])
+
+
 class OffloadedWeight(Deferred):
     """A weight the forward used, held by its key in accelerate's offload store."""
 
@@ -141,6 +213,11 @@ class OffloadBridge:
         return cls(model, session, list(outer.values())) if outer else None
 
     def install(self) -> None:
+        self.ties = offload_ties(self.model, self.evidence)
+        retie(self.session, self.model, self.ties)
+        hooks_file = _hooks_file()  # accelerate's `new_forward` is not the user's line: sites skip it
+        if hooks_file and hooks_file not in self.session._prefixes:
+            self.session._prefixes = (*self.session._prefixes, hooks_file)
         for hook in self.hooks:
             for name in ("pre_forward", "post_forward"):
                 self.saved.append((hook, name, hook.__dict__.get(name)))
@@ -179,7 +256,11 @@ class OffloadBridge:
     def report(self, calls: dict[str, tuple], findings: Any) -> dict[str, tuple]:
         """Offload evidence for the provenance; returns the live calls with materialized weights deferred."""
         evidence = self.evidence or {}
-        findings.add(offload={k: v for k, v in evidence.items() if k != "addresses"})
+        offload = {k: v for k, v in evidence.items() if k != "addresses"}
+        if getattr(self, "ties", None):
+            offload["retied"] = {canonical: {"tied": others, "evidence": why}
+                                 for canonical, (others, why) in self.ties.items()}
+        findings.add(offload=offload)
         if not evidence.get("offloaded"):
             return calls
         param_ids = self.materialized
