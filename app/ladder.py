@@ -1,7 +1,9 @@
 """The claim-ladder state as the app shows it: one headline and one detail line per state.
 
-Read from the trace's evidence envelope (or the one a discharge report carries); the headline is
-`tracer.claims.Ladder`'s one wording, which the inspector, figure captions and exports use too.
+Read from the trace's evidence envelope (or the one a discharge report carries), as far as this process
+believes it (`tracer.claims.believed_state`: a state a discharge here did not mint for this trace reads
+HYPOTHESIS); the headline is `tracer.claims.Ladder`'s one wording, which the inspector, figure captions and
+exports use too. A loaded trace is HYPOTHESIS; what its file says it was when saved is added, unverified.
 """
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Any, Mapping
 
 from exporters.bokeh_graph import caption_for
 from tracer.claims.envelope import relaxations_text
-from tracer.claims.ladder import Ladder, ladder_headline
-
+from tracer.claims.ladder import Ladder, contradiction_text, ladder_headline
+from tracer.claims.seal import believed_state, state_when_saved
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class LadderView:
 def ladder_view(trace: Any, report: Any = None) -> LadderView:
     """The banner text for `trace`, or for the envelope a discharge `report` carries when given."""
     env = getattr(report, "envelope", None) or getattr(trace, "envelope", None)
-    state = str(env.ladder_state) if env is not None else str(getattr(trace, "ladder_state", Ladder.OBSERVED.value))
+    state = str(believed_state(trace, env) if env is not None else getattr(trace, "ladder_state", Ladder.OBSERVED.value))
     headline = ladder_headline(state)
     if state == Ladder.OBSERVED:
         saved = len(getattr(trace, "values", {}) or {})
@@ -35,6 +37,10 @@ def ladder_view(trace: Any, report: Any = None) -> LadderView:
     elif state == Ladder.HYPOTHESIS:
         detail = (f"Structure-only capture on the meta device: {len(trace.ops):,} ops, "
                   f"{trace.param_count():,} declared parameters. Discharge against a real twin to test it.")
+        saved = state_when_saved(env)
+        if saved is not None:
+            detail += (f" Its file says it was {saved['state']} when saved ({saved.get('at')}); a loaded state is "
+                       "not re-verified: discharge again to re-derive it.")
     elif state == Ladder.CORROBORATED:
         record = _discharge_record(env)
         against = record.get("against") or {}
@@ -75,22 +81,6 @@ def report_rows(report: Any) -> list[dict[str, str]]:
                      ("holds" if first is None else "not reached (joined up to the first contradiction)"
                       if _after(table, first) else "holds")})
     return rows
-
-
-def contradiction_text(c: Any) -> str:
-    """A contradiction record as one sentence: where, why, and what was claimed vs observed."""
-    if not isinstance(c, Mapping):
-        return str(c)
-    where = f"{c.get('table')}[{c.get('position')}]" if c.get("position") is not None else str(c.get("table", ""))
-    text = f"{where} {c.get('reason', '')}".strip()
-    if "field" in c:
-        text += f": {c['field']} claimed {c.get('claimed')!r}, observed {c.get('observed')!r}"
-    if c.get("reason") == "record counts differ":
-        text += f" (claimed {c.get('claimed_count')}, observed {c.get('observed_count')})"
-    row = c.get("claimed_row") or c.get("observed_row")
-    if c.get("table") == "ops" and row:
-        text += f" at op {row[0]}"
-    return text
 
 
 def _after(table: str, first: dict) -> bool:

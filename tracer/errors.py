@@ -468,3 +468,27 @@ class OutputPathUnsafeError(InvalidInputError):
     code = "output_path_unsafe"
     default_remedy = ("The output path is a symbolic link (or not a regular file); pass another path, or "
                       "--follow-symlinks to write through the link.")
+
+
+# -- the ladder's seal (tracer.claims.seal) -----------------------------------------------
+class EnvelopeNotMintedError(ClaimError):
+    code = "envelope_not_minted"
+    default_remedy = ("Only trace.discharge_against(real) raises or refutes a trace: discharge it in this process and "
+                      "attach result.envelope to the trace it was discharged for.")
+
+
+class EnvelopeBoundElsewhereError(ClaimError):
+    code = "envelope_bound_to_other_trace"
+    default_remedy = ("An envelope belongs to the trace whose claims it holds: attach each trace's own envelope, or "
+                      "discharge this trace against its real twin.")
+
+
+class EnvelopeFieldLockedError(ClaimError):
+    code = "envelope_field_locked"
+    default_remedy = ("evolve records facts about the capture; the ladder state, the discharge record, the claims and "
+                      "the history change only through discharge_against (a discharged envelope takes plan audits only).")
+
+
+class EnvelopeClaimsMismatchError(EnvelopeTamperedError):
+    code = "envelope_claims_mismatch"
+    default_remedy = "The saved envelope's claims do not describe the saved records; recapture and save the trace again."

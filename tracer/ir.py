@@ -341,7 +341,14 @@ class Trace:
         return replace(self, provenance=self.provenance.replace(**changes), _children=None)
 
     def with_envelope(self, envelope: Any) -> "Trace":
-        """A new trace sharing this one's graph and values, carrying `envelope` (e.g. a discharge's)."""
+        """A new trace sharing this one's graph and values, carrying `envelope` (e.g. a discharge's).
+
+        Refuses, typed, an envelope whose claims are not this trace's, one changed after it was sealed, and
+        one stating CORROBORATED or REFUTED that `discharge_against` did not mint for this trace.
+        """
+        from .claims.seal import check_attachable
+
+        check_attachable(self, envelope)
         return replace(self, envelope=envelope, _children=None)
 
     # -- access -------------------------------------------------------------
@@ -406,10 +413,17 @@ class Trace:
 
     @property
     def ladder_state(self) -> str:
-        """OBSERVED for an eager trace; the envelope's ladder state for a structure-only one."""
-        if self.envelope is None:
-            return "OBSERVED"
-        return self.envelope.ladder_state
+        """OBSERVED for an eager trace; for a structure-only one HYPOTHESIS, or the CORROBORATED or REFUTED
+        that a discharge minted for this trace's structure (`tracer.claims.seal.believed_state`)."""
+        env = self.envelope
+        if env is None:
+            return "HYPOTHESIS" if self.provenance.structure_only else "OBSERVED"
+        state = env.ladder_state
+        if type(state) is str and state == "HYPOTHESIS":
+            return state
+        from .claims.seal import believed_state
+
+        return believed_state(self)
 
     def param_count(self, count_tied_once: bool = True) -> int:
         total = 0

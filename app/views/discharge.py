@@ -207,7 +207,11 @@ class DischargePanel(pn.viewable.Viewer):
         report, _envelope = result
         self._idle()
         self.progress.value = 100
-        self.state.set_report(report)  # applies the new envelope here, on the session's own thread
+        try:  # applies the new envelope here, on the session's own thread; it is refused (typed) if the
+            self.state.set_report(report)  # session's trace is no longer the one discharged
+        except TracerError as exc:
+            self._failed(exc)
+            return
         lv = self.state.ladder
         self.say(lv.detail, strong=f"{lv.state}:")
         first = getattr(report, "contradiction", None) or {}

@@ -30,7 +30,7 @@ def page_data(trace: Trace, *, overlay: Mapping[str, float] | None = None, title
     covered: dict[str, list[list[int]]] = {}
     drawn = [_view(engine.layout(exp), index, trace, covered) for exp in view_expansions(engine)]
     return {
-        "title": title or trace.model_class,
+        "title": (title or trace.model_class) + (" [REFUTED]" if trace.ladder_state == "REFUTED" else ""),  # in <title> too
         "model_class": trace.model_class,
         "ladder": trace.ladder_state,
         "banner": ladder_caption(trace.ladder_state),

@@ -37,7 +37,8 @@ def test_search_selects_an_op_and_opens_its_modules(tiny_loaded):
 def test_sessions_discharge_their_own_copy_of_the_shared_trace(gpt2_loaded):
     a, b = ExplorerState(gpt2_loaded), ExplorerState(gpt2_loaded)
     assert a.trace is not b.trace and a.trace.ops is b.trace.ops
-    a.trace.envelope = a.trace.envelope.evolve("test", ladder_state="REFUTED")
+    a.trace.envelope = a.trace.envelope.evolve("test", outcome="edited")  # evolve cannot move the ladder
+    assert b.trace.envelope.outcome == gpt2_loaded.trace.envelope.outcome == "captured"
     assert b.trace.ladder_state == "HYPOTHESIS" and gpt2_loaded.trace.ladder_state == "HYPOTHESIS"
 
 

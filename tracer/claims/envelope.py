@@ -2,7 +2,8 @@
 
 Every structure-only trace carries one immutable, digest-sealed `EvidenceEnvelope`. Its claims
 start as HYPOTHESIS; only `discharge` (`Trace.discharge_against`) promotes them to CORROBORATED
-or records REFUTED with the first structural contradiction. A loaded envelope is HYPOTHESIS again.
+or records REFUTED with the first structural contradiction, and only its envelopes carry the seal
+(`tracer.claims.seal`) that makes a trace read above HYPOTHESIS. A loaded envelope is HYPOTHESIS again.
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from typing import Any, Mapping
 
 from .join import TABLES, claim_table, folded_join, join, plain_json, table_digests
 from .ladder import Ladder
+from .seal import believed_state, check_attachable, is_discharged, mint, sealed_structure, structure_digest
 from .twin import twin_mismatches
 from ..digest import canonical_json, canonical_object_json, canonical_rows_json, text_digest
-from ..errors import (DischargePreflightError, EnvelopeTamperedError, NotCorroboratedError, NotStructureOnlyError,
-                     SimulatedDeviceMismatchError, StructureOnlyMeasurementsError, ValuesMissingError)
+from ..errors import (DischargePreflightError, EnvelopeFieldLockedError, EnvelopeTamperedError, InvalidInputError,
+                     NotCorroboratedError, NotStructureOnlyError, SimulatedDeviceMismatchError,
+                     StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
 from ..store.codec import gc_paused
 from ..tensor_stats import tensor_stats
@@ -27,6 +30,8 @@ REFUTED = Ladder.REFUTED.value
 OBSERVED = Ladder.OBSERVED.value
 LADDER_STATES = (HYPOTHESIS, CORROBORATED, REFUTED)  # the states an envelope can hold
 ENVELOPE_SCHEMA = 1
+# What only a discharge (or sealing and loading) writes: `evolve` refuses to change these.
+LOCKED_FIELDS = ("ladder_state", "discharge", "claims", "claim_digests", "history", "schema", "digest")
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,27 @@ class EvidenceEnvelope:
         return plain
 
     def evolve(self, event: str, **changes: Any) -> "EvidenceEnvelope":
-        """A new sealed envelope with `changes` applied and `event` appended to its history."""
-        return _evolved(_plain_but_claims(self), event, changes, source=self)
+        """A new sealed envelope with `changes` applied and `event` appended to its history.
+
+        Refuses (typed) to change a locked field (`LOCKED_FIELDS`: the ladder state, the discharge record,
+        the claims, the history); a discharged envelope takes only plan audits, and keeps its seal.
+        """
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise InvalidInputError(f"an evidence envelope has no field {', '.join(unknown)}", site=f"evolve({event!r})")
+        locked = [name for name in LOCKED_FIELDS if name in changes]
+        if locked:
+            raise EnvelopeFieldLockedError(f"evolve cannot change {', '.join(locked)}: only discharge_against moves "
+                                           "a trace on the ladder", site=f"evolve({event!r})", fields=locked)
+        bound = sealed_structure(self, fresh=True) if is_discharged(self) else None
+        if bound is not None and set(changes) - {"plan_checks"}:
+            raise EnvelopeFieldLockedError(
+                f"a {self.ladder_state} envelope records what was discharged; evolve may add plan audits to it, "
+                f"not change {', '.join(sorted(set(changes) - {'plan_checks'}))}", site=f"evolve({event!r})",
+                fields=sorted(changes))
+        new = _evolved(_plain_but_claims(self), event, changes, source=self)
+        return mint(new, bound) if bound is not None else new
 
     @property
     def counts(self) -> dict[str, int]:
@@ -117,7 +141,7 @@ def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
     if data["ladder_state"] not in LADDER_STATES or table_digests(data["claims"]) != dict(data["claim_digests"]):
         raise EnvelopeTamperedError("the evidence envelope's claim table is inconsistent", site="envelope")
     loaded = _seal(body, encoded=texts)
-    return loaded.evolve("loaded", ladder_state=HYPOTHESIS, discharge=None)
+    return _evolved(_plain_but_claims(loaded), "loaded", {"ladder_state": HYPOTHESIS, "discharge": None}, source=loaded)
 
 
 # -- discharge -----------------------------------------------------------------------------
@@ -173,6 +197,7 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
     the new envelope (`structure.with_envelope(result.envelope)` is the discharged trace).
     """
     env = _envelope_of(structure, "discharge_against")
+    check_attachable(structure, env, site="discharge_against")  # its claims are this trace's, as sealed
     if real.envelope is not None or real.structure_only:
         raise DischargePreflightError("the other side is structure-only too; claims are discharged against a real "
                                       "capture", site="discharge_against(real)",
@@ -206,7 +231,8 @@ def discharge(structure: Trace, real: Trace) -> DischargeResult:
                                          "captured_at": real.provenance.captured_at,
                                          "claim_digests": table_digests(observed)},
               "contradiction": contradiction, "constants_folded": folded}
-    new = _evolved(plain, "discharged", {"ladder_state": state, "discharge": record}, source=env)
+    new = mint(_evolved(plain, "discharged", {"ladder_state": state, "discharge": record}, source=env),
+               structure_digest(structure, fresh=True))
     return DischargeResult(state=state, claimed_counts=env.counts,
                            observed_counts={k: len(v) for k, v in observed.items()},
                            contradiction=contradiction, envelope_digest=new.digest, envelope=new, folded=folded)
@@ -235,8 +261,9 @@ def _add_sites(contradiction: dict[str, Any], structure: Trace, real: Trace) -> 
 
 
 def require_corroborated(trace: Trace, what: str) -> None:
-    """Refuse `what` unless the trace is eager (OBSERVED) or its claims are CORROBORATED."""
-    state = trace.ladder_state
+    """Refuse `what` unless the trace is eager (OBSERVED) or its claims are CORROBORATED (by a discharge this
+    process minted for this trace: checked afresh, not memoised)."""
+    state = believed_state(trace, fresh=True)
     if state not in (OBSERVED, CORROBORATED):
         raise NotCorroboratedError(f"{what} needs corroborated structure; this trace is {state}", site=what,
                                    ladder_state=state)
@@ -287,6 +314,13 @@ def check_plan(trace: Trace, plan: list) -> Any:
 def plan_checked(envelope: EvidenceEnvelope, report: Any) -> EvidenceEnvelope:
     """A new envelope recording a plan audit (`check_plan`'s report) in its history."""
     return envelope.evolve("plan_checked", plan_checks=_thaw(envelope.plan_checks) + [report.to_dict()])
+
+
+def saved_envelope(trace: Trace) -> dict[str, Any]:
+    """The trace's envelope as the store writes it, after checking it is this trace's and, when it states a
+    discharge, minted by one in this process (`check_attachable`: typed refusals)."""
+    check_attachable(trace, trace.envelope, site="save(envelope)")
+    return trace.envelope.to_dict()
 
 
 def _envelope_of(trace: Trace, what: str) -> EvidenceEnvelope:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..digest import canonical_digest
 from ..ir import INPUT_KIND, OUTPUT_KIND, Trace
@@ -35,9 +35,15 @@ def claim_table(trace: Trace) -> dict[str, tuple[tuple[Any, ...], ...]]:
     Built frozen, so sealing stores it as it is; the trace's own tuples (shapes, params, children) are
     shared, anything else of theirs becomes a tuple.
     """
+    return claim_rows(trace.ops, trace.params.values(), trace.modules.values())
+
+
+def claim_rows(op_records: Iterable[Any], param_records: Iterable[Any],
+               module_records: Iterable[Any]) -> dict[str, tuple[tuple[Any, ...], ...]]:
+    """`claim_table` from a trace's parts (ops in order, param records, module scopes): what a load re-derives."""
     ops = []
     append = ops.append
-    for op in trace.ops:
+    for op in op_records:
         out, params, parents = op.out, op.params, op.parents
         if out is None:
             shape = dtype = None
@@ -52,8 +58,8 @@ def claim_table(trace: Trace) -> dict[str, tuple[tuple[Any, ...], ...]]:
             edges = tuple([(e.source, e.position) for e in parents])
         append((op.label, op.kind, op.func, op.module_address, edges, shape, dtype,
                 params if type(params) is tuple else tuple(params), op.output_index, op.num_outputs))
-    params = tuple([(r.address, _tuple(r.shape), r.dtype, r.is_buffer, _tuple(r.tied)) for r in trace.params.values()])
-    modules = tuple([(m.address, m.class_name, _tuple(m.children)) for m in trace.modules.values()])
+    params = tuple([(r.address, _tuple(r.shape), r.dtype, r.is_buffer, _tuple(r.tied)) for r in param_records])
+    modules = tuple([(m.address, m.class_name, _tuple(m.children)) for m in module_records])
     return {"ops": tuple(ops), "params": params, "modules": modules}
 
 

@@ -6,6 +6,7 @@ read their words from here. Values are the plain state names, as saved in trace 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any, Mapping
 
 
 class Ladder(str, Enum):
@@ -68,3 +69,19 @@ def ladder_description(state: object) -> str:
     """The longer explanation for a state name ("" for an unknown state)."""
     member = Ladder.of(state)
     return member.description if member is not None else ""
+
+
+def contradiction_text(c: Any) -> str:
+    """A discharge's contradiction record as one sentence: where, why, and what was claimed vs observed."""
+    if not isinstance(c, Mapping):
+        return str(c)
+    where = f"{c.get('table')}[{c.get('position')}]" if c.get("position") is not None else str(c.get("table", ""))
+    text = f"{where} {c.get('reason', '')}".strip()
+    if "field" in c:
+        text += f": {c['field']} claimed {c.get('claimed')!r}, observed {c.get('observed')!r}"
+    if c.get("reason") == "record counts differ":
+        text += f" (claimed {c.get('claimed_count')}, observed {c.get('observed_count')})"
+    row = c.get("claimed_row") or c.get("observed_row")
+    if c.get("table") == "ops" and row:
+        text += f" at op {row[0]}"
+    return text

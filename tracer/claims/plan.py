@@ -3,6 +3,8 @@
 A site is any op output, addressed by its label (`linear_3`), by a module path (the module
 call's first output: `model.layers.0.mlp` or `model.layers.0.mlp:1` for its second call), or
 by both (`model.layers.0.mlp/linear_3`). An audit reads shapes and dtypes only; it never runs.
+On a REFUTED trace (or one whose file says it was REFUTED when saved) those shapes were contradicted
+by a real capture: the report is not ok and names the contradiction, and each site row says REFUTED.
 """
 from __future__ import annotations
 
@@ -13,21 +15,25 @@ import torch
 
 from ..errors import InvalidInputError
 from ..ir import INPUT_KIND, OUTPUT_KIND, Op, TensorMeta, Trace
+from .ladder import Ladder, contradiction_text
+from .seal import state_when_saved
 
 FITS, BROADCASTS = "fits", "broadcasts"
 MISSING, SHAPE_MISMATCH, DTYPE_MISMATCH = "missing_site", "shape_mismatch", "dtype_mismatch"
 
 
 def intervention_sites(trace: Trace) -> list[dict[str, Any]]:
-    """One row per op output that an intervention can address: label, module path, shape, dtype."""
+    """One row per op output that an intervention can address: label, module path, shape, dtype, and the
+    trace's claim state (REFUTED: these shapes were contradicted by a real capture)."""
     rows = []
+    state = trace.ladder_state
     for op in trace.ops:
         if op.out is None or op.kind == OUTPUT_KIND:
             continue
         rows.append({"label": op.label, "module": op.module_address,
                      "path": f"{op.module_address}/{op.label}" if op.module_address else op.label,
                      "shape": list(op.out.shape), "dtype": op.out.dtype, "kind": op.kind,
-                     "is_input": op.kind == INPUT_KIND})
+                     "is_input": op.kind == INPUT_KIND, "claim_state": state})
     return rows
 
 
@@ -73,20 +79,25 @@ class PlanEntry:
 
 @dataclass(frozen=True)
 class PlanReport:
-    """Per-entry audit of a plan, with the ladder state of the trace it was checked against."""
+    """Per-entry audit of a plan, with the ladder state of the trace it was checked against; `refuted` says
+    why its shapes cannot be relied on (a discharge contradicted them), and then the plan is not ok."""
 
     entries: tuple[PlanEntry, ...]
     ladder_state: str
+    refuted: str | None = None
 
     @property
     def ok(self) -> bool:
-        return all(e.ok for e in self.entries)
+        return self.refuted is None and all(e.ok for e in self.entries)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ladder_state": self.ladder_state, "ok": self.ok, "entries": [e.to_dict() for e in self.entries]}
+        return {"ladder_state": self.ladder_state, "ok": self.ok, "refuted": self.refuted,
+                "entries": [e.to_dict() for e in self.entries]}
 
     def __str__(self) -> str:
         lines = [f"plan check against {self.ladder_state} structure: {'ok' if self.ok else 'PROBLEMS'}"]
+        if self.refuted is not None:
+            lines.append(f"  the structure is REFUTED, its shapes are not to be relied on: {self.refuted}")
         for e in self.entries:
             lines.append(f"  {e.site}: {e.status} (site {e.site_shape} {e.site_dtype}; "
                          f"planned {e.planned_shape} {e.planned_dtype})")
@@ -105,7 +116,21 @@ def audit_plan(trace: Trace, plan: list) -> PlanReport:
         site, planned = item
         shape, dtype = _planned(planned, i)
         entries.append(_audit_one(trace, site, shape, dtype))
-    return PlanReport(entries=tuple(entries), ladder_state=trace.ladder_state)
+    state = trace.ladder_state
+    return PlanReport(entries=tuple(entries), ladder_state=state, refuted=refutation(trace, state))
+
+
+def refutation(trace: Trace, state: str) -> str | None:
+    """Why the trace's shapes are contradicted, in words: its REFUTED discharge's first contradiction, or what
+    its file says (REFUTED when saved, not re-verified); None when nothing contradicted them."""
+    if state == Ladder.REFUTED:
+        record = trace.envelope.discharge or {}
+        first = record.get("contradiction")
+        return contradiction_text(first) if first else "a real capture contradicted the claims"
+    saved = state_when_saved(trace.envelope) if state == Ladder.HYPOTHESIS else None
+    if saved is not None and saved["state"] == Ladder.REFUTED:
+        return f"REFUTED when saved ({saved.get('at')}), not re-verified in this process; discharge again"
+    return None
 
 
 def _audit_one(trace: Trace, site: str, shape: tuple[int, ...], dtype: str) -> PlanEntry:

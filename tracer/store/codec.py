@@ -178,7 +178,7 @@ def encode_body(trace: Trace, gradients: Any = None) -> bytes:
         body = Body(model_class=trace.model_class, ops=_without_gc(to_columns, trace.ops, body_encoder.text),
                     modules=tuple(trace.modules.values()), params=tuple(trace.params.values()),
                     provenance=provenance_to_json(trace.provenance), warnings=tuple(trace.warnings),
-                    envelope=None if trace.envelope is None else _envelope_json(trace.envelope),
+                    envelope=None if trace.envelope is None else _envelope_json(trace),
                     backward=None if trace.backward is None else to_doc(trace.backward, gradients))
         return _without_gc(encoder.encode, body)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -200,9 +200,12 @@ def decode_body(raw: bytes, site: str, schema: int = SCHEMA_VERSION) -> Decoded:
                    body.backward, columns)
 
 
-def _envelope_json(envelope: Any) -> dict[str, Any]:
-    """The envelope's dict (built by tracer.claims from plain data: a msgspec round trip makes it plain)."""
-    return msgspec.json.decode(_ENCODER.encode(envelope.to_dict()))
+def _envelope_json(trace: Any) -> dict[str, Any]:
+    """The envelope's dict, checked to be this trace's (tracer.claims.saved_envelope: typed refusals); built
+    from plain data, a msgspec round trip makes it plain."""
+    from ..claims.envelope import saved_envelope
+
+    return msgspec.json.decode(_ENCODER.encode(saved_envelope(trace)))
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import msgspec
 
-from ..errors import TraceLimitError, TraceStructureInvalidError
+from ..errors import EnvelopeClaimsMismatchError, TraceLimitError, TraceStructureInvalidError
 from ..ir import ModuleScope, Op, ParamRecord
 from .columns import distinct, distinct_scopes
 from .format import MAX_DIM, MAX_DIMS, MAX_INT, MAX_JSON_DEPTH, MAX_JSON_INT, MAX_MODULE_DEPTH, MAX_NUMEL
@@ -37,7 +37,35 @@ def check_body(ops: tuple[Op, ...], modules: tuple[ModuleScope, ...], params: tu
     _check_module_records(modules_by, position, addresses, site)
     check_plain(provenance, "provenance", site)
     check_plain(envelope, "envelope", site)
+    check_envelope_claims(envelope, ops, params_by, modules_by, site)
     return modules_by, params_by
+
+
+def check_envelope_claims(envelope: Any, ops: tuple[Op, ...], params: dict[str, ParamRecord],
+                          modules: dict[str, ModuleScope], site: str) -> None:
+    """Refuse an envelope whose claim table is not the one the loaded records give (re-derived here);
+    a malformed envelope is left to the envelope's own checks (`tracer.claims.envelope_from_dict`)."""
+    claims = envelope.get("claims") if isinstance(envelope, dict) else None
+    if not isinstance(claims, dict):
+        return
+    from ..claims.join import TABLES, claim_rows, join, plain_json
+
+    derived = claim_rows(ops, params.values(), modules.values())
+    if all(plain_json(derived[name]) == claims.get(name) for name, _ in TABLES):
+        return
+    if any(not isinstance(claims.get(name), list) for name, _ in TABLES):
+        return
+    try:
+        first = join(claims, derived)
+    except (IndexError, TypeError, KeyError):  # rows of the wrong shape: named as the tables differing
+        first = None
+    where = f"{first['table']}[{first['position']}]" if first and first.get("position") is not None else "the tables"
+    raise EnvelopeClaimsMismatchError(
+        f"{site}: the evidence envelope's claims do not match the saved records (first at {where}: "
+        f"{first.get('reason') if first else 'rows differ'})", site=f"{site}: envelope",
+        contradiction=plain_json(first) if first else None,
+        claimed_counts={name: len(claims[name]) for name, _ in TABLES},
+        record_counts={name: len(derived[name]) for name, _ in TABLES})
 
 
 def _bad(site: str, where: str, what: str) -> TraceStructureInvalidError:
