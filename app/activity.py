@@ -9,11 +9,13 @@ it made runs its Panel callbacks and sends the answer within that time on an idl
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 RECENT_S = 0.35  # a session counts as waiting this long after its latest message was handled
+clock: Callable[[], float] = time.monotonic  # the clock of the pages' messages (tests put their own in its place)
 
 _lock = threading.Lock()
 _last: dict[str, float] = {}  # session id -> monotonic time its latest message was seen (arrived or handled)
@@ -30,12 +32,8 @@ def install() -> None:
     original = WSHandler.on_message
 
     async def on_message(self: Any, fragment: Any) -> None:
-        session = _session_id(self)
-        _mark(session, +1)
-        try:
+        with handling(_session_id(self)):
             await original(self, fragment)
-        finally:
-            _mark(session, -1)
 
     on_message.__doc__ = original.__doc__
     WSHandler.on_message = on_message  # type: ignore[method-assign]
@@ -58,9 +56,19 @@ def note(session: str) -> None:
     _mark(session, 0)
 
 
+@contextlib.contextmanager
+def handling(session: str) -> Iterator[None]:
+    """`session`'s message is being handled inside this block: it waits on the server however long that takes."""
+    _mark(session, +1)
+    try:
+        yield
+    finally:
+        _mark(session, -1)
+
+
 def others_waiting(session: str | None, recent_s: float = RECENT_S) -> bool:
     """True while a session other than `session` has a message being handled or handled within `recent_s`."""
-    now = time.monotonic()
+    now = clock()
     with _lock:
         return any(sid != session and (_handling.get(sid) or now - seen < recent_s) for sid, seen in _last.items())
 
@@ -91,7 +99,7 @@ def _session_id(handler: Any) -> str:
 
 
 def _mark(session: str, change: int) -> None:
-    now = time.monotonic()
+    now = clock()
     with _lock:
         _last[session] = now
         count = _handling.get(session, 0) + change

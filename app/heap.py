@@ -9,7 +9,9 @@ live as long as the server, so they are moved out of the collector's reach.
 from __future__ import annotations
 
 import gc
-import time
+from typing import Any, Callable
+
+from . import activity
 
 
 def freeze_long_lived() -> int:
@@ -22,7 +24,10 @@ def freeze_long_lived() -> int:
 FULL_EVERY_S = 2  # how often (seconds) a due full collection is looked at
 MAX_DEFER_S = 60.0  # a due collection runs after this long even if sessions never stop asking
 QUIET_S = 1.0  # no session has waited on the server for this long: a collection now delays nobody
-_waiting_since: list[float] = []  # when the collection now waiting for a pause was asked for
+_waiting_since: list[float] = []  # when the collection now waiting for a pause was asked for (`activity.clock`)
+# How the next look for a pause is scheduled: (delay_s, callback); None: the current Tornado loop's call_later
+# (tests put their own in its place, with a clock of their own in `activity.clock`).
+call_later: Callable[[float, Callable[[], None]], Any] | None = None
 
 
 def collect_when_idle() -> None:
@@ -50,17 +55,18 @@ def request_full_collection() -> None:
     """A full collection on the server's loop once no session has waited for `QUIET_S` (see above)."""
     if _waiting_since:  # one is already waiting for a pause
         return
-    _waiting_since.append(time.monotonic())
+    _waiting_since.append(activity.clock())
     _collect_at_a_pause()
 
 
 def _collect_at_a_pause() -> None:
-    from .activity import anyone_waiting
+    if activity.anyone_waiting(QUIET_S) and activity.clock() - _waiting_since[0] < MAX_DEFER_S:
+        if call_later is None:
+            from tornado.ioloop import IOLoop
 
-    if anyone_waiting(QUIET_S) and time.monotonic() - _waiting_since[0] < MAX_DEFER_S:
-        from tornado.ioloop import IOLoop
-
-        IOLoop.current().call_later(QUIET_S / 4, _collect_at_a_pause)
+            IOLoop.current().call_later(QUIET_S / 4, _collect_at_a_pause)
+        else:
+            call_later(QUIET_S / 4, _collect_at_a_pause)
         return
     _waiting_since.clear()
     gc.collect()

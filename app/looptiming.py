@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 TIMING = logging.getLogger("tlx.timing")
 SAMPLE_S = 0.01
@@ -29,6 +29,7 @@ LATE_S = 0.1  # the sampler woke this much later than asked: recorded
 PROJECT = ("app/", "exporters/", "tracer/")
 ROOTS = ("app/", "exporters/", "tracer/", "panel/", "bokeh/", "param/", "tornado/", "asyncio/", "json/")
 
+clock: Callable[[], float] = time.perf_counter  # how long a callback or collection took (tests put their own in its place)
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -44,12 +45,12 @@ def install(threshold_s: float = 0.05, path: str | None = None) -> None:
         me = threading.get_ident()
         if me in _state["running"]:  # a loop run inside a callback: the outer callback keeps the timing
             return original(handle)
-        started = time.perf_counter()
+        started = clock()
         _state["running"][me] = started
         try:
             return original(handle)
         finally:
-            took = time.perf_counter() - started
+            took = clock() - started
             with _lock:
                 _state["running"].pop(me, None)
                 samples = _state["samples"].pop(me, None) or Counter()
@@ -77,9 +78,9 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
     if info.get("generation") != 2:
         return
     if phase == "start":
-        _state["gc_start"] = time.perf_counter()
+        _state["gc_start"] = clock()
         return
-    took = time.perf_counter() - _state.pop("gc_start", time.perf_counter())
+    took = clock() - _state.pop("gc_start", clock())
     if took >= _state.get("threshold", 1.0):
         _record({"kind": "gc", "end": time.time(), "took_s": round(took, 4), "collected": info.get("collected"),
                  "thread": threading.current_thread().name, "frozen": gc.get_freeze_count()})
@@ -96,12 +97,12 @@ def _describe(handle: Any) -> str:
 
 def _sample() -> None:
     while _state.get("on"):
-        asked = time.perf_counter()
+        asked = clock()
         time.sleep(SAMPLE_S)
-        late = time.perf_counter() - asked - SAMPLE_S
+        late = clock() - asked - SAMPLE_S
         if late >= LATE_S:
             _record({"kind": "late", "end": time.time(), "took_s": round(late, 4), "threads": _busy_threads()})
-        now = time.perf_counter()
+        now = clock()
         long_running = [(ident, t) for ident, t in list(_state["running"].items()) if now - t >= SAMPLE_AFTER_S]
         if not long_running:
             continue

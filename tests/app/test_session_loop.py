@@ -6,7 +6,6 @@ import asyncio
 import gc
 import json
 import threading
-import time
 
 from app import heap, looptiming
 
@@ -22,32 +21,56 @@ def test_freeze_long_lived_exempts_what_is_alive_from_collections():
     assert gc.get_freeze_count() == 0
 
 
-def _spin_in_a_named_function(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        sum(range(500))
+class _Clock:
+    """The loop timer's clock, moved by the callbacks themselves (each says how long it took)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_loop_timer_names_a_slow_callback_and_its_frames(tmp_path):
+def _run_in_a_named_function(clock: _Clock, seconds: float, sampled: threading.Event | None) -> None:
+    """Take `seconds` of the timer's clock; with `sampled`, stay until the sampler has seen this frame."""
+    clock.now += seconds
+    if sampled is not None:
+        assert sampled.wait(60), "the sampler never looked at the loop thread"
+
+
+def test_loop_timer_names_a_slow_callback_and_its_frames(tmp_path, monkeypatch):
+    clock, sampled = _Clock(), threading.Event()
+    monkeypatch.setattr(looptiming, "clock", clock)
+    original = looptiming._project_frames
+
+    def seen(frame, depth=3):  # the sampler reading the loop thread's frames
+        where = original(frame, depth)
+        if "_run_in_a_named_function" in where:
+            sampled.set()
+        return where
+
+    monkeypatch.setattr(looptiming, "_project_frames", seen)
     log = tmp_path / "loop.jsonl"
     looptiming.install(threshold_s=0.05, path=str(log))
 
     async def main() -> None:
-        asyncio.get_running_loop().call_soon(_spin_in_a_named_function, 0.3)
-        asyncio.get_running_loop().call_soon(_spin_in_a_named_function, 0.001)  # fast: not logged
-        await asyncio.sleep(0.4)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(_run_in_a_named_function, clock, 0.3, sampled)
+        loop.call_soon(_run_in_a_named_function, clock, 0.001, None)  # fast: not logged
+        await asyncio.sleep(0)
 
     runner = threading.Thread(target=lambda: asyncio.run(main()))  # its own loop (a browser test may hold this thread's)
     try:
         runner.start()
-        runner.join(30)
+        runner.join(120)
     finally:
         looptiming.uninstall()
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     slow = [e for e in entries if e["kind"] == "callback"]
     assert len(slow) == 1, entries
-    assert slow[0]["callback"] == "_spin_in_a_named_function" and slow[0]["took_s"] >= 0.3
+    assert slow[0]["callback"] == "_run_in_a_named_function" and slow[0]["took_s"] == 0.3
     assert slow[0]["stacks"] and all(isinstance(n, int) for _s, n in slow[0]["stacks"])
+    assert any("_run_in_a_named_function" in where for where, _n in slow[0]["stacks"])
 
 
 def test_loop_timer_records_a_slow_full_collection(tmp_path):
