@@ -117,19 +117,23 @@ def inflate_capped(fd: int, cap: int, path: str | os.PathLike, errors: ReadError
                 break
             read += len(chunk)
             pending = chunk
-            while pending:
-                if inflater.eof:  # a next gzip member
-                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while True:
+                if inflater.eof:
+                    pending = pending.lstrip(b"\x00")  # gzip allows zero padding after the last member
+                    if not pending:
+                        break
+                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # a next gzip member
                 started = True
                 ceiling = min(cap, max(INFLATE_FLOOR, ratio * read))
-                out += inflater.decompress(pending, ceiling + 1 - len(out))
+                produced = inflater.decompress(pending, min(BLOCK, ceiling + 1 - len(out)))  # one block at a time
+                out += produced
                 if len(out) > ceiling:
                     raise errors.too_large(
                         f"{path} inflates past {ceiling:,} bytes ({'the cap' if ceiling == cap else f'{ratio}x its compressed size'})",
                         site=where)
                 pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
-                if inflater.eof and pending.strip(b"\x00") == b"":
-                    pending = b""  # trailing zero padding after the last member, as gzip allows
+                if not pending and (inflater.eof or not produced):
+                    break  # this chunk is used up (output still held inside zlib comes with the next call)
     except zlib.error as exc:
         raise errors.unreadable(f"{path} is not valid gzip ({exc})", site=where) from None
     except OSError as exc:
