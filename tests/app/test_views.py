@@ -25,15 +25,23 @@ def test_refuted_banner_is_drawn_strongest():
     assert 'data-state="REFUTED"' in loud and "4px solid" in loud and "4px solid" not in calm
 
 
-def test_banner_follows_the_state_after_a_discharge(gpt2_loaded):
-    s = ExplorerState(gpt2_loaded)
+def test_banner_follows_the_state_after_a_discharge():
+    import torch
+
+    import tracer
+    from app.sources import Loaded
+    from tests.models import tiny_gpt2
+    from tests.tracer.test_claims import IDS, SO, meta_twin
+
+    real = tiny_gpt2()  # a bfloat16 weights-free twin, discharged against the float32 model: REFUTED
+    wrong = tracer.trace(meta_twin(real).to(torch.bfloat16), (IDS.to("meta"),), capture=SO)
+    s = ExplorerState(Loaded(trace=wrong, title="tiny gpt2", origin="factory", source="tests.models:tiny_gpt2"))
     banner = ClaimBanner(state=s)
     assert 'data-state="HYPOTHESIS"' in banner._pane.object
-    s.trace.envelope = s.trace.envelope.evolve("test", ladder_state="REFUTED",
-                                               discharge={"contradiction": {"table": "ops", "position": 3,
-                                                                            "reason": "row differs"}})
-    s.set_report(None)
-    assert 'data-state="REFUTED"' in banner._pane.object and "ops[3] row differs" in banner._pane.object
+    result = wrong.discharge_against(tracer.trace(real, (IDS,)))  # evolve cannot set a state: a real discharge
+    s.set_report(result)
+    position = result.contradiction["position"]
+    assert 'data-state="REFUTED"' in banner._pane.object and f"ops[{position}] row differs" in banner._pane.object
 
 
 def test_doctor_says_why_it_cannot_run_on_a_loaded_file(tmp_path, tiny_loaded):

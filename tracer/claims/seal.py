@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import operator
 import secrets
+import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import fields
@@ -43,6 +44,7 @@ _SEAL = "_discharge_seal"  # (structure digest, tag): an instance attribute outs
 _ENVELOPES: dict[int, tuple[Any, tuple, str | None]] = {}  # id -> (weakref, field snapshot, bound structure)
 _STRUCTURES: "OrderedDict[int, tuple[tuple, str]]" = OrderedDict()  # id(ops) -> (parts snapshot, digest)
 _STRUCTURES_KEPT = 8
+_LOCK = threading.Lock()  # sessions of the app read states from several threads
 
 
 # -- digests ----------------------------------------------------------------------------
@@ -57,14 +59,16 @@ def structure_digest(trace: Any, fresh: bool = False) -> str:
         return claims_digest(claim_table(trace))
     parts = _parts(trace)
     key = id(trace.ops)
-    kept = _STRUCTURES.get(key)
-    if kept is not None and _same(kept[0], parts):
-        _STRUCTURES.move_to_end(key)
-        return kept[1]
+    with _LOCK:
+        kept = _STRUCTURES.get(key)
+        if kept is not None and _same(kept[0], parts):
+            _STRUCTURES.move_to_end(key)
+            return kept[1]
     digest = claims_digest(claim_table(trace))
-    _STRUCTURES[key] = (parts, digest)
-    while len(_STRUCTURES) > _STRUCTURES_KEPT:
-        _STRUCTURES.popitem(last=False)
+    with _LOCK:
+        _STRUCTURES[key] = (parts, digest)
+        while len(_STRUCTURES) > _STRUCTURES_KEPT:
+            _STRUCTURES.popitem(last=False)
     return digest
 
 
@@ -158,7 +162,8 @@ def check_attachable(trace: Any, envelope: Any, site: str = "with_envelope") -> 
                                      site=site, recorded=str(envelope.digest)[:64], computed=content)
     structure = structure_digest(trace, fresh=True)
     if claims_digest(envelope.claims) != structure:
-        counts = {name: len(envelope.claims[name]) for name, _ in TABLES}
+        counts = {name: len(rows) if isinstance(rows, (list, tuple)) else None
+                  for name, rows in ((name, envelope.claims[name]) for name, _ in TABLES)}
         actual = {"ops": len(trace.ops), "params": len(trace.params), "modules": len(trace.modules)}
         raise EnvelopeBoundElsewhereError(
             f"the envelope's claims ({_counts_text(counts)}) are not this trace's ({_counts_text(actual)})"
