@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.configs import shipped_configs
-from tracer.bounded_io import read_capped
+from tracer.bounded_io import open_regular, read_capped
 from tracer.errors import InputNotRegularFileError, InputTooLargeError, TraceFileCorruptError, TracerError
 
 from . import tempdirs
@@ -159,9 +160,10 @@ def unzip_trace(path: Path) -> Path:
     import zipfile
 
     limits = current_limits()
+    fd = open_regular(path)  # a FIFO or a device named .zip is refused at once, not read
     out = tempdirs.make("tlx-trace-")
     try:
-        with zipfile.ZipFile(path) as zf:
+        with os.fdopen(fd, "rb") as raw, zipfile.ZipFile(raw) as zf:
             members = zf.infolist()
             limits.check("zip_members", len(members), f"the member count of {path.name}", str(path))
             total = 0

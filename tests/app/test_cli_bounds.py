@@ -87,6 +87,12 @@ def test_dev_zero_links_and_fifos_are_refused_at_once(tmp_path):
             assert done.returncode == 2, (argv, done.stderr)
             assert "refused [input_not_regular_file]" in done.stderr, (argv, done.stderr)
     assert not (tmp_path / "m.html").exists()
+    os.mkfifo(tmp_path / "trace.zip")
+    for argv, code in ((["snapshot", "trace.zip", "--out", "f.svg"], "input_not_regular_file"),
+                       (["diff", "gpt2", "gpt2", "--save", "fifo.json"], "diff_save_path_invalid")):
+        done = subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 2 and f"refused [{code}]" in done.stderr, (argv, done.stderr)
 
 
 def test_a_deep_or_nested_overlay_is_a_typed_refusal(tmp_path, capsys):

@@ -17,7 +17,7 @@ import msgspec
 
 from ..digest import canonical_digest
 from ..errors import (DiffFileCorruptError, DiffFileNotFoundError, DiffFileTamperedError, DiffSavePathError,
-                      DiffSchemaError)
+                      DiffSchemaError, TracerError)
 from .records import plain
 from .result import TraceDiff
 
@@ -137,9 +137,16 @@ def _read(path: Path) -> bytes:
 
 
 def _is_diff_file(path: Path) -> bool:
+    from ..bounded_io import open_regular
+
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(64)
+        fd = open_regular(path)  # a FIFO or device is not a diff file (and is never opened for reading)
+    except TracerError:
+        return False
+    try:
+        head = os.read(fd, 64)
     except OSError:
         return False
+    finally:
+        os.close(fd)
     return head.startswith(b'{"format":' + msgspec.json.encode(FORMAT))
