@@ -355,3 +355,18 @@ def _page_data(text: str) -> dict:
 
     packed = re.search(r'<script id="tlx-data" type="application/octet-stream">([^<]*)</script>', text).group(1)
     return json.loads(gzip.decompress(base64.b64decode(packed)))
+
+
+def test_the_backward_graph_of_a_weights_free_trace_carries_its_own_hypothesis():
+    """The backward graph's envelope claims its own ops (it carried the forward's, bound to another trace)."""
+    from tracer.backward.graph import backward_trace
+
+    with torch.device("meta"):
+        model = Six().train()
+    st = tracer.trace(model, (torch.empty(2, 4, device="meta"),),
+                      capture=tracer.CaptureOptions(structure_only=True, backward=True))
+    graph = backward_trace(st)
+    assert graph.ladder_state == "HYPOTHESIS" and graph.envelope.counts["ops"] == len(graph) != len(st)
+    assert graph.with_envelope(graph.envelope).envelope is graph.envelope
+    with pytest.raises(errors.EnvelopeBoundElsewhereError):
+        graph.with_envelope(st.envelope)

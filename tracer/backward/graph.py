@@ -72,9 +72,13 @@ def backward_trace(trace: Trace) -> Trace:
     rekeyed = replace(bw, saved={by_op[k]: v for k, v in bw.saved.items() if k in by_op},
                       grads={by_op[k]: v for k, v in bw.grads.items() if k in by_op},
                       node_grads={}, live_nodes=())
-    return Trace(ops=tuple(ops), modules=trace.modules, params=trace.params,
-                 model_class=trace.model_class + BACKWARD_SUFFIX, provenance=trace.provenance, envelope=trace.envelope,
-                 backward=rekeyed)
+    graph = Trace(ops=tuple(ops), modules=trace.modules, params=trace.params,
+                  model_class=trace.model_class + BACKWARD_SUFFIX, provenance=trace.provenance, backward=rekeyed)
+    if trace.envelope is None:
+        return graph
+    from ..claims.envelope import seal_new_envelope  # its own claims (HYPOTHESIS): the forward's are not this graph's
+
+    return graph.with_envelope(seal_new_envelope(graph))
 
 
 def short_name(name: str) -> str:
