@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -18,53 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.tracer._safe_build_capture import report
 from tracer.capture import hotpath, source_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(not hotpath.ACTIVE, reason="the C extension is not built in this environment")
 
-# Imports the package found first on sys.path, captures a small model with every kind of record field in use,
-# and prints what it saw as JSON.
-_SCRIPT = r"""
-import json, re, warnings
-with warnings.catch_warnings(record=True) as seen:
-    warnings.simplefilter("always")
-    import tracer
-    from tracer.capture import build, call_template, hotpath, scopes, session
-import torch
-from torch import nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin, self.norm = nn.Linear(4, 4), nn.BatchNorm1d(4)
-        self.register_buffer("scale", torch.full((4,), 2.0))
-    def forward(self, x):
-        h = self.norm(torch.relu(self.lin(x))) * self.scale
-        a, b = torch.split(torch.cat([h, x], dim=1), 4, dim=1)
-        self.scale.mul_(1.0)
-        return (a + b).relu_()
-
-torch.manual_seed(0)
-model = Model().train()
-t = tracer.trace(model, (torch.randn(3, 4),), capture=tracer.CaptureOptions(save="all"))
-ops = [(op.label, op.kind, str(op.func), op.parents, op.module, op.module_call, op.module_stack, op.params,
-        op.buffer_writes, op.inplace, op.source, op.io_path, op.output_index, op.num_outputs) for op in t.ops]
-pieces = {"session": [session._SCAN_ARGS, session._RECORD_OUTPUTS, session._SITE, session._TORCH_FUNCTION],
-          "build": [build._BUILD_OPS, build._OP_LABELS, build._MODULE_SCOPES, build._PARAM_RECORDS]}
-print(json.dumps({
-    "file": tracer.__file__, "active": hotpath.ACTIVE,
-    "warnings": [[type(w.message).__name__, getattr(w.message, "reason", None), str(w.message)] for w in seen],
-    "c_pieces": {k: [p is not None for p in v] for k, v in pieces.items()},
-    "trace": re.sub(r"0x[0-9a-f]+", "0x", repr((ops, sorted(t.modules.items()), sorted(t.params.items())))),
-    "values": {k: round(float(v.double().sum()), 6) for k, v in t.values.items()},
-}))
-"""
+# In a fresh process: import the package found first on sys.path, capture, print what it saw as JSON.
+_SCRIPT = "import json; from tests.tracer._safe_build_capture import report; print(json.dumps(report()))"
 
 
 def _run(folder: Path, **env: str) -> dict:
     environ = {k: v for k, v in os.environ.items() if k not in (hotpath.ENV_PURE_PYTHON, hotpath.ENV_KERNEL)}
-    environ.update(env, PYTHONPATH=str(folder))
+    environ.update(env, PYTHONPATH=os.pathsep.join([str(folder), str(ROOT)]))  # the copy's tracer, this tests/
     done = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=folder, env=environ, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]  # no ImportError, no failed capture
@@ -80,11 +45,10 @@ def _copy(tmp_path: Path, *, built: bool = True) -> Path:
 
 
 @pytest.fixture(scope="module")
-def with_c(tmp_path_factory) -> dict:
-    """The capture in an unchanged copy: the C kernel, no warning."""
-    out = _run(_copy(tmp_path_factory.mktemp("unchanged")))
-    assert out["warnings"] == [] and out["active"]
-    assert out["c_pieces"] == {"session": [True] * 4, "build": [True] * 4}
+def with_c() -> dict:
+    """The capture in this process, with the C kernel."""
+    out = report()
+    assert out["active"] and out["c_pieces"] == {"session": [True] * 4, "build": [True] * 4}
     return out
 
 
@@ -99,21 +63,14 @@ def _assert_fell_back(out: dict, reason: str, with_c: dict) -> None:
 
 
 @needs_extension
-def test_a_c_file_edited_after_the_build_falls_back_to_python(tmp_path, with_c):
+def test_sources_edited_after_the_build_fall_back_to_python(tmp_path, with_c):
     folder = _copy(tmp_path)
-    source = folder / "tracer" / "capture" / "_walk.c"
-    source.write_text("/* edited after the build */\n" + source.read_text())
-    _assert_fell_back(_run(folder), "stale", with_c)
-
-
-@needs_extension
-def test_a_shared_header_edited_after_the_build_falls_back_to_python(tmp_path, with_c):
-    folder = _copy(tmp_path)
-    header = folder / "tracer" / "capture" / "_slots.h"
-    header.write_text(header.read_text() + "\n/* edited after the build */\n")
+    capture = folder / "tracer" / "capture"
+    for name in ("_walk.c", "_slots.h"):  # a comment in one extension's .c; the header the other two include
+        (capture / name).write_text("/* edited after the build */\n" + (capture / name).read_text())
     out = _run(folder)
     _assert_fell_back(out, "stale", with_c)
-    assert "_hotpath" in out["warnings"][0][2] and "_assembly" in out["warnings"][0][2]  # both include it
+    assert all(f"{name} was built from other sources" in out["warnings"][0][2] for name in ("_walk", "_hotpath", "_assembly"))
 
 
 @needs_extension
@@ -136,9 +93,8 @@ def test_no_extension_built_falls_back_to_python(tmp_path, with_c):
     _assert_fell_back(_run(folder), "missing", with_c)
 
 
-@pytest.mark.parametrize("env", [{hotpath.ENV_KERNEL: "python"}, {hotpath.ENV_PURE_PYTHON: "1"}])
-def test_the_python_kernel_chosen_for_a_process_says_nothing(tmp_path, with_c, env):
-    out = _run(_copy(tmp_path), **env)
+def test_the_python_kernel_chosen_for_a_process_says_nothing(tmp_path, with_c):
+    out = _run(_copy(tmp_path), **{hotpath.ENV_KERNEL: "python"})  # (TORCHLENS_EXPLORE_PURE_PYTHON: test_hotpath.py)
     assert out["warnings"] == [] and not out["active"]
     assert out["c_pieces"] == {"session": [False] * 4, "build": [False] * 4}
     assert out["trace"] == with_c["trace"] and out["values"] == with_c["values"]
