@@ -189,3 +189,28 @@ def test_a_nested_trace_of_a_submodule_is_refused_typed():
     with pytest.raises(TracerError) as err:
         tracer.trace(Inner(), (torch.randn(2, 4),))
     assert err.value.code == "model_already_capturing"
+
+
+def test_the_eager_stance_holds_in_the_capturing_thread_only_and_is_restored():
+    import threading
+
+    import torch._dynamo.eval_frame as eval_frame
+
+    seen: dict[str, str] = {}
+
+    class Looks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            seen["capturing"] = eval_frame._stance.stance
+            other = threading.Thread(target=lambda: seen.__setitem__("other", eval_frame._stance.stance))
+            other.start()
+            other.join()
+            return self.lin(x)
+
+    before = eval_frame._stance
+    tracer.trace(Looks(), (torch.randn(2, 4),))
+    assert seen == {"capturing": "force_eager", "other": "default"}
+    assert eval_frame._stance is before

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 from torch import nn
 
+_get_ident = threading.get_ident
+
 
 def is_compiled(module: Any) -> bool:
     """Whether `module` is a `torch.compile` wrapper (dynamo's OptimizedModule)."""
@@ -43,39 +45,61 @@ def compiled_submodules(modules: list[tuple[str, nn.Module]]) -> list[str]:
     return [name for name, m in modules if is_compiled(m)]
 
 
-def _compiling_callback(frame: Any) -> bool:
-    """Whether the stance is read to enter a compiled region (dynamo's `_callback_from_stance` asked with a real
-    callback), not a `torch._dynamo.disable` wrapper around one of torch's own functions (callback None/False)."""
-    if frame is None or frame.f_code.co_name != "_callback_from_stance":
+def _entering_compiled_region(frame: Any) -> bool:
+    """Whether a read of the stance's `skip_guard_eval_unsafe` is a compiled region's entry (dynamo's
+    `compile_wrapper` reads it there and nowhere on a `torch._dynamo.disable` path), not the compile a
+    higher-order op (`torch.cond`) makes of itself."""
+    if frame is None or frame.f_code.co_name != "compile_wrapper":
         return False
-    callback = frame.f_locals.get("callback")
-    return callback is not None and callback is not False
+    caller = frame.f_back
+    return caller is None or caller.f_code.co_name != "_hop_compile_and_call"
 
 
 class _EagerStance:
-    """Dynamo's stance object while a capture runs: `force_eager` in the capturing thread, its reads counted
-    (dynamo reads it when a compiled region is entered), the prior stance everywhere else."""
+    """Dynamo's stance object while a capture runs: `force_eager` in the capturing thread, the prior stance
+    everywhere else. `stance` is read at every `torch._dynamo.disable` wrapper (several times per op on meta),
+    so it does one comparison; compiled regions are counted where only their entry reads (`skip_guard_eval_unsafe`)."""
+
+    __slots__ = ("_prior", "_threads", "entries")
 
     def __init__(self, prior: Any) -> None:
         self._prior = prior
-        self._thread = threading.get_ident()
-        self.entries = 0
+        self._threads: dict[int, int] = {}  # thread id -> captures running in it (a capture may nest)
+        self.entries: dict[int, int] = {}  # thread id -> compiled regions entered
 
     @property
     def stance(self) -> str:
-        if threading.get_ident() == self._thread:
-            if _compiling_callback(sys._getframe(1)):
-                self.entries += 1
-            return "force_eager"
-        return self._prior.stance
+        return "force_eager" if _get_ident() in self._threads else self._prior.stance
 
     @property
     def skip_guard_eval_unsafe(self) -> bool:
-        return False if threading.get_ident() == self._thread else self._prior.skip_guard_eval_unsafe
+        me = _get_ident()
+        if me not in self._threads:
+            return self._prior.skip_guard_eval_unsafe
+        if _entering_compiled_region(sys._getframe(2)):
+            self.entries[me] = self.entries.get(me, 0) + 1
+        return False
 
     @property
     def backend(self) -> Any:
-        return None if threading.get_ident() == self._thread else self._prior.backend
+        return None if _get_ident() in self._threads else self._prior.backend
+
+    def join(self) -> int:
+        """This thread captures under the stance; returns its count of compiled regions so far."""
+        me = _get_ident()
+        self._threads[me] = self._threads.get(me, 0) + 1
+        return self.entries.get(me, 0)
+
+    def leave(self) -> bool:
+        """This thread's capture ended; True when no capture runs under the stance any more."""
+        me = _get_ident()
+        left = self._threads[me] - 1
+        if left:
+            self._threads[me] = left
+        else:
+            del self._threads[me]
+            self.entries.pop(me, None)
+        return not self._threads
 
 
 def _eval_frame() -> Any:
@@ -91,31 +115,49 @@ def _eval_frame() -> Any:
 
 
 @contextlib.contextmanager
-def eager_regions() -> Iterator[_EagerStance | None]:
-    """Compiled regions run eagerly (and are counted) for the block; None where dynamo is not loaded."""
+def eager_regions() -> Iterator[EagerRegions | None]:
+    """Compiled regions run eagerly in this thread for the block (and are counted); None without dynamo."""
     eval_frame = _eval_frame()
     set_stance = getattr(eval_frame, "_set_stance", None) if eval_frame is not None else None
     if set_stance is None:  # a torch without dynamo's stance: nothing can be compiled eagerly
         yield None
         return
-    current = eval_frame._stance
-    if isinstance(current, _EagerStance):  # a capture inside a capture: the outer one's stance serves
-        yield current
-        return
-    stance = _EagerStance(current)
-    try:
-        prior = set_stance(stance)
-    except RuntimeError:  # called inside a compiled region: dynamo refuses a stance change there
+    with _LOCK:
+        current = eval_frame._stance
+        if not isinstance(current, _EagerStance):  # else a capture runs (here or in another thread): join it
+            current = _EagerStance(current)
+            try:
+                set_stance(current)
+            except RuntimeError:  # called inside a compiled region: dynamo refuses a stance change there
+                current = None
+        regions = EagerRegions(current, current.join()) if current is not None else None
+    if regions is None:
         yield None
         return
     try:
-        yield stance
+        yield regions
     finally:
-        eval_frame._stance = prior  # as `_set_stance(prior)`, without its in-region check
+        with _LOCK:
+            regions.close()
+            if current.leave() and eval_frame._stance is current:
+                eval_frame._stance = current._prior  # as `_set_stance(prior)`, without its in-region check
+
+
+class EagerRegions:
+    """One capture's view of the stance: how many compiled regions its thread entered while it ran."""
+
+    def __init__(self, stance: _EagerStance, start: int) -> None:
+        self._stance, self._start, self.entries = stance, start, 0
+
+    def close(self) -> None:
+        self.entries = self._stance.entries.get(_get_ident(), 0) - self._start
+
+
+_LOCK = threading.Lock()
 
 
 def disclose(findings: Any, unwrapped: dict[str, Any] | None, submodules: list[str],
-             stance: _EagerStance | None) -> None:
+             stance: EagerRegions | None) -> None:
     """Provenance `compiled` and a warning when the capture ran any compiled region eagerly."""
     entries = stance.entries if stance is not None else 0
     if unwrapped is None and not submodules and not entries:

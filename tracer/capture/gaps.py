@@ -7,6 +7,7 @@ warning that names the cause, so validation cannot call a missing graph exact.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..ir import Op
@@ -14,23 +15,25 @@ from ..ir import Op
 
 def report(ops: tuple[Op, ...], session: Any, findings: Any) -> None:
     """Add the gap findings of a finished capture to `findings` (nothing when there is none)."""
-    by_label = {op.label: op for op in ops}
-    outputs = [op for op in ops if op.kind == "output"]
-    constant_out = sorted({e.source for op in outputs for e in op.parents
-                           if by_label.get(e.source) is not None and by_label[e.source].kind == "constant"})
+    outputs = []
+    for op in reversed(ops):  # output ops are recorded last, after the forward
+        if op.kind != "output":
+            break
+        outputs.append(op)
+    constant_out = sorted({e.source for op in outputs for e in op.parents if _CONSTANT_LABEL.fullmatch(e.source)})
     if constant_out:
         findings.unverified(
             f"capture gap: the output is {', '.join(constant_out[:5])}, a tensor no recorded op produced (its "
             "computation ran where the capture could not see it: a compiled region, a functorch transform, a "
             "kernel below torch's function layer); the trace does not record how it was computed", constant_out[:20])
-    n_params = sum(1 for addr in session.param_ids.values() if addr not in _buffers(session))
-    if n_params and not any(op.params for op in ops if op.kind not in ("input", "output")) \
-            and not any(op.params for op in outputs):
+    if any(op.params for op in ops):  # the common case: stops at the first op that read one
+        return
+    buffers = session.buffer_ids
+    n_params = sum(1 for tid in session.param_ids if tid not in buffers)
+    if n_params:
         findings.unverified(
             f"capture gap: the model has {n_params} parameter tensor(s) and no recorded op read any of them; if the "
             "forward uses its parameters, that computation is missing from the trace")
 
 
-def _buffers(session: Any) -> set[str]:
-    ids = session.buffer_ids
-    return {addr for tid, addr in session.param_ids.items() if tid in ids}
+_CONSTANT_LABEL = re.compile(r"constant_\d+")  # the label of a `constant` op (labels are `<kind>_<n>`)

@@ -96,20 +96,29 @@ def _without_flag(model: nn.Module, state: list, meta_state: list, real_state: l
 def refuse_fake_or_functional(args: tuple, kwargs: Mapping[str, Any], state: tuple[list, list]) -> None:
     """An eager capture of fake or functional tensors (or under an active FakeTensorMode / FunctionalTensorMode)
     refused, typed: their kernels compute no values, so neither the recorded values nor a replay would be real."""
-    for name, t in _state(None, state) + input_tensors(args, kwargs):
-        kind = _unsupported_kind(t)
-        if kind in ("fake", "functional"):
-            raise UnsupportedTensorStateError(
-                f"{name} is a {kind} tensor, which an eager capture does not admit (it computes no values)",
-                site=name, tensor=name, state=kind,
-                remedy="Capture real tensors eagerly, or build the model on meta and capture it with "
-                       "CaptureOptions(structure_only=True) outside FakeTensorMode.")
+    params, buffers = state
+    for prefix, table in (("param:", params), ("buffer:", buffers), ("", input_tensors(args, kwargs))):
+        for name, t in table:
+            cls = type(t)
+            if (cls is torch.Tensor or cls is nn.Parameter) and not torch._is_functional_tensor(t):
+                continue  # the common case, read in two checks
+            _refuse_fake_or_functional(prefix + name, t)
     mode = _fake_or_functional_mode()
     if mode is not None:
         raise UnsupportedTensorStateError(
             f"a {mode} is active: every tensor the forward makes would be {mode.replace('TensorMode', '').lower()}",
             site="trace()", state=mode,
             remedy="Call tracer.trace outside the mode, on real tensors (or on meta with structure_only=True).")
+
+
+def _refuse_fake_or_functional(name: str, t: torch.Tensor) -> None:
+    kind = _unsupported_kind(t)
+    if kind in ("fake", "functional"):
+        raise UnsupportedTensorStateError(
+            f"{name} is a {kind} tensor, which an eager capture does not admit (it computes no values)",
+            site=name, tensor=name, state=kind,
+            remedy="Capture real tensors eagerly, or build the model on meta and capture it with "
+                   "CaptureOptions(structure_only=True) outside FakeTensorMode.")
 
 
 def _fake_or_functional_mode() -> str | None:
