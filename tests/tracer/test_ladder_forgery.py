@@ -101,6 +101,7 @@ def test_discharge_mints_a_state_believed_for_its_own_trace(six, refuted):
     st, _, result = six
     done = st.with_envelope(result.envelope)
     assert done.ladder_state == "CORROBORATED" and "CORROBORATED" in repr(done)
+    assert "CORROBORATED; digest" in repr(done.envelope)  # believed: no disclaimer
     claims.require_corroborated(done, "anything")
     st_r, _, result_r = refuted
     assert st_r.with_envelope(result_r.envelope).ladder_state == "REFUTED"
@@ -163,6 +164,7 @@ def test_an_envelope_constructed_with_corroborated_is_refused(six):
     plain = EvidenceEnvelope(**_fields(st.envelope, ladder_state="CORROBORATED"))  # its digest is the old one
     with pytest.raises(errors.EnvelopeNotMintedError):
         st.with_envelope(plain)
+    assert "not believed" in repr(made) and "not believed" not in repr(st.envelope)
     for forged in (made, plain):
         t = st.with_envelope(st.envelope)
         t.envelope = forged

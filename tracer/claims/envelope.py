@@ -92,8 +92,11 @@ class EvidenceEnvelope:
 
     def __repr__(self) -> str:
         c = self.counts
+        state = str(self.ladder_state)
+        if is_discharged(self) and sealed_structure(self) is None:
+            state += " (not minted by a discharge in this process: not believed)"
         return (f"<EvidenceEnvelope {self.mode} on {self.substrate}: {c.get('ops', 0)} op, {c.get('params', 0)} "
-                f"param, {c.get('modules', 0)} module claims; {self.ladder_state}; digest {self.digest[:12]}>")
+                f"param, {c.get('modules', 0)} module claims; {state}; digest {str(self.digest)[:12]}>")
 
 
 def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
