@@ -86,6 +86,8 @@ def _module_output(trace: Trace, address: str):
 TOOLBAR_PX = 30
 FIT_PAD_PX = 16.0
 MAX_FIT_SCALE = 1.0  # a fit never magnifies past 100 % (1 layout unit = 1 px: labels at FONT_SIZE px)
+READABLE_PX = 10.0  # the smallest label size a fit of the app's view settles for (issue 36: >= 9 px)
+READABLE_SCALE = READABLE_PX / FONT_SIZE  # ... as a zoom: a box bigger than fits there shows its top-left part
 
 
 def fit_ranges(layout: Layout, width_px: float, height_px: float, pad: float = FIT_PAD_PX) -> tuple[float, float, float, float]:
@@ -128,12 +130,15 @@ for (const r of renderers) {{  // only real changes, kept in the page (the serve
     fig.js_on_change("inner_width", cb)
 
 
-VIEW_COLUMNS = ("x0", "y0", "x1", "y1", "max_scale", "seq")
+VIEW_COLUMNS = ("x0", "y0", "x1", "y1", "max_scale", "min_scale", "seq")
 
 
 def fit_js(pad: float) -> str:
     """Fit the view source's one box into the plot as drawn in the browser (its size is known only
-    there), `pad` pixels from its sides: one scale on both axes; y grows downwards."""
+    there), `pad` pixels from its sides: one scale on both axes, between the source's `min_scale`
+    and `max_scale`; y grows downwards. A box too tall to fit at `min_scale` shows at that scale from
+    its top (where a top-down graph's inputs enter), centred across: labels stay readable, the rest
+    is a pan away."""
     return f"""
 const d = view.data;
 if (!d.x0 || !d.x0.length) return;
@@ -141,8 +146,10 @@ const iw = fig.inner_width, ih = fig.inner_height;
 if (!(iw > 0) || !(ih > 0)) return;
 const pad = {pad};
 const w = Math.max(d.x1[0] - d.x0[0], 1), h = Math.max(d.y1[0] - d.y0[0], 1);
-const s = Math.min(Math.max(iw - 2 * pad, 1) / w, Math.max(ih - 2 * pad, 1) / h, d.max_scale[0]);
-const cx = (d.x0[0] + d.x1[0]) / 2, cy = (d.y0[0] + d.y1[0]) / 2;
+const least = d.min_scale ? Math.min(d.min_scale[0], d.max_scale[0]) : 0;
+const s = Math.max(Math.min(Math.max(iw - 2 * pad, 1) / w, Math.max(ih - 2 * pad, 1) / h, d.max_scale[0]), least);
+let cx = (d.x0[0] + d.x1[0]) / 2, cy = (d.y0[0] + d.y1[0]) / 2;
+if (h * s > ih - 2 * pad) cy = d.y0[0] - pad / s + ih / (2 * s);
 fig.x_range.setv({{start: cx - iw / (2 * s), end: cx + iw / (2 * s)}});
 fig.y_range.setv({{start: cy + ih / (2 * s), end: cy - ih / (2 * s)}});
 """
@@ -152,10 +159,13 @@ fig.y_range.setv({{start: cy + ih / (2 * s), end: cy - ih / (2 * s)}});
 FIT_JS = fit_js(FIT_PAD_PX)
 
 
-def view_data(box: tuple[float, float, float, float], seq: int = 0, max_scale: float = MAX_FIT_SCALE) -> dict[str, list]:
-    """Column data of the view source: the box (layout units) the browser fits into the plot."""
+def view_data(box: tuple[float, float, float, float], seq: int = 0, max_scale: float = MAX_FIT_SCALE,
+              min_scale: float = 0.0) -> dict[str, list]:
+    """Column data of the view source: the box (layout units) the browser fits into the plot, at a
+    scale between `min_scale` (`READABLE_SCALE`: labels stay readable) and `max_scale`."""
     x0, y0, x1, y1 = box
-    return {"x0": [x0], "y0": [y0], "x1": [x1], "y1": [y1], "max_scale": [max_scale], "seq": [seq]}
+    return {"x0": [x0], "y0": [y0], "x1": [x1], "y1": [y1], "max_scale": [max_scale], "min_scale": [min_scale],
+            "seq": [seq]}
 
 
 def view_source(fig: Any) -> Any:
@@ -204,7 +214,14 @@ def figure_data(layout: Layout, trace: Trace) -> dict[str, dict[str, list[Any]]]
     return {"frames": frames, "edges": lines, "arrows": heads, "nodes": node_table(layout, trace)}
 
 
-DIMMED = 0.1  # the alpha of boxes and labels outside a selection (the app selects an op's neighbours)
+HIDE_TOOLTIP_JS = """
+const views = hover.document != null ? hover.document.views_manager : null;
+const v = views != null ? views.find_one(hover) : null;
+if (v != null && typeof v._move_exit === "function") v._move_exit();
+"""
+
+DIMMED = 0.3  # the alpha of boxes outside a selection (the app selects an op's neighbours)
+DIMMED_TEXT = 0.65  # ... and of their labels: faded, still readable (issue 36: 0.1 left them illegible)
 
 
 def add_glyph(fig: Any, source: Any, glyph: Any, name: str | None = None, dim: bool = False) -> Any:
@@ -214,9 +231,9 @@ def add_glyph(fig: Any, source: Any, glyph: Any, name: str | None = None, dim: b
     extra = {}
     if dim:
         faded = glyph.clone()
-        for prop in ("fill_alpha", "line_alpha", "text_alpha"):
+        for prop, alpha in (("fill_alpha", DIMMED), ("line_alpha", DIMMED), ("text_alpha", DIMMED_TEXT)):
             if prop in faded.properties():
-                setattr(faded, prop, DIMMED)
+                setattr(faded, prop, alpha)
         extra["nonselection_glyph"] = faded
     renderer = GlyphRenderer(data_source=source, glyph=glyph, name=name, **extra)
     fig.renderers.append(renderer)
@@ -273,7 +290,10 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     fig.js_on_change("inner_width", fit)
     fig.js_on_change("inner_height", fit)
     # inspect: a tap reports where it landed and selects nothing in the browser (the app decides what is selected)
-    fig.add_tools(HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS)), TapTool(renderers=[node_r], behavior="inspect"))
+    hover = HoverTool(renderers=[node_r], tooltips=list(HOVER_FIELDS))
+    fig.add_tools(hover, TapTool(renderers=[node_r], behavior="inspect"))
+    # a click puts the tooltip away (and it is not shown again over the redrawn boxes until the pointer moves)
+    fig.js_on_event("tap", CustomJS(args=dict(hover=hover), code=HIDE_TOOLTIP_JS))
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
     return fig

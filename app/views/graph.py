@@ -16,7 +16,7 @@ import param
 
 from ..ladder import caption
 from exporters import overlays
-from exporters.bokeh_graph import figure_data, graph_figure, view_data, view_source
+from exporters.bokeh_graph import READABLE_SCALE, figure_data, graph_figure, view_data, view_source
 from exporters.bokeh_overview import follow_view, overview_figure
 from exporters.figures import overlay_fills
 from exporters.layout.style import FRAME_HEADER, KIND_COLORS, OP_FAMILY_COLORS
@@ -231,7 +231,7 @@ class GraphView(pn.viewable.Viewer):
         self._attach_tap(self.figure)
         ranks.attach(self)  # a sharded trace: collective nodes, placements in the hover (issue 16)
         self._attach_keys(self.figure)
-        self._view.data = view_data(self._target_box(), self._next_seq())
+        self._view.data = self._fit_data(self._target_box())
         self.pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_both", min_height=240, css_classes=["tlx-graph"])
         self.search.param.watch(self._on_search, "enter_pressed")
         self.fold.param.watch(lambda e: setattr(self.state, "fold_repeats", e.new), "value")
@@ -263,7 +263,7 @@ class GraphView(pn.viewable.Viewer):
                 for name, src in self._sources.items():
                     src.data_source.data = data[name]
                 self._arrows.source.data = data["arrows"]
-                self._view.data = view_data(box, self._next_seq())
+                self._view.data = self._fit_data(box)
                 self._refit_overview()
                 self._highlight()
                 if self.legend.object != legend:
@@ -327,6 +327,11 @@ class GraphView(pn.viewable.Viewer):
             if self._status_pending:  # the event failed before its status was written
                 on_document(self._write_status)
 
+    def _fit_data(self, box: tuple[float, float, float, float]) -> dict[str, list]:
+        """The view source's data for showing `box`: never below the readable zoom (issue 36), so a box
+        too big for the window shows its top at readable labels rather than all of it as blank boxes."""
+        return view_data(box, self._next_seq(), min_scale=READABLE_SCALE)
+
     def _next_seq(self) -> int:
         self._view_seq += 1
         return self._view_seq
@@ -356,8 +361,8 @@ class GraphView(pn.viewable.Viewer):
 
     def _fit_all(self) -> None:
         lay = self.state.layout
-        self._view.data = view_data((0.0, 0.0, lay.width, lay.height), self._next_seq())
-        self.state.message = "Fitted the whole graph to the window."
+        self._view.data = self._fit_data((0.0, 0.0, lay.width, lay.height))
+        self.state.message = "Fitted the graph to the window at a readable size (a bigger graph shows its top: pan or use the overview)."
 
     def _recaption(self) -> None:
         for a in self.figure.below:
@@ -380,7 +385,7 @@ class GraphView(pn.viewable.Viewer):
 
         def move() -> None:
             if self.state.layout is before:
-                self._view.data = view_data(self._target_box(), self._next_seq())
+                self._view.data = self._fit_data(self._target_box())
 
         self._soon(move)
 

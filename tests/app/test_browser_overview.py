@@ -74,14 +74,18 @@ def test_the_overview_is_in_view_and_a_click_or_a_drag_on_it_pans_the_graph(defa
     assert plot[0] >= 0 and plot[1] >= 0 and plot[2] <= size[0] and plot[3] <= size[1], plot
     assert plot[2] - plot[0] > 200 and plot[3] - plot[1] > 80
     no_page_scroll(page, size)
-    # the start view fits the whole graph: its rectangle covers the overview's drawing
+    # the start view is the main view's rectangle on the overview: the graph's top at a readable zoom
+    # (issue 36: the 32-layer page is taller than fits there), so the rectangle covers the top part
     before = page.evaluate(RANGES_JS)
     assert [round(v, 3) for v in ov["data"]] == [round(v, 3) for v in (before[0], before[3], before[1], before[2])]
-    # zoom in (a click on a layer opens it and the view goes to it), then click the overview's top left
+    height = max(n["y"] for n in pagekit.nodes(page))
+    assert before[3] < 20 and before[2] < height, (before, height)  # from the top, not all of it
+    # zoom in (a click on a layer opens it and the view goes to it: from the readable 91 % to 100 %), then
+    # click the overview's lower right
     pagekit.click_node(page, "mod:model.layers.0")
     pagekit.wait_node(page, "mod:model.layers.0", present=False)
     settle_view(page)
-    page.wait_for_function("(b) => { const r = (" + RANGES_JS + ")(); return r && Math.abs(r[1] - r[0]) < 0.9 * Math.abs(b[1] - b[0]); }",
+    page.wait_for_function("(b) => { const r = (" + RANGES_JS + ")(); return r && Math.abs(r[1] - r[0]) < 0.95 * Math.abs(b[1] - b[0]); }",
                            arg=before, timeout=15_000)
     pagekit.settle(page)
     zoomed = page.evaluate(RANGES_JS)
