@@ -137,13 +137,13 @@ import sys, torch, transformers as tf, tracer
 cfg = tf.Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=8, vocab_size=64, max_position_embeddings=64, sliding_window=4,
     layer_types=["sliding_attention", "full_attention"], attn_implementation="eager")
-device = sys.argv[1]
-torch.manual_seed(0)
-with torch.device(device):
-    model = tf.Gemma3ForCausalLM(cfg).eval()
-ids = torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(1)).to(device)
-so = tracer.CaptureOptions(structure_only=True) if device == "meta" else tracer.CaptureOptions()
-tracer.trace(model, (ids,), capture=so).save(sys.argv[2])
+for device, out in zip(sys.argv[1::2], sys.argv[2::2]):  # each capture in this one process
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = tf.Gemma3ForCausalLM(cfg).eval()
+    ids = torch.randint(3, 64, (1, 8), generator=torch.Generator().manual_seed(1)).to(device)
+    so = tracer.CaptureOptions(structure_only=True) if device == "meta" else tracer.CaptureOptions()
+    tracer.trace(model, (ids,), capture=so).save(out)
 """
 
 
@@ -153,18 +153,20 @@ def _first_rotary_buffer(t) -> str:
 
 @pytest.mark.slow
 def test_a_gemma3_traced_weights_free_in_one_process_corroborates_a_real_capture_from_another(tmp_path):
-    def capture(device: str, seed: int, out: Path):
+    def capture(seed: int, *captures: tuple[str, Path]) -> list:
+        """Each (device, folder) captured in one process with hash seed `seed`, loaded back."""
         env = {**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-c", _GEMMA, device, str(out)], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", _GEMMA, *(str(x) for c in captures for x in c)], env=env,
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
-        return tracer.load(out)
+        return [tracer.load(out) for _d, out in captures]
 
-    st = capture("meta", 0, tmp_path / "meta")
-    first = capture("cpu", 0, tmp_path / "real0")
+    # One process traces weights-free and captures for real (one process start less than one each: the same
+    # captures, each process's order of the layer-type set is the same for its seed).
+    st, first = capture(0, ("meta", tmp_path / "meta"), ("cpu", tmp_path / "real0"))
     # A seed whose process orders the two attention types the other way round (1 on CPython 3.11/3.12).
     for seed in range(1, 8):
-        rt = capture("cpu", seed, tmp_path / f"real{seed}")
+        (rt,) = capture(seed, ("cpu", tmp_path / f"real{seed}"))
         if _first_rotary_buffer(rt) != _first_rotary_buffer(st):
             break
     else:
