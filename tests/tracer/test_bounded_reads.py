@@ -16,8 +16,8 @@ from torch import nn
 
 import tracer
 from tracer import bounded_io
-from tracer.errors import (InputNotRegularFileError, InputTooLargeError, InputUnreadableError, TraceFileTamperedError,
-                           TraceFileUnsafeError, TraceLimitError)
+from tracer.errors import (InputNotRegularFileError, InputTooLargeError, InputUnreadableError, TraceFileCorruptError,
+                           TraceFileTamperedError, TraceFileUnsafeError, TraceLimitError)
 from tracer.estimates import op_flops, trace_totals
 from tracer.ir import TensorMeta
 from tracer.store import values as store_values
@@ -99,14 +99,21 @@ def test_inflate_capped_reads_members_and_refuses_truncation(tmp_path):
 
 
 def test_a_large_values_file_is_digested_before_its_buffer_is_made(tmp_path):
-    """A sparse values file past PREHASH_BYTES with the wrong digest: refused typed, with no buffer of its size."""
+    """A sparse values file past PREHASH_BYTES: refused typed with no buffer of its size, at once when its
+    first bytes are not safetensors framing, after a streaming digest when they are."""
     sparse = tmp_path / "values.safetensors"
     with open(sparse, "wb") as fh:
         fh.truncate(store_values.PREHASH_BYTES + (64 << 20))
+    framed = tmp_path / "framed.safetensors"
+    with open(framed, "wb") as fh:
+        fh.write((2).to_bytes(8, "little") + b"{}")
+        fh.truncate(store_values.PREHASH_BYTES + (64 << 20))
     tracemalloc.start()
     try:
-        with pytest.raises(TraceFileTamperedError):
+        with pytest.raises(TraceFileCorruptError, match="does not start as a safetensors file"):
             store_values._read_verified(sparse, 1 << 40, "0" * 64)
+        with pytest.raises(TraceFileTamperedError):
+            store_values._read_verified(framed, 1 << 40, "0" * 64)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -397,7 +397,8 @@ def _read_verified(path: Path, limit: int, expected_digest: str) -> bytearray:
         if size > limit:
             raise TraceLimitError(f"{path} holds {size:,} bytes, more than the trace's recorded outputs "
                                   f"({limit:,})", site=str(path))
-        if size > PREHASH_BYTES:  # a large file: its digest first, in blocks, then one buffer
+        if size > PREHASH_BYTES:  # a large file: a look at its framing, its digest in blocks, then one buffer
+            _check_framing(fd, size, path)
             digest, size = sha256_fd(fd, path, STORE_READ_ERRORS, limit=limit)
             if digest != expected_digest:
                 raise TraceFileTamperedError(f"{path} does not match its digest", site=str(path))
@@ -413,6 +414,16 @@ def _read_verified(path: Path, limit: int, expected_digest: str) -> bytearray:
     if hashlib.sha256(buf).hexdigest() != expected_digest:
         raise TraceFileTamperedError(f"{path} does not match its digest", site=str(path))
     return buf
+
+
+def _check_framing(fd: int, size: int, path: Path) -> None:
+    """Refuse at once a file whose first bytes cannot open a safetensors file (a header length past the
+    bound or the file, a header that is not a JSON object): no digest of gigabytes of garbage."""
+    head = os.pread(fd, 9, 0)
+    n = int.from_bytes(head[:8], "little") if len(head) == 9 else -1
+    if not (0 < n <= MAX_VALUES_HEADER_BYTES and 8 + n <= size and head[8:9] == b"{"):
+        raise TraceFileCorruptError(f"{path} does not start as a safetensors file (header length {n:,})",
+                                    site=str(path))
 
 
 def _memory_bytes() -> int:
