@@ -52,8 +52,12 @@ class _Worker:
 
 
 def run_tasks(tasks: Iterable[Task], *, workers: int = 2, limit_s: float = 120.0,
-              on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Results of `fn(*args)` for each task, in task order; a timeout or crash gives `{"error": ...}`."""
+              on_row: Callable[[dict[str, Any]], None] | None = None, fresh: bool = False) -> list[dict[str, Any]]:
+    """Results of `fn(*args)` for each task, in task order; a timeout or crash gives `{"error": ...}`.
+
+    `fresh=True` gives every task a new worker (forked from this process), so no task sees what an
+    earlier one imported, compiled or captured (the feature sweep).
+    """
     import tracer  # noqa: F401  (imported once, before the workers fork)
 
     ctx = mp.get_context("fork")
@@ -82,7 +86,7 @@ def run_tasks(tasks: Iterable[Task], *, workers: int = 2, limit_s: float = 120.0
                     row = {"error": f"timed out after {limit_s:.0f}s"}
                 if row is None:
                     continue
-                if "error" in row and not w.proc.is_alive() or row.get("error", "").startswith("timed out"):
+                if fresh or "error" in row and not w.proc.is_alive() or row.get("error", "").startswith("timed out"):
                     w.stop(kill=True)
                     pool[k] = w = _Worker(ctx)
                 w.task = None

@@ -1,0 +1,1 @@
+"""The PyTorch feature sweep: one small real case per feature, every column classified (docs/torch-features.md)."""
