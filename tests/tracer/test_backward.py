@@ -341,11 +341,14 @@ from tests.tracer.test_backward import _gpt2
 from tracer.backward.offline import validate_backward_offline
 trace = tracer.load(sys.argv[1])
 model = _gpt2()  # the same seed: the same weights, supplied as the parameters (a trace holds none)
-report = validate_backward_offline(trace, params=model)
-if len(sys.argv) > 2:  # plant a wrong gradient in what was loaded
-    trace.backward.grads[sys.argv[2]].mul_(1.01)
-    report = validate_backward_offline(trace, params=model)
-print(json.dumps({"ok": bool(report), "checked": report.checked, "findings": sorted(report.findings),
+def summary(report):
+    return {"ok": bool(report), "checked": report.checked, "findings": sorted(report.findings)}
+clean = validate_backward_offline(trace, params=model)
+# then a wrong gradient planted in what was loaded: a tanh's, one the clean check recomputed
+planted = next(op.label for op in trace.ops if op.func.endswith("tanh") and op.label in clean.checked)
+trace.backward.grads[planted].mul_(1.01)
+bad = validate_backward_offline(trace, params=model)
+print(json.dumps({"clean": summary(clean), "planted": planted, "bad": summary(bad),
                   "params": sorted(n for n, _ in model.named_parameters())}))
 """
 
@@ -364,18 +367,15 @@ def test_a_saved_backward_is_checked_offline_in_a_fresh_process(tmp_path):
     folder = str(t.save(str(tmp_path / "gpt2")))
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
 
-    def check(*extra):
-        run = subprocess.run([sys.executable, "-c", _OFFLINE_CHECK, folder, *extra], capture_output=True, text=True,
-                             env=env, timeout=300, check=True)
-        return json.loads(run.stdout.strip().splitlines()[-1])
-
-    clean = check()
+    run = subprocess.run([sys.executable, "-c", _OFFLINE_CHECK, folder], capture_output=True, text=True,
+                         env=env, timeout=300, check=True)  # one process: the clean check, then a planted one
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    clean, bad, planted = out["clean"], out["bad"], out["planted"]
     assert clean["ok"] and not clean["findings"]
     # every parameter's gradient is recomputed and matches, and most op-output gradients too
-    assert {f"param:{n}" for n in clean["params"]} - {"param:lm_head.weight"} <= set(clean["checked"])
+    assert {f"param:{n}" for n in out["params"]} - {"param:lm_head.weight"} <= set(clean["checked"])
     assert len([k for k in clean["checked"] if not k.startswith("param:")]) > 50
-    planted = next(op.label for op in t.ops if op.func.endswith("tanh") and op.label in clean["checked"])
-    bad = check(planted)
+    assert planted == next(op.label for op in t.ops if op.func.endswith("tanh") and op.label in clean["checked"])
     assert not bad["ok"] and planted in bad["findings"]
     with pytest.raises(ReplayUnavailableError):  # a trace without saved gradients has nothing to check
         validate_backward_offline(tracer.load(tracer.trace(model, (ids,)).save(str(tmp_path / "fwd"))))
