@@ -492,3 +492,13 @@ class EnvelopeFieldLockedError(ClaimError):
 class EnvelopeClaimsMismatchError(EnvelopeTamperedError):
     code = "envelope_claims_mismatch"
     default_remedy = "The saved envelope's claims do not describe the saved records; recapture and save the trace again."
+
+
+# -- higher-order ops under capture (tracer.capture.higher_order) ------------------------
+class HigherOrderOpError(CaptureError):
+    code = "higher_order_op_unsupported"
+    default_remedy = (
+        "torch's map higher-order op returns its flat outputs when it runs eagerly under a capture, not the "
+        "structure the plain forward gets, so the captured forward is not the plain one. Write the loop as a "
+        "Python loop (or torch.vmap) for the capture, or capture the body module on one slice."
+    )

@@ -99,7 +99,11 @@ def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, 
     with fewer_collections():
         with exclusive_capture(model, walked), capture_scope(model, session, witness=capture.witness) as scope, \
                 saving, device_reads, compiled.eager_regions() as stance:
-            output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
+            try:
+                output = session.run(args_t, kwargs, grad_context)  # bridges + witness installed around the forward
+            except Exception as exc:
+                higher_order.refuse_failed_forward(session, exc)  # typed where a HOP gave the forward another structure
+                raise
         elapsed = time.perf_counter() - started
         with assembling():  # the trace built with the GC paused, then moved out of the young generation
             compiled_found = (unwrapped, compiled.compiled_submodules(walked), stance)

@@ -122,25 +122,43 @@ def test_torch_cond_is_one_boundary_op():
     assert tracer.validate(t).passed
 
 
-def test_while_loop_and_map_are_one_boundary_op_each():
-    from torch._higher_order_ops.map import map as hop_map
+def test_while_loop_is_one_boundary_op():
     from torch._higher_order_ops.while_loop import while_loop
 
     class Loop(nn.Module):
         def forward(self, x):
             return while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * 2), (torch.tensor(0), x))[1]
 
-    class Mapped(nn.Module):
-        def forward(self, x):
-            return hop_map(lambda a: a.sin(), x)
-
+    x = torch.randn(2, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loop = tracer.trace(Loop(), (torch.randn(2, 4),))
-        mapped = tracer.trace(Mapped(), (torch.randn(2, 4),))
+        loop = tracer.trace(Loop(), (x,))
     assert {v["boundary"] for v in loop.provenance["foreign_kernels"].values()} == {"higher_order_op"}
-    assert [op.kind for op in mapped.ops] == ["input", "map_impl", "output"]
-    assert mapped.provenance["foreign_kernels"]["map_impl_1"]["name"] == "torch.ops.higher_order.map_impl"
+    assert torch.equal(loop.output, x * 8)
+
+
+class Mapped(nn.Module):
+    def __init__(self, use: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.use = use
+
+    def forward(self, x):
+        from torch._higher_order_ops.map import map as hop_map
+
+        out = hop_map(lambda r, w: torch.relu(r * w), x, self.fc.bias.sum())
+        return self.fc(out) if self.use else out
+
+
+@pytest.mark.parametrize("use", [True, False])
+def test_map_is_refused_typed_whether_or_not_the_forward_breaks_on_its_output(use):
+    x = torch.randn(3, 4)
+    assert isinstance(Mapped(use)(x), torch.Tensor)  # the plain forward gets a tensor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(TracerError) as err:
+            tracer.trace(Mapped(use), (x,))
+    assert err.value.code == "higher_order_op_unsupported"
 
 
 class Nesting(nn.Module):

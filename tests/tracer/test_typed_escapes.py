@@ -228,3 +228,22 @@ def test_torch_tensor_of_a_numpy_array_mid_forward_refuses(factory):
     with pytest.raises(TracerError) as err:
         tracer.trace(model, _META_X, capture=_WF)
     assert err.value.code == "real_tensor_mid_forward"
+
+
+def test_a_jagged_nested_input_to_a_weights_free_capture_is_named_nested():
+    with torch.device("meta"):
+        model = nn.Linear(8, 4)
+    nt = torch.nested.nested_tensor([torch.randn(n, 8) for n in (2, 5)], layout=torch.jagged, device="meta")
+    with pytest.raises(TracerError) as err:
+        tracer.trace(model, (nt,), capture=_WF)
+    assert err.value.code == "unsupported_tensor_state" and err.value.findings["state"].startswith("nested")
+
+
+def test_a_script_module_is_named_alike_however_often_it_was_traced():
+    from tracer.capture.boundaries import script_name
+
+    lin = nn.Linear(2, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        names = {script_name(torch.jit.trace(lin, torch.randn(1, 2))) for _ in range(3)}
+    assert names == {"__torch__.torch.nn.modules.linear.Linear"}

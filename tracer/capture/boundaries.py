@@ -28,6 +28,7 @@ with a `ForeignKernelWarning`:
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import warnings
 from typing import Any, Iterable, Iterator
@@ -177,10 +178,14 @@ def function_boundaries(session: Any) -> Iterator[None]:
 
 
 # -- TorchScript modules -----------------------------------------------------------------------
+_MANGLE = re.compile(r"___torch_mangle_\d+\.")
+
+
 def script_name(module: torch.jit.ScriptModule) -> str:
-    """TorchScript's qualified name of a script module's type (`__torch__.mymodel.Block`)."""
+    """TorchScript's qualified name of a script module's type (`__torch__.mymodel.Block`), without the
+    `___torch_mangle_<n>.` part TorchScript adds per compile (the same module scripted twice names one type)."""
     try:
-        return module._c._type().qualified_name()
+        return _MANGLE.sub("", module._c._type().qualified_name())
     except Exception:  # a script module without a compiled type: its original class name
         return f"torch.jit.{getattr(module, 'original_name', type(module).__name__)}"
 

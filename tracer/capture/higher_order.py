@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import HigherOrderOpError
 from .boundaries import disclose
 from .functions import INFO_CACHE
 from .session import R_INFO
 
 HOP_KIND = "higher_order_op"
+# HOPs whose eager run under a function mode returns another structure than the plain forward's (torch's `map`
+# relies on dynamo to rebuild its output tree; run eagerly it hands back the flat outputs): refused, typed.
+_RESTRUCTURED = frozenset({"map_impl"})
 
 
 def _hop_class() -> Any:
@@ -37,5 +41,24 @@ def mark(session: Any) -> None:
     for idx, rec in enumerate(session.records):
         info = rec[R_INFO]
         if id(info) in hops and idx not in seen:
+            if info.kind in _RESTRUCTURED:
+                raise _refusal(info, idx)
             session.boundaries.append((idx, HOP_KIND, info.qualname))
             disclose(session, HOP_KIND, info.qualname, stacklevel=5)
+
+
+def refuse_failed_forward(session: Any, exc: BaseException) -> None:
+    """A forward that raised after a restructuring HOP ran (the model got its flat outputs): the typed refusal,
+    raised from `exc`; otherwise nothing (the caller re-raises `exc`)."""
+    cls = _hop_class()
+    if cls is None or isinstance(exc, HigherOrderOpError):
+        return
+    for idx, rec in enumerate(session.records):
+        info = rec[R_INFO]
+        if info.kind in _RESTRUCTURED and isinstance(info.func, cls):
+            raise _refusal(info, idx) from exc
+
+
+def _refusal(info: Any, idx: int) -> HigherOrderOpError:
+    return HigherOrderOpError(f"{info.qualname} (op #{idx}) ran under the capture, which cannot give the forward the "
+                              "output structure the plain forward gets", site=info.qualname, op_index=idx)

@@ -167,6 +167,8 @@ def _unsupported_kind(t: torch.Tensor) -> str | None:
         return f"quantized ({cls.__name__})"
     if t.is_quantized:
         return "quantized"
+    if t.is_nested:
+        return f"nested ({t.layout})"
     if t.layout != torch.strided:
         return f"sparse ({t.layout})"
     if torch._is_functional_tensor(t) or cls.__name__ == "FunctionalTensor":
