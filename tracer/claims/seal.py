@@ -74,13 +74,19 @@ def structure_digest(trace: Any, fresh: bool = False) -> str:
 
 def content_digest(envelope: Any) -> str | None:
     """The envelope's digest recomputed from its fields (None when they cannot be encoded as sealing does)."""
+    both = _digests(envelope)
+    return None if both is None else both[0]
+
+
+def _digests(envelope: Any) -> tuple[str, str] | None:
+    """(content digest, claims digest) recomputed from the envelope's fields, the claims encoded once."""
     try:
         texts = {f.name: canonical_json(plain_json(getattr(envelope, f.name))) for f in fields(envelope)
                  if f.name not in ("digest", "claims")}
         texts["claims"] = _claims_text(envelope.claims)
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError):
         return None
-    return text_digest(canonical_object_json(texts))
+    return text_digest(canonical_object_json(texts)), text_digest(texts["claims"])
 
 
 def _claims_text(table: Mapping[str, Any]) -> str:
@@ -156,12 +162,13 @@ def check_attachable(trace: Any, envelope: Any, site: str = "with_envelope") -> 
         return
     if type(envelope) is not EvidenceEnvelope:
         raise EnvelopeNotMintedError(f"{type(envelope).__name__} is not an evidence envelope", site=site)
-    content = content_digest(envelope)
-    if content is None or content != envelope.digest:
+    both = _digests(envelope)
+    if both is None or both[0] != envelope.digest:
         raise EnvelopeNotMintedError("the envelope's fields do not match its digest (changed after it was sealed)",
-                                     site=site, recorded=str(envelope.digest)[:64], computed=content)
-    structure = structure_digest(trace, fresh=True)
-    if claims_digest(envelope.claims) != structure:
+                                     site=site, recorded=str(envelope.digest)[:64], computed=both and both[0])
+    content, claimed = both
+    table = claim_table(trace)  # compared row by row (C speed); encoded only when the rows are not equal as tuples
+    if not all(envelope.claims[name] == table[name] for name, _ in TABLES) and claimed != claims_digest(table):
         counts = {name: len(rows) if isinstance(rows, (list, tuple)) else None
                   for name, rows in ((name, envelope.claims[name]) for name, _ in TABLES)}
         actual = {"ops": len(trace.ops), "params": len(trace.params), "modules": len(trace.modules)}
@@ -170,11 +177,11 @@ def check_attachable(trace: Any, envelope: Any, site: str = "with_envelope") -> 
             if counts != actual else "the envelope's claims are not this trace's (same counts, other records)",
             site=site, envelope_counts=counts, trace_counts=actual)
     if is_discharged(envelope):
-        bound = _verify(envelope)
+        bound = _verify(envelope, content)
         if bound is None:
             raise EnvelopeNotMintedError(f"the envelope states {envelope.ladder_state}, but discharge_against did not "
                                          "mint it in this process", site=site, ladder_state=str(envelope.ladder_state))
-        if bound != structure:
+        if bound != claimed:  # its claims are this trace's (above), so its seal must name their digest
             raise EnvelopeBoundElsewhereError("the envelope was discharged for another trace", site=site)
 
 
@@ -192,11 +199,12 @@ def state_when_saved(envelope: Any) -> dict[str, Any] | None:
     return None
 
 
-def _verify(envelope: Any) -> str | None:
+def _verify(envelope: Any, content: str | None = None) -> str | None:
+    """The structure digest the seal names when it verifies (`content`: the content digest, already recomputed)."""
     seal = getattr(envelope, _SEAL, None)
     if type(seal) is not tuple or len(seal) != 2 or not all(type(s) is str for s in seal):
         return None
-    content = content_digest(envelope)
+    content = content_digest(envelope) if content is None else content
     if content is None or content != getattr(envelope, "digest", None):
         return None
     structure, tag = seal
