@@ -82,21 +82,57 @@ def test_a_torch_ao_quantized_buffer_is_captured():
     assert t.ops[1].params == ("q",)
 
 
-def test_torch_ao_static_and_dynamic_quantization_capture_or_report_typed():
+def _static_quantized() -> nn.Module:
+    static = nn.Sequential(torch.ao.quantization.QuantStub(), nn.Linear(8, 8), torch.ao.quantization.DeQuantStub())
+    static.qconfig = torch.ao.quantization.get_default_qconfig("fbgemm")
+    torch.ao.quantization.prepare(static, inplace=True)
+    static(torch.randn(2, 8))
+    return torch.ao.quantization.convert(static, inplace=True)
+
+
+@pytest.mark.parametrize("save", ["all", "none"])
+def test_torch_ao_packed_weights_are_a_disclosed_gap_never_exact(save):
     x = torch.randn(2, 8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dynamic = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(8, 8)), {nn.Linear})
-        assert tracer.validate(tracer.trace(dynamic, (x,))).passed
-        static = nn.Sequential(torch.ao.quantization.QuantStub(), nn.Linear(8, 8), torch.ao.quantization.DeQuantStub())
-        static.qconfig = torch.ao.quantization.get_default_qconfig("fbgemm")
-        torch.ao.quantization.prepare(static, inplace=True)
-        static(x)
-        torch.ao.quantization.convert(static, inplace=True)
-        t = tracer.trace(static, (x,))
-    assert "quantized_linear" in [op.kind for op in t.ops]
-    report = tracer.validate(t)  # quantized tensors cannot be perturbed and replayed: a finding, never "exact"
-    assert not report.passed and all(f.check == "not_replayable" for f in report.findings)
+        models = {"dynamic": dynamic, "static": _static_quantized()}
+        traces = {k: tracer.trace(m, (x,), capture=tracer.CaptureOptions(save=save)) for k, m in models.items()}
+    assert traces["dynamic"].provenance.unverified_ops == ("quantized_linear_dynamic_1",)
+    assert traces["static"].provenance.unverified_ops == ("quantized_linear_1",)
+    for t in traces.values():
+        assert not t.provenance.verified
+        assert any("packed quantized weights" in r for r in t.provenance.unverified_reasons)
+        if save == "all":
+            assert not tracer.validate(t).passed
+    # the static model's QuantStub reads its scale and zero point into Python: disclosed by address
+    assert any("0.scale" in w and "0.zero_point" in w for w in traces["static"].warnings)
+
+
+def test_an_output_rebuilt_from_values_read_into_python_is_a_disclosed_gap():
+    inner = nn.Linear(8, 4)
+
+    class Rebuilt(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return torch.tensor(self.inner(x).tolist())
+
+    class Constant(nn.Module):  # Python data, no value read: a constant of the code, not a gap
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x), torch.tensor([1.0, 2.0])
+
+    x = torch.randn(3, 8)
+    t = tracer.trace(Rebuilt(), (x,))
+    assert not t.provenance.verified and t.provenance.unverified_ops == ("tensor_1",)
+    assert not tracer.validate(t).passed
+    assert tracer.trace(Constant(), (x,)).provenance.verified
 
 
 def test_an_eager_capture_under_fake_tensor_mode_is_refused_typed():

@@ -1468,8 +1468,8 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     else if (PyTuple_Check(out) || PyList_CheckExact(out)) {
         outs = output_tensors(out);
-        if (outs != NULL && PyTuple_GET_SIZE(outs) == 0) {
-            result = Py_NewRef(out);
+        if (outs != NULL && PyTuple_GET_SIZE(outs) == 0) {  /* a sequence without a tensor (tolist): as below */
+            result = PyObject_CallMethodObjArgs(session, str_other, info, args, out, NULL);
             goto done;
         }
     }

@@ -144,6 +144,8 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         self.suspended = 0  # >0 while a bridged hook (accelerate offload) runs: nothing is recorded
         self.witness: Any = None  # a tracer.witness.DispatchCensus when CaptureOptions(witness=True)
         self.exits: list[tuple[torch.Tensor, str]] = []  # tensors that left via .numpy()/__dlpack__
+        self.value_reads = 0  # calls that read tensor values into Python (`_other_output`)
+        self.state_value_reads: dict[str, str] = {}  # parameter/buffer address -> the call that read its values
         self.boundaries: list[tuple[int, str, str]] = []  # (op index, boundary kind, name)
         self.disclosed: set[tuple[str, str]] = set()  # foreign kernels already warned about
         self.swapped: dict[int, tuple[str, Any]] = {}  # id -> (address, weakref) of hook-swapped state
@@ -431,7 +433,7 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         elif type(out) is tuple or type(out) is list or isinstance(out, tuple):
             outs = tuple(shallow_tensors(out))
             if not outs:
-                return out
+                return self._other_output(info, args, out)
         elif out is None and target is not None:
             outs = (target,)  # __setitem__ and friends return None
         else:
@@ -509,6 +511,12 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         """A recorded call's result that holds no tensor (the C hook's case of `__torch_function__`'s last branch)."""
         if info.kind in _boundaries.ROUNDTRIP_KINDS and args and isinstance(args[0], _Tensor):
             self.exits.append((args[0], info.kind))  # a tensor left torch
+        if info.value_read:  # values read into Python (.item(), .tolist(), float(t)): what capture.gaps reports
+            self.value_reads += 1
+            if args and isinstance(args[0], _Tensor):
+                addr = self.param_ids.get(id(args[0]))
+                if addr is not None:
+                    self.state_value_reads.setdefault(addr, info.qualname)
         return out
 
     def _scan_args(self, args: tuple) -> tuple:
