@@ -232,3 +232,13 @@ def test_the_eager_stance_holds_in_the_capturing_thread_only_and_is_restored():
     tracer.trace(Looks(), (torch.randn(2, 4),))
     assert seen == {"capturing": "force_eager", "other": "default"}
     assert eval_frame._stance is before
+
+
+def test_a_saved_trace_of_a_compiled_model_validates_offline_with_the_compiled_model_as_params(tmp_path):
+    compiled = torch.compile(Block(), backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tracer.trace(compiled, (torch.randn(2, 4),))
+    t.save(tmp_path / "t")
+    report = tracer.validate(tracer.load(tmp_path / "t"), params=compiled)
+    assert report.passed, report.findings

@@ -521,6 +521,10 @@ def _unattributed_parameter(trace: Trace) -> tuple[str | None, Op | None]:
 
 
 def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer of `model` by each of its addresses (tied and non-persistent ones too)."""
+    """Every parameter and buffer of `model` by each of its addresses (tied and non-persistent ones too); a
+    torch.compile wrapper by its original module's addresses, as `tracer.trace` records them."""
+    from ..capture.compiled import unwrap
+
+    model, _unwrapped = unwrap(model)
     named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
     return {name: t for name, t in named}
