@@ -18,6 +18,7 @@ from tracer.module_tree import module_param_counts
 
 from .ladder import LadderView, ladder_view
 from .search_index import SearchIndex
+from exporters.search_terms import rank
 from .sources import Loaded
 
 
@@ -166,27 +167,31 @@ class ExplorerState(param.Parameterized):
         self.toggle(address)
 
     def search(self, query: str, limit: int | None = 20) -> list[tuple[str, str]]:
-        """Ops and modules matching `query`: [(kind, id)], exact first. Words match an op label or a module
-        path (substring); `kind:K`, `class:C` and `shape:S` keep ops whose kind is K, that run inside a
-        module of class C, or whose output shape contains S (e.g. `shape:4096`, `shape:1x8`)."""
+        """Ops and modules matching `query`: [(kind, id)], best first (`exporters.search_terms.rank`: the
+        exact label, then exact names, aliases and whole words, substrings, module paths). Words match an
+        op's label, kind, function, module path or class, a module's address or class, and the common
+        words' aliases (softmax, sdpa, attention, matmul, norm, ...); `kind:K`, `class:C` and `shape:S`
+        keep ops whose kind is K, that run inside a module of class C, or whose output shape contains S
+        (e.g. `shape:4096`, `shape:1x8`)."""
         words, filters = parse_query(query)
         if not words and not filters:
             return []
         q = " ".join(words)
-        hits: list[tuple[int, str, str]] = []
+        hits: list[tuple[tuple[int, float], int, int, str, str]] = []
         if not filters:
-            for address in self.trace.modules:
-                a = address.lower()
-                if address and q in a:
-                    hits.append((0 if a == q else 2, "module", address))
+            for order, (address, scope) in enumerate(self.trace.modules.items()):
+                if address:
+                    r = rank(q, address, (address.rsplit(".", 1)[-1], scope.class_name), address)
+                    if r[0] < 99:
+                        hits.append((r, 1, order, "module", address))
         ops, index = self.trace.ops, search_index(self.engine.trace)  # the same ops after a discharge
-        for i in index.matching(q):
+        found = index.ranked(q) if q else [((1, 1.0), i) for i in range(len(ops))]
+        for r, i in found:
             if filters and not op_passes(ops[i], filters, self.trace):
                 continue
-            lab = index.rows[i][0]
-            hits.append((0 if lab == q else 1 if q in lab else 3, "op", ops[i].label))
-        hits.sort(key=lambda h: (h[0], len(h[2])))
-        return [(kind, ident) for _, kind, ident in (hits if limit is None else hits[:limit])]
+            hits.append((r, 0, i, "op", ops[i].label))
+        hits.sort(key=lambda h: (h[0][0], -h[0][1], h[1], h[2]))  # rank, then ops before modules, then order
+        return [(kind, ident) for *_r, kind, ident in (hits if limit is None else hits[:limit])]
 
     def go(self, query: str) -> str:
         """Select the best search hit; returns a readable line saying what happened."""

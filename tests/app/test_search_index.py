@@ -1,9 +1,12 @@
-"""The op search index finds exactly the ops a plain scan of labels and module paths finds."""
+"""The op search index finds exactly the ops a plain scan of labels, kinds, function names and module
+paths finds; the explorer's search ranks what people type (issue 36): aliases for the common words,
+the exact label first, class names matched."""
 from __future__ import annotations
 
 import pytest
 
-from app.search_index import SearchIndex
+from app.search_index import SearchIndex, func_name
+from exporters.search_terms import ALIASES, rank, words_of
 
 
 @pytest.fixture(scope="module")
@@ -13,11 +16,25 @@ def trace():
     return open_factory("tests.models:long_loop", (2, 4)).trace
 
 
-@pytest.mark.parametrize("q", ["tanh_100", "tanh_1", "add", "head", "", "h", "_", "mul_699", "zzz", "\t", "1\nadd"])
+@pytest.fixture(scope="module")
+def llama(default_loaded):
+    """The weights-free Llama-3.1-8B (its attention is one scaled_dot_product_attention op a layer)."""
+    from app.state import ExplorerState
+
+    return ExplorerState(default_loaded)
+
+
+def plain_scan(trace, q):
+    if "\t" in q or "\n" in q:
+        return []
+    return [i for i, op in enumerate(trace.ops)
+            if not q or any(q in f.lower() for f in (op.label, op.kind, func_name(op.func), op.module or ""))]
+
+
+@pytest.mark.parametrize("q", ["tanh_100", "tanh_1", "add", "head", "", "h", "_", "mul_699", "zzz", "\t", "1\nadd", "tanh"])
 def test_matches_equal_a_plain_scan(trace, q):
     index = SearchIndex(trace.ops)
-    plain = [i for i, op in enumerate(trace.ops)
-             if not q or q in op.label.lower() or q in (op.module or "").lower()] if "\t" not in q and "\n" not in q else []
+    plain = plain_scan(trace, q)
     assert index.matching(q) == plain
     assert [trace.ops[i].label.lower() for i in index.matching(q)] == [index.rows[i][0] for i in plain]
 
@@ -26,3 +43,48 @@ def test_one_op_matching_in_label_and_module_is_listed_once(trace):
     index = SearchIndex(trace.ops)
     head = [i for i, op in enumerate(trace.ops) if op.module == "head"]
     assert head and all(index.matching("head").count(i) == 1 for i in head)
+
+
+def test_words_of_splits_paths_and_class_names():
+    assert {"post", "attention", "layernorm"} <= words_of("post_attention_layernorm")
+    assert {"llama", "rms", "norm"} <= words_of("LlamaRMSNorm")
+    assert "attention" not in words_of("self_attn")
+
+
+@pytest.mark.parametrize("word", ["softmax", "sdpa", "attention"])
+def test_the_common_words_find_the_attention_op(llama, word):
+    hits = llama.search(word, limit=None)
+    sdpa = [o.label for o in llama.trace.ops if o.kind == "scaled_dot_product_attention"]
+    assert sdpa and [ident for _k, ident in hits[:len(sdpa)]] == sdpa, hits[:len(sdpa) + 2]
+
+
+def test_attention_ranks_attention_modules_before_paths_that_mention_it(llama):
+    hits = llama.search("attention", limit=None)
+    modules = [ident for kind, ident in hits if kind == "module"]
+    classes = [llama.trace.modules[a].class_name for a in modules]
+    first_other = next(i for i, c in enumerate(classes) if "Attention" not in c)
+    assert first_other > 0 and all("Attention" not in c for c in classes[first_other:]), classes
+    ops_in_paths = [i for i, (kind, ident) in enumerate(hits) if kind == "op" and "attention" not in llama.trace[ident].kind]
+    assert min(ops_in_paths) > max(i for i, (kind, _i) in enumerate(hits) if kind == "module")
+
+
+def test_the_exact_label_comes_first(llama):
+    assert llama.search("linear_1", limit=3)[0] == ("op", "linear_1")
+    first = llama.search("lm_head", limit=3)
+    assert first[0] == ("module", "lm_head")
+
+
+def test_class_names_and_aliases_match(llama):
+    mlp = [a for a, m in llama.trace.modules.items() if m.class_name == "LlamaMLP"]
+    hits = llama.search("llamamlp", limit=None)
+    assert [ident for _k, ident in hits[:len(mlp)]] == mlp
+    linears = [o.label for o in llama.trace.ops if o.kind == "linear"]
+    assert [i for k, i in llama.search("matmul", limit=None) if k == "op"][:len(linears)] == linears
+    norms = {ident for k, ident in llama.search("norm", limit=None) if k == "module"}
+    assert {a for a, m in llama.trace.modules.items() if "RMSNorm" in m.class_name} <= norms
+
+
+def test_the_alias_table_ranks_an_alias_below_the_word_itself():
+    assert rank("softmax", "softmax_1", ("softmax",)) < rank("softmax", "sdpa_1", ("scaled_dot_product_attention",))
+    assert rank("norm", "x", ("layer_norm",))[0] == 2 and "norm" in ALIASES
+    assert rank("zzz", "a", ("b",), "c")[0] == 99
