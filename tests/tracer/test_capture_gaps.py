@@ -242,3 +242,24 @@ def test_a_saved_trace_of_a_compiled_model_validates_offline_with_the_compiled_m
     t.save(tmp_path / "t")
     report = tracer.validate(tracer.load(tmp_path / "t"), params=compiled)
     assert report.passed, report.findings
+
+
+def test_flex_attention_is_one_boundary_op_and_its_own_compile_is_not_disclosed_as_the_users():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    class Flex(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(4, 12)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).unflatten(-1, (3, 4)).unbind(-2)
+            return flex_attention(q, k, v)
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tracer.trace(Flex(), (torch.randn(1, 1, 8, 4),))
+    kinds = {v["boundary"] for v in t.provenance["foreign_kernels"].values()}
+    assert kinds == {"higher_order_op"} and "compiled" not in t.provenance
+    assert not any("compiled code" in w for w in t.warnings)
+    assert all("first at" in w for w in t.warnings if "functorch transform" in w)

@@ -48,11 +48,11 @@ def compiled_submodules(modules: list[tuple[str, nn.Module]]) -> list[str]:
 def _entering_compiled_region(frame: Any) -> bool:
     """Whether a read of the stance's `skip_guard_eval_unsafe` is a compiled region's entry (dynamo's
     `compile_wrapper` reads it there and nowhere on a `torch._dynamo.disable` path), not the compile a
-    higher-order op (`torch.cond`) makes of itself."""
+    higher-order op (`torch.cond`, flex attention) makes of itself (torch marks those in `_hop_compile_tls`)."""
     if frame is None or frame.f_code.co_name != "compile_wrapper":
         return False
-    caller = frame.f_back
-    return caller is None or caller.f_code.co_name != "_hop_compile_and_call"
+    utils = sys.modules.get("torch._higher_order_ops.utils")  # cond, map, flex attention compile themselves
+    return not getattr(getattr(utils, "_hop_compile_tls", None), "in_hop_compile", False)
 
 
 class _EagerStance:

@@ -555,8 +555,10 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         """Run a call made inside a functorch transform unrecorded; its result enters the trace as a constant."""
         if not self.transform_warned:
             self.transform_warned = True
+            site = self.site_text()
             self.warnings.append(
-                "calls inside a functorch transform (torch.vmap, torch.func.grad) are not recorded op by op; "
+                "calls inside a functorch transform (torch.vmap, torch.func.grad, or one torch runs inside a call, "
+                f"as flex attention's mask does) are not recorded op by op{f', first at {site}' if site else ''}; "
                 "what the transform returns enters the trace as a constant (no edge to the tensors it read)")
         return func(*args, **kwargs) if self.simulated is None else self.simulated.call(func, args, kwargs)
 
