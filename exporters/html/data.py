@@ -18,6 +18,7 @@ from ..layout import Layout, LayoutEngine
 from ..layout.groups import CANVAS
 from ..layout.style import edge_colors, fill_color, ladder_caption, op_family, shape_text
 from ..layout.style import EDGE, BACK_EDGE, BROADCAST_EDGE
+from .. import search_terms
 
 EDGE_COLORS = (EDGE, BACK_EDGE, BROADCAST_EDGE)
 
@@ -42,6 +43,7 @@ def page_data(trace: Trace, *, overlay: Mapping[str, float] | None = None, title
         "where": _where(drawn, len(index)),
         "overlays": _overlays(trace, overlay),
         "edge_colors": EDGE_COLORS,
+        "search_aliases": search_terms.page_table(),  # the page's search ranks with the app's alias table
     }
 
 

@@ -42,7 +42,7 @@
   const O = D.ops, N = O.label.length, opIdx = new Map(O.label.map((l, i) => [l, i]));
   const children = Array.from({length: N}, () => []);
   O.parents.forEach((ps, i) => ps.forEach(([p]) => children[p].push(i)));
-  const hay = O.label.map((l, i) => (l + " " + O.kind[i] + " " + O.module[i] + " " + O.func[i]).toLowerCase());
+  const hay = O.label.map((l, i) => (l + "\t" + O.kind[i] + "\t" + O.module[i] + "\t" + O.func[i]).toLowerCase());
   const modNames = Object.keys(D.modules);
   const modHay = modNames.map((a) => (a + " " + D.modules[a][0]).toLowerCase());
   const viewByKey = new Map(D.views.map((v, i) => [v.expanded.join("\n"), i]));
@@ -280,16 +280,57 @@
   }
   function goOp(i) { const [vi, id] = D.where[i]; setView(vi); selectOp(i, true); }
 
-  // search
-  const hits = $("hits");
+  // search: the ranking of exporters/search_terms (its alias table comes in the data): the exact
+  // label, exact names, aliases and whole words, substrings, then module paths; ops before modules on a tie
+  const hits = $("hits"), ALIAS = D.search_aliases || {};
+  const WORD = /[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+/g;
+  function wordsOf(name) {
+    const out = new Set();
+    for (const part of name.split(/[._\s:]+/)) if (part) { out.add(part.toLowerCase()); for (const w of part.match(WORD) || []) out.add(w.toLowerCase()); }
+    return out;
+  }
+  function rank(q, exact, names, path) {  // [tier, coverage] or null
+    names = names.filter(Boolean);
+    const low = names.map((n) => n.toLowerCase()), alias = (ALIAS[q] || []).filter((t) => t !== q);
+    if (exact.toLowerCase() === q) return [0, 1];
+    if (low.includes(q)) return [1, 1];
+    if (alias.some((t) => low.includes(t))) return [2, 1];
+    let best = null;
+    const better = (tier, cover) => { if (!best || tier < best[0] || (tier === best[0] && cover > best[1])) best = [tier, cover]; };
+    names.forEach((n, i) => { if (wordsOf(n).has(q)) better(2, q.length / low[i].length); });
+    if (best) return best;
+    for (const l of [exact.toLowerCase(), ...low]) if (l.includes(q)) better(3, q.length / l.length);
+    if (!best) for (const t of alias) for (const l of low) if (t.length >= 3 && l.includes(t)) better(4, t.length / l.length);
+    if (!best && path && path.toLowerCase().includes(q)) best = [5, q.length / path.length];
+    return best;
+  }
   function search() {
     const q = $("search").value.trim().toLowerCase(); hits.replaceChildren();
     if (!q) { hits.append(el("div", {class: "none"}, "Type to search " + N + " ops and " + modNames.length + " modules.")); return; }
-    let shown = 0, total = 0;
-    modNames.forEach((a, j) => { if (a && modHay[j].includes(q)) { total++; if (shown++ < 100) hits.append(el("div", {class: "hit mod", on: {click: () => { expand(a); hits.querySelectorAll(".on").forEach((x) => x.classList.remove("on")); }}}, a + " ", el("span", {class: "path"}, D.modules[a][0]))); } });
-    for (let i = 0; i < N; i++) if (hay[i].includes(q)) { total++; if (shown++ < 300) hits.append(el("div", {class: "hit op", "data-label": O.label[i], on: {click: () => goOp(i)}}, O.label[i] + " ", el("span", {class: "path"}, O.kind[i] + " · " + (O.module[i] || "(top level)")))); }
-    if (!total) hits.append(el("div", {class: "none"}, "Nothing matches “" + $("search").value + "”."));
-    else if (shown > total || total > 400) hits.prepend(el("div", {class: "none"}, `${total} hits (first ${Math.min(total, 400)} listed)`));
+    const wanted = [q, ...(ALIAS[q] || [])], found = [];
+    modNames.forEach((a, j) => {
+      if (!a || !wanted.some((t) => modHay[j].includes(t))) return;
+      const r = rank(q, a, [a.split(".").pop(), D.modules[a][0]], a);
+      if (r) found.push([r, 1, j]);
+    });
+    for (let i = 0; i < N; i++) {
+      if (!wanted.some((t) => hay[i].includes(t))) continue;
+      const r = rank(q, O.label[i], [O.kind[i], String(O.func[i] || "").split(".").pop()], O.module[i] || "");
+      if (r) found.push([r, 0, i]);
+    }
+    found.sort((x, y) => x[0][0] - y[0][0] || y[0][1] - x[0][1] || x[1] - y[1] || x[2] - y[2]);
+    const LIMIT = 400;
+    for (const [, isMod, j] of found.slice(0, LIMIT)) {
+      if (isMod) {  // its own name and class first, whole; the path after it (cut at the end when long)
+        const a = modNames[j];
+        hits.append(el("div", {class: "hit mod", title: a + ": " + D.modules[a][0], on: {click: () => { expand(a); hits.querySelectorAll(".on").forEach((x) => x.classList.remove("on")); }}},
+          a.split(".").pop() + ": " + D.modules[a][0] + " ", el("span", {class: "path"}, "module · " + a)));
+      } else {
+        hits.append(el("div", {class: "hit op", "data-label": O.label[j], on: {click: () => goOp(j)}}, O.label[j] + " ", el("span", {class: "path"}, O.kind[j] + " · " + (O.module[j] || "(top level)"))));
+      }
+    }
+    if (!found.length) hits.append(el("div", {class: "none"}, "Nothing matches “" + $("search").value + "”."));
+    else if (found.length > LIMIT) hits.prepend(el("div", {class: "none"}, `${found.length} hits (first ${LIMIT} listed)`));
   }
   $("search").addEventListener("input", search);
   $("search").addEventListener("keydown", (e) => { if (e.key === "Enter") { const h = hits.querySelector(".hit"); if (h) h.click(); } });

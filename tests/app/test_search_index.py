@@ -88,3 +88,34 @@ def test_the_alias_table_ranks_an_alias_below_the_word_itself():
     assert rank("softmax", "softmax_1", ("softmax",)) < rank("softmax", "sdpa_1", ("scaled_dot_product_attention",))
     assert rank("norm", "x", ("layer_norm",))[0] == 2 and "norm" in ALIASES
     assert rank("zzz", "a", ("b",), "c")[0] == 99
+
+
+@pytest.mark.browser
+def test_the_html_files_search_ranks_like_the_app(browser, tmp_path):
+    """The HTML file's search (its own script, the same alias table in its data): `sdpa` and `softmax`
+    find the attention op first, `attention` lists that op before modules whose path only mentions it,
+    and a module hit shows its class whole (a tiny Llama with sdpa attention: one sdpa op a layer)."""
+    import torch
+
+    import tracer
+    from exporters.html import write_html
+    from tests.exporters.test_html_browser import open_offline
+    from tests.models import tiny_llama
+
+    trace = tracer.trace(tiny_llama(attn="sdpa"), (torch.randint(0, 100, (1, 6)),))
+    sdpa = [o.label for o in trace.ops if o.kind == "scaled_dot_product_attention"]
+    assert sdpa
+    page, seen = open_offline(browser, write_html(trace, tmp_path / "llama.html"), 1366, 768)
+    for word in ("sdpa", "softmax", "attention"):
+        page.fill("#search", word)
+        first = page.locator("#hits .hit").first
+        assert first.get_attribute("data-label") == sdpa[0], (word, page.locator("#hits").inner_text()[:300])
+    page.fill("#search", "q_proj")
+    hit = page.locator("#hits .hit.mod").first
+    assert hit.inner_text().startswith("q_proj: Linear")
+    whole = hit.evaluate("e => { const r = document.createRange(); r.setStart(e.firstChild, 0);"
+                         " r.setEnd(e.firstChild, 'q_proj: Linear'.length); return r.getBoundingClientRect().right"
+                         " <= e.getBoundingClientRect().right; }")
+    assert whole  # the class is not cut
+    assert not seen["errors"]
+    page.close()
