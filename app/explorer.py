@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import html
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import panel as pn
 
+from exporters.http_policy import HostPolicy, valid_host_name
 from exporters.model_explorer.server import free_port
+from tracer.errors import InvalidInputError
 
 from . import activity
+from .http_guard import serve_guarded
 from .sources import Loaded
 from .state import ExplorerState
 from .urlstate import apply_query, keep_in_url, session_query
@@ -155,19 +158,27 @@ def plain_title(text: str) -> str:
     return "".join(c for c in str(text) if c not in "<>&\"'")[:120]
 
 
-def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Callable[[str], None] | None = None) -> Any:
+def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Callable[[str], None] | None = None,
+          allowed_hosts: Sequence[str] = ()) -> Any:
     """Serve the explorer on 127.0.0.1; returns the server (a thread to `.stop()` when threaded).
 
     Blocks when not threaded. `on_ready(url)` is called once the port is known, before serving.
+    Every request must name 127.0.0.1, localhost or [::1] on `port` (or one of `allowed_hosts`,
+    `name` or `name:port`) as its Host, and a websocket that Origin (app.http_guard).
     """
     port = port or free_port()
+    bad = [h for h in allowed_hosts if not valid_host_name(h)]
+    if bad:
+        raise InvalidInputError(f"allowed host {bad[0]!r} is not a host name", site="serve(allowed_hosts=...)",
+                                remedy="Pass plain names such as 'mybox.local' or 'mybox.local:8080'.")
+    policy = HostPolicy.loopback(port, allowed_hosts)
     url = f"http://{HOST}:{port}/"
     if on_ready is not None:
         on_ready(url)
     activity.install()  # work nobody waits for gives way to a session's click (app.activity)
     pool = PagePool(loaded)  # the next page's parts are built while nobody waits for them
-    return pn.serve(
-        {"/": lambda: build_app(loaded, pool)}, address=HOST, port=port, show=False, threaded=threaded,
-        title=f"torchlens-explore: {plain_title(loaded.trace.model_class)}", websocket_origin=[f"{HOST}:{port}", f"localhost:{port}"],
+    return serve_guarded(
+        {"/": lambda: build_app(loaded, pool)}, address=HOST, port=port, threaded=threaded, policy=policy,
+        title=f"torchlens-explore: {plain_title(loaded.trace.model_class)}", websocket_origin=sorted(h for h in policy.hosts if "[" not in h),  # Bokeh's own check too (it cannot parse [::1])
         liveness=True,
     )

@@ -1,12 +1,16 @@
 """A loopback front for the Model Explorer server: the only door a browser gets.
 
-It binds 127.0.0.1, answers only requests whose Host is `127.0.0.1:PORT` or `localhost:PORT`
-(a DNS-rebinding page sends its own name), forwards GETs on the routes the viewer uses, and lets
-`read_text_file` read only the files it was started for. Everything else is refused.
+It binds 127.0.0.1, answers only requests that `exporters.http_policy.refusal` lets through (Host
+`127.0.0.1:PORT`, `localhost:PORT` or `[::1]:PORT`: a DNS-rebinding page sends its own name; no
+foreign Origin; no cross-site subresource), forwards GETs on the routes the viewer uses, and lets
+`read_text_file` read only the files it was started for. Everything else is refused. The viewer's
+page is served without its links to Google's font servers (the same fonts ship in its static files),
+and every answer carries a Content-Security-Policy that lets the page load from this server only.
 """
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -15,11 +19,22 @@ from pathlib import Path
 from typing import Iterable
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from ..http_policy import HostPolicy, refusal
+
 READ_FILE = "/api/v1/read_text_file"
 FORWARDED_API = frozenset({"/check_health", "/api/v1/get_extensions", "/api/v1/load_graphs_json",
                            "/api/v1/load_node_data", READ_FILE})
 NO_NEW_VERSION = {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via a proxy
+# The page may load only from this server (inline styles and scripts, data: and blob: as the viewer uses).
+CSP = "default-src 'self' 'unsafe-inline' 'unsafe-eval' data: blob:; frame-ancestors 'none'; form-action 'self'"
+_EXTERNAL_LINK = re.compile(rb"<link\b[^>]*\bhref\s*=\s*[\"']?(?:https?:)?//[^>]*>", re.I)
+_EXTERNAL_FONT_FACE = re.compile(rb"@font-face\s*\{[^}]*url\(\s*[\"']?(?:https?:)?//[^}]*\}", re.I)
+
+
+def local_page(html: bytes) -> bytes:
+    """The viewer's page without `<link>`s to other hosts or `@font-face` rules that fetch from them."""
+    return _EXTERNAL_FONT_FACE.sub(b"", _EXTERNAL_LINK.sub(b"", html))
 
 
 def allowed_route(path: str) -> bool:
@@ -32,13 +47,15 @@ def allowed_route(path: str) -> bool:
 class ModelExplorerFront:
     """A running front on 127.0.0.1:`port` forwarding to the server at `backend`; `stop()` closes it."""
 
-    def __init__(self, backend: str, files: Iterable[str | Path], port: int = 0) -> None:
+    def __init__(self, backend: str, files: Iterable[str | Path], port: int = 0,
+                 allowed_hosts: Iterable[str] = ()) -> None:
         self.backend = backend.rstrip("/")
         self.files = frozenset(str(Path(f).resolve()) for f in files)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.hosts = frozenset({f"127.0.0.1:{self.port}", f"localhost:{self.port}"})
+        self.policy = HostPolicy.loopback(self.port, allowed_hosts)
+        self.hosts = self.policy.hosts
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="model-explorer-front", daemon=True)
         self._thread.start()
 
@@ -67,9 +84,15 @@ def _handler_for(front: ModelExplorerFront) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *_args) -> None:  # quiet: the app prints what matters
             return
 
+        def _refused(self) -> bool:
+            why = refusal(front.policy, lambda name: self.headers.get_all(name) or [])
+            if why is not None:
+                self._refuse(*why)
+            return why is not None
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.headers.get("Host", "") not in front.hosts:
-                return self._refuse(421, "wrong Host: this server answers only 127.0.0.1 or localhost on its port")
+            if self._refused():
+                return
             url = urlsplit(self.path)
             path = unquote(url.path)  # decide on the path the server will route, not on its encoding
             if not path.startswith("/") or "//" in path or "\\" in path or ".." in path.split("/"):
@@ -83,17 +106,19 @@ def _handler_for(front: ModelExplorerFront) -> type[BaseHTTPRequestHandler]:
             self._forward(quote(path) + (f"?{url.query}" if url.query else ""))
 
         def do_HEAD(self) -> None:  # noqa: N802
-            self._refuse(405, "GET only")
+            self._refused() or self._refuse(405, "GET only")
 
         def do_POST(self) -> None:  # noqa: N802
-            self._refuse(405, "GET only")
+            self._refused() or self._refuse(405, "GET only")
 
         do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
 
         def _forward(self, path: str) -> None:
             try:
                 with _OPENER.open(front.backend + path, timeout=60) as resp:
-                    self._send(resp.status, resp.read(), resp.headers.get("Content-Type", "application/octet-stream"))
+                    kind = resp.headers.get("Content-Type", "application/octet-stream")
+                    body = resp.read()
+                    self._send(resp.status, local_page(body) if kind.startswith("text/html") else body, kind)
             except urllib.error.HTTPError as exc:
                 self._send(exc.code, exc.read(), exc.headers.get("Content-Type", "text/plain"))
             except (urllib.error.URLError, OSError):
@@ -108,6 +133,7 @@ def _handler_for(front: ModelExplorerFront) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
             self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Security-Policy", CSP)
             self.end_headers()
             try:
                 self.wfile.write(body)
