@@ -213,3 +213,55 @@ def vendor_collection(payload: dict[str, Any]) -> Any:
 
     extra = {k: v for k, v in payload.items() if k not in ("label", "graphs")}
     return gb.GraphCollection(label=payload["label"], graphs=[graph(g) for g in payload["graphs"]], **extra)
+
+
+# -- names after Model Explorer's single-child flattening --------------------------------------------
+def collapsed_layers(nodes: list[dict]) -> dict[str, list[str]]:
+    """What Model Explorer's layout does without `keepLayersWithASingleChild`: a layer whose only child is
+    one op node is removed and the node moves up, again and again (its parent may then hold only that
+    node). Returns node id -> the layers it stands for, outermost first (nodes that stand for none left out)."""
+    children: dict[str, list[str]] = {}
+    for n in nodes:
+        ns = n.get("namespace") or ""
+        if not ns:
+            continue
+        children.setdefault(ns, []).append("node:" + n["id"])
+        parts = ns.split("/")
+        for depth in range(len(parts) - 1, 0, -1):
+            parent, child = "/".join(parts[:depth]), "/".join(parts[:depth + 1])
+            kids = children.setdefault(parent, [])
+            if "layer:" + child not in kids:
+                kids.append("layer:" + child)
+    stands: dict[str, list[str]] = {}
+    for ns in sorted(children, key=lambda s: -s.count("/")):  # innermost first: a parent sees its collapsed child
+        kids = children[ns]
+        if len(kids) != 1 or not kids[0].startswith("node:"):
+            continue
+        node = kids[0]
+        stands.setdefault(node[5:], []).insert(0, ns)
+        if "/" in ns:
+            parent = children[ns.rsplit("/", 1)[0]]
+            parent[parent.index("layer:" + ns)] = node
+    return stands
+
+
+def layer_names_lost(payload: dict[str, Any]) -> list[str]:
+    """Module layers whose name and class nobody shows once Model Explorer has laid the graph out: a
+    layer that survives shows them as its own name (`lm_head (Linear)`); a collapsed one must be named
+    in its node's label (`lm_head: Linear`). [] when every module keeps its name."""
+    lost = []
+    for graph in payload["graphs"]:
+        if (graph.get("layoutConfigs") or {}).get("keepLayersWithASingleChild"):
+            continue
+        labels = {n["id"]: n.get("label", "") for n in graph["nodes"]}
+        groups = graph.get("groupNodeAttributes") or {}
+        for node_id, layers in collapsed_layers(graph["nodes"]).items():
+            for ns in layers:
+                attrs = groups.get(ns) or {}
+                if not attrs.get("module"):
+                    continue  # not a module (a group of model outputs)
+                name = attrs["module"].rsplit(".", 1)[-1]
+                if f"{name}: {attrs.get('class', '')}" not in labels[node_id]:
+                    lost.append(f"{attrs['module']} ({attrs.get('class', '')}) collapses into {node_id!r} "
+                                f"labelled {labels[node_id]!r}")
+    return lost

@@ -32,7 +32,7 @@ from tracer.store.codec import gc_paused
 from .. import overlays
 from ..errors import ModelExplorerWriteError
 from ..overlays import CLAIM_COLORS
-from .check import validate_payload
+from .check import collapsed_layers, validate_payload
 from .distributed import distributed_attrs
 
 NODE_DATA_METRICS = ("parameters", "output_bytes", "flops", "claim_state")
@@ -63,6 +63,8 @@ def _graph_collection(trace: Trace, keep_single_child_layers: bool) -> dict[str,
     ladder = trace.ladder_state
     out_ids = {op.label: _num(op.output_index) for op in trace.ops}
     nodes = [_node(op, trace, io_groups.get(op.label) or layers.namespace(op), ladder, out_ids) for op in trace.ops]
+    if not keep_single_child_layers:
+        _name_collapsed(nodes, layers)
     graph = {
         "id": graph_id(trace),
         "nodes": nodes,
@@ -74,6 +76,20 @@ def _graph_collection(trace: Trace, keep_single_child_layers: bool) -> dict[str,
         "graphs": [graph],
         "graphSorting": "node_count_desc",
     }
+
+
+def _name_collapsed(nodes: list[dict[str, Any]], layers: "_Layers") -> None:
+    """A module layer Model Explorer will collapse (one op inside) names its node instead: `lm_head: Linear`
+    rather than `linear_225` (issue 36); the op's label stays the node's id and its `op` attribute."""
+    by_id = {n["id"]: n for n in nodes}
+    for node_id, namespaces in collapsed_layers(nodes).items():
+        names = [layers.display_name(ns) for ns in namespaces]
+        names = [x for x in names if x]
+        if not names:
+            continue
+        node = by_id[node_id]
+        node["label"] = "/".join(names)
+        node["attrs"].insert(0, {"key": "op", "value": node_id})
 
 
 def export(trace: Trace, path: str | Path, *, keep_single_child_layers: bool = False,
@@ -238,6 +254,16 @@ class _Layers:
             names.append(f"{name} ({scope.class_name})" if scope else name)  # the layer reads `0 (GPT2Block)`
             self.layer.setdefault("/".join(names), (address, call))
         return "/".join(names)
+
+    def display_name(self, namespace: str) -> str:
+        """A module layer's name as a node label, `lm_head: Linear` (`shared:1: Linear` for a later call);
+        "" for a namespace that is no module layer."""
+        if namespace not in self.layer:
+            return ""
+        address, call = self.layer[namespace]
+        scope = self.trace.modules.get(address)
+        name = address.rsplit(".", 1)[-1] + (f":{call}" if call else "")
+        return f"{name}: {scope.class_name}" if scope else name
 
     def attributes(self) -> dict[str, dict[str, str]]:
         counts = module_param_counts(self.trace, at_every_alias=True)

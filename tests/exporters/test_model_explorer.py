@@ -305,3 +305,65 @@ def test_export_does_not_import_model_explorer(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# -- names kept through Model Explorer's single-child flattening (issue 36) -------------------------
+def test_modules_holding_one_op_name_their_node(gpt2_trace):
+    payload = me.to_graph_collection(gpt2_trace)
+    nodes = {n["id"]: n for n in payload["graphs"][0]["nodes"]}
+    by_module = {gpt2_trace[i].module: n for i, n in nodes.items()}
+    assert by_module["lm_head"]["label"] == "lm_head: Linear"
+    assert by_module["transformer.wte"]["label"] == "wte: Embedding"
+    assert by_module["transformer.wpe"]["label"] == "wpe: Embedding"
+    assert by_module["transformer.h.0.ln_1"]["label"] == "ln_1: LayerNorm"
+    op = by_module["lm_head"]["id"]
+    assert {"key": "op", "value": op} in by_module["lm_head"]["attrs"]  # the op's label is still there
+    assert me.check.layer_names_lost(payload) == []
+    assert me.check.rebuild_with_graph_builder(payload) == payload  # the vendor's schema takes the labels
+    for n in payload["graphs"][0]["nodes"]:  # with the op labels back, the check names what is lost
+        n["label"] = n["id"]
+    lost = me.check.layer_names_lost(payload)
+    assert any(x.startswith("lm_head (Linear) collapses into") for x in lost), lost
+
+
+def test_a_chain_of_single_child_layers_names_every_module():
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.outer = nn.Sequential(nn.Sequential(nn.Linear(4, 4)))
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.outer(x))
+
+    trace = tracer.trace(Wrapped().eval(), (torch.randn(2, 4),))
+    payload = me.to_graph_collection(trace)
+    labels = {n["id"]: n["label"] for n in payload["graphs"][0]["nodes"]}
+    assert labels["linear_1"] == "outer: Sequential/0: Sequential/0: Linear"
+    assert labels["relu_1"] == "act: ReLU"
+    assert me.check.layer_names_lost(payload) == []
+    kept = me.to_graph_collection(trace, keep_single_child_layers=True)  # the layers stay: names are theirs
+    assert {n["id"]: n["label"] for n in kept["graphs"][0]["nodes"]}["linear_1"] == "linear_1"
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_served_model_explorer_page_shows_the_module_names(gpt2_trace, tmp_path, page, artifacts_dir):
+    """The real Model Explorer on the GPT-2 export: searching `lm_head` and `wte` lists the nodes by their
+    module's name and class, and selecting one shows that label in its info panel."""
+    path = me.export(gpt2_trace, tmp_path / "gpt2.json")
+    server = me.serve(path)
+    with server:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto(me.open_url(server.base_url, path))
+        search = page.get_by_placeholder("Search nodes/layers by regex")
+        search.wait_for(timeout=60_000)
+        page.get_by_text(f"{len(gpt2_trace.ops)} nodes").first.wait_for(timeout=60_000)
+        for name, label in (("lm_head", "lm_head: Linear"), ("wte", "wte: Embedding")):
+            search.fill(name)
+            hit = page.get_by_text(label, exact=True).filter(visible=True)
+            hit.first.wait_for(timeout=30_000)
+        hit.first.click(modifiers=["Alt"])
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(Path(artifacts_dir) / "model_explorer_gpt2_names.png"))
+        assert "wte: Embedding" in page.locator("body").inner_text()
