@@ -67,6 +67,15 @@ def _export_in_worker(state: ExplorerState, path: Path, kind: str) -> dict:
     return run_task("export", request, lambda _f, _t: None, site=f"export {path.name}")
 
 
+class RefusableDownload(pn.widgets.FileDownload):
+    """A FileDownload whose callback returns None for a refused export (the refusal is shown in the
+    panel's status): nothing is transferred, and Panel logs no "Cannot transfer ... NoneType" error."""
+
+    def _sync_data(self, fileobj: Any) -> None:
+        if fileobj is not None:
+            super()._sync_data(fileobj)
+
+
 class ExportPanel(pn.viewable.Viewer):
     """Download buttons for figures, the trace and Model Explorer JSON; a Model Explorer launcher."""
 
@@ -109,8 +118,8 @@ class ExportPanel(pn.viewable.Viewer):
             self.status.object = text_html(f"Wrote {out.name} ({out.stat().st_size:,} bytes).")
             return str(out)
 
-        return pn.widgets.FileDownload(callback=callback, filename=filename, label=label, embed=False,
-                                       css_classes=[css], sizing_mode="stretch_width")
+        return RefusableDownload(callback=callback, filename=filename, label=label, embed=False,
+                                 css_classes=[css], sizing_mode="stretch_width")
 
     def open_model_explorer(self) -> None:
         """Export, start Model Explorer on 127.0.0.1 in the background, and show its link."""

@@ -118,3 +118,21 @@ def test_out_through_a_symlink_is_refused_unless_asked(tmp_path, capsys):
     assert b"<svg" in victim.read_bytes() and link.is_symlink()
     with pytest.raises(OutputPathUnsafeError):
         write_atomic(link, b"x", error=TraceSaveFailedError)
+
+
+def test_a_refused_export_download_transfers_nothing():
+    """The export panel's download of a refused export (its callback returns None) sets no data and
+    raises nothing; Panel's own FileDownload raised `Cannot transfer unknown object of type NoneType`."""
+    import panel as pn
+
+    from app.views.export import RefusableDownload
+
+    plain = pn.widgets.FileDownload(callback=lambda: None, filename="fig.svg", embed=False)
+    with pytest.raises(ValueError, match="NoneType"):
+        plain._clicks += 1
+    refusable = RefusableDownload(callback=lambda: None, filename="fig.svg", embed=False)
+    refusable._clicks += 1
+    assert refusable.data is None
+    refusable.callback = lambda: __file__
+    refusable._clicks += 1
+    assert refusable.data.startswith("data:")
