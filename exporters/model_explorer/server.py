@@ -1,8 +1,9 @@
 """Serve an exported graph with the real Model Explorer server (a subprocess on loopback).
 
 `serve(path)` starts `model-explorer FILE --host 127.0.0.1 --port P --no_open_in_browser` on a
-private port with a minimal environment, puts a loopback front before it (`front.py`: Host check,
-only the viewer's routes, `read_text_file` only for the exported files), waits for `/check_health`,
+private port with a minimal environment, puts a loopback front before it (`front.py`: Host and
+Origin by allowlist, only the viewer's routes, `read_text_file` only for the exported files, the
+page's off-machine font links dropped and a same-origin CSP), waits for `/check_health`,
 reads the file back through the front and checks it equals the file on disk. Used as a context
 manager it yields the URL that opens the file and stops both (SIGTERM) on exit.
 """
@@ -67,7 +68,7 @@ class ModelExplorerServer:
 
     def __init__(self, path: str | Path, host: str = "127.0.0.1", port: int | None = None, *,
                  node_data: Sequence[str | Path] = (), timeout: float = 60.0,
-                 allow_non_loopback: bool = False) -> None:
+                 allow_non_loopback: bool = False, allowed_hosts: Sequence[str] = ()) -> None:
         self.path = Path(path).resolve()
         if not self.path.is_file():
             raise ModelExplorerServerError(f"no graph file at {self.path}", site="serve(path=...)",
@@ -76,6 +77,7 @@ class ModelExplorerServer:
             raise NonLoopbackHostError(f"refusing to bind Model Explorer to {host!r}", site="serve(host=...)", host=host)
         self.host = host
         self.port = port
+        self.allowed_hosts = tuple(allowed_hosts)  # names the front answers besides 127.0.0.1, localhost, [::1]
         self.node_data = tuple(Path(p).resolve() for p in node_data)
         self.timeout = timeout
         self.process: subprocess.Popen | None = None
@@ -198,7 +200,8 @@ class ModelExplorerServer:
 
     def _open_front(self) -> None:
         try:
-            self.front = ModelExplorerFront(self.backend_url, (self.path, *self.node_data), self.port or 0)
+            self.front = ModelExplorerFront(self.backend_url, (self.path, *self.node_data), self.port or 0,
+                                            allowed_hosts=self.allowed_hosts)
         except OSError as exc:
             raise ModelExplorerServerError(f"cannot listen on 127.0.0.1:{self.port}", site="serve(port=...)",
                                            log=f"127.0.0.1:{self.port} is already in use or not allowed ({exc})",
@@ -220,15 +223,16 @@ class ModelExplorerServer:
 
 def serve(path: str | Path, host: str = "127.0.0.1", port: int | None = None, *,
           node_data: Sequence[str | Path] = (), timeout: float = 60.0,
-          allow_non_loopback: bool = False) -> ModelExplorerServer:
+          allow_non_loopback: bool = False, allowed_hosts: Sequence[str] = ()) -> ModelExplorerServer:
     """Start Model Explorer on an exported graph file; `with serve(p) as url:` stops it on exit.
 
     The port is picked when `port` is None; any host other than loopback is refused unless
     `allow_non_loopback=True` (then the vendor server is bound bare, without the front, and reads
-    any file a client names).
+    any file a client names). The front answers requests whose Host is 127.0.0.1, localhost or [::1]
+    on its port, or one of `allowed_hosts`; any other Host gets 421.
     """
     return ModelExplorerServer(path, host, port, node_data=node_data, timeout=timeout,
-                               allow_non_loopback=allow_non_loopback).start()
+                               allow_non_loopback=allow_non_loopback, allowed_hosts=allowed_hosts).start()
 
 
 ENV_PASSED = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")  # what the server needs to start; nothing else is passed
