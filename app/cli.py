@@ -31,6 +31,8 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="trace your own model: package.module:factory (a function returning an nn.Module)")
     p.add_argument("--input-shape", default="1,8", help="input shape for --model or a config (default 1,8)")
     p.add_argument("--port", default="0", help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME[:PORT]",
+                   help="also answer requests naming this Host (besides 127.0.0.1, localhost, [::1]); repeatable")
     p.add_argument("--training-step", action="store_true",
                    help="a config: capture one training step (forward and backward, weights-free) for the Backward view")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (servers); the URL is printed")
@@ -200,7 +202,7 @@ def explore(ns: argparse.Namespace) -> int:
     freeze_long_lived()  # what lives as long as the server is never walked again by a collection on the loop
     collect_when_idle()  # and what the sessions leave is collected while none of them waits
     try:
-        serve(loaded, port, on_ready=ready)
+        serve(loaded, port, on_ready=ready, allowed_hosts=ns.allow_host)
     except OSError as exc:
         from .errors import PortUnavailableError
 

@@ -206,7 +206,7 @@ def test_the_console_script_imports_nothing_a_url_names_from_its_launch_folder(t
     (tmp_path / "mymodel.py").write_text("from tests.models import tiny_llama\n\ndef build():\n    return tiny_llama()\n")
     script = Path(sys.executable).with_name("torchlens-explore")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([str(script), "--model", "mymodel:build", "--no-browser"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([str(script), "--model", "mymodel:build", "--no-browser", "--allow-host", EXTRA], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = None
@@ -232,6 +232,7 @@ def test_the_console_script_imports_nothing_a_url_names_from_its_launch_folder(t
                      ("Sec-Fetch-Site", "same-origin")]
         assert raw_request(port, "/ws", rebinding + upgrade_headers())[0] == 421
         assert raw_request(port, "/liveness", own)[0] == 200 and proc.poll() is None
+        assert raw_request(port, "/liveness", [("Host", f"{EXTRA}:{port}")])[0] == 200  # --allow-host
         assert not marker.exists()
     finally:
         proc.terminate()
