@@ -22,7 +22,7 @@ from torch import nn
 from tests.zoo.compare import bit_equal
 from tests.zoo.outcome import failed, from_exception, one_line, passed, skipped
 
-from .cases import BY_NAME, SECOND_SUBJECT, Case
+from .cases import BY_NAME, SECOND_SUBJECT, Case, Rendezvous
 from .observe import INVENTED, ParamReads, gaps, kinds, state_names
 
 COLUMNS = ("capture", "validate", "save_load_validate", "weights_free")
@@ -70,7 +70,6 @@ class _Captured:
 
         build, make_inputs = subject
         self.case, self.error, self.trace, self.reads = case, None, None, set()
-        self.warnings: list[str] = []
         with case.context():
             try:
                 self.model, self.inputs = build(device), make_inputs(device)
@@ -78,11 +77,10 @@ class _Captured:
             except Exception as exc:  # torch itself cannot run the row: not a tracer result
                 raise Unavailable(exc) from exc
             try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
                     options = tracer.CaptureOptions(structure_only=structure_only)
                     self.trace = tracer.trace(self.model, self.inputs, capture=options)
-                self.warnings = [one_line(str(w.message)) for w in caught]
             except Exception as exc:  # recorded: typed or untyped
                 self.error = exc
             twin_build = case.eager if subject[0] is case.build and case.eager is not None else build
@@ -95,8 +93,11 @@ class _Captured:
             self.reads = observer.read
             self.twin_kinds = None
             if case.match_kinds and self.trace is not None:
-                self.twin_kinds = kinds(tracer.trace(twin_build(device), make_inputs(device),
-                                                     capture=tracer.CaptureOptions(structure_only=structure_only)))
+                try:
+                    self.twin_kinds = kinds(tracer.trace(twin_build(device), make_inputs(device),
+                                                         capture=tracer.CaptureOptions(structure_only=structure_only)))
+                except Exception as exc:  # the reference capture itself fails: no verdict on this row
+                    raise Unavailable(exc, "the plain twin's own capture fails") from exc
         self.own = set(state_names(self.model).values()) | set(self.model.state_dict())
 
     def gaps(self, trace: Any = None) -> list[str]:
@@ -139,8 +140,24 @@ def _report_outcome(report: Any) -> dict[str, Any] | None:
     return failed(f"validation_{first.check}", text)
 
 
+def _left_behind(grad_before: bool) -> str:
+    """What a capture left changed in torch's global state (mode stacks, grad mode); '' when nothing."""
+    changed = []
+    if torch._C._len_torch_function_stack():
+        changed.append(f"{torch._C._len_torch_function_stack()} torch function mode(s) left on the stack")
+    if torch._C._len_torch_dispatch_stack():
+        changed.append(f"{torch._C._len_torch_dispatch_stack()} dispatch mode(s) left on the stack")
+    if torch.is_grad_enabled() != grad_before:
+        changed.append("grad mode changed")
+    return "; ".join(changed)
+
+
 def column_capture(case: Case, subject: Subject) -> dict[str, Any]:
+    grad = torch.is_grad_enabled()
     cap = _Captured(case, subject, "cpu")
+    left = _left_behind(grad)
+    if left:
+        return failed("state_left_changed", left)
     if cap.error is not None:
         return outcome_of(cap.error)
     if not _same(cap.trace.output, cap.plain, case.compare == "meta"):
@@ -233,6 +250,8 @@ def _worst(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _in_threads(fn: Callable, case: Case, subjects: list[Subject]) -> list[dict[str, Any]]:
+    """`fn` for each subject in its own thread; each forward of one meets the same forward of the other
+    (`Rendezvous`: both run the same sequence of forwards), so the captures overlap."""
     barrier, out = threading.Barrier(len(subjects)), [None] * len(subjects)
 
     def run(i: int) -> None:
@@ -240,10 +259,14 @@ def _in_threads(fn: Callable, case: Case, subjects: list[Subject]) -> list[dict[
         out[i] = _guarded(fn, case, subjects[i])
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(subjects))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    Rendezvous.barrier = threading.Barrier(len(subjects), timeout=120)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        Rendezvous.barrier = None
     return [o if o is not None else {"result": "untyped", "code": "ThreadDied", "reason": "no outcome"} for o in out]
 
 
@@ -283,7 +306,7 @@ def run_cell(name: str, column: str) -> dict[str, Any]:
     if not case.concurrency:
         out = _guarded(fn, case, (case.build, case.inputs))
     else:
-        subjects = [(case.build, case.inputs), SECOND_SUBJECT]
+        subjects = [(case.build, case.inputs), SECOND_SUBJECT[case.concurrency]]
         runner = _in_threads if case.concurrency == "threads" else _in_processes
         out = _worst(runner(fn, case, subjects))
     return {"case": name, "column": column, **out}

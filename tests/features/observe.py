@@ -20,12 +20,20 @@ INVENTED = ("ops consume parameters the model does not have", "op kinds differ f
             "capture: extra")  # gaps that add computation rather than lose it
 
 
+OPAQUE = " (packed)"  # marks a read of packed state (a ScriptObject such as quantized weights), not a tensor
+
+
 def state_names(model: nn.Module) -> dict[int, str]:
-    """id of each parameter and buffer of `model` -> its first address."""
+    """id of each parameter, buffer and packed-state object (`torch.ScriptObject` attribute) of `model` -> its
+    first address; a packed one's address ends with OPAQUE."""
     names: dict[int, str] = {}
     for name, t in list(model.named_parameters(remove_duplicate=False)) + \
             list(model.named_buffers(remove_duplicate=False)):
         names.setdefault(id(t), name)
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.ScriptObject):
+                names.setdefault(id(value), f"{prefix}.{attr}".lstrip(".") + OPAQUE)
     return names
 
 
@@ -42,7 +50,7 @@ class ParamReads(TorchFunctionMode):
         kwargs = kwargs or {}
         self.calls += 1
         for leaf in tree_leaves((args, kwargs)):
-            if isinstance(leaf, torch.Tensor):
+            if isinstance(leaf, (torch.Tensor, torch.ScriptObject)):
                 name = self.names.get(id(leaf))
                 if name is not None:
                     self.read.add(name)
@@ -50,6 +58,13 @@ class ParamReads(TorchFunctionMode):
 
 
 def _matches(recorded: str, name: str) -> bool:
+    """`recorded` (a trace's parameter address) names `name`; packed state counts as read when the trace
+    attributes anything of its layer (the address before its first private segment: `fc1` of
+    `fc1._packed_params._packed_params`), since the tracer may name it either way."""
+    if name.endswith(OPAQUE):
+        parts = name[: -len(OPAQUE)].split(".")
+        layer = ".".join(parts[: next((i for i, p in enumerate(parts) if p.startswith("_")), len(parts))])
+        return not layer or recorded == layer or recorded.startswith(layer + ".") or f".{layer}." in recorded
     return recorded == name or recorded.endswith("." + name)
 
 

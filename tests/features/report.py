@@ -106,6 +106,15 @@ def render(results: dict[str, Any]) -> str:
         "trace) its op kinds differ from a capture of the plain twin. Such a trace is `silent` when it reports "
         "`verified=True` and the column passed, `disclosed` when it says `verified=False`.",
         "",
+        "**Limits of the sweep.** The observer sees what torch calls receive as arguments: parameters, "
+        "buffers, and packed state held as `torch.ScriptObject` attributes (quantized weights; a trace "
+        "attributing anything under the same layer counts as covering it). It does not see reads inside "
+        "TorchScript or compiled code; for those rows it observes the plain eager twin. The `tensor_hook` row "
+        "captures the forward only (the hook runs in backward). `unavailable` on `weights_free` means torch "
+        "itself has no meta kernel for the row (sparse, quantized, flex attention) or the forward reads a "
+        "value (`torch.cond`'s predicate). Inductor compiles once per cell (its on-disk cache is shared between "
+        "cells). A cell that ran past its limit or crashed is shown as `error`, never dropped.",
+        "",
         "| result | meaning |",
         "|---|---|",
     ] + [f"| {r} | {m} |" for r, m in MEANING.items()] + [

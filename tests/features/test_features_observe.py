@@ -51,3 +51,19 @@ def test_gaps_name_unconsumed_parameters_constant_outputs_absent_kinds_and_extra
     assert any("expected op kinds not recorded: conv" in g for g in extra)
     assert any("extra {'linear': 1, 'relu': 1}" in g for g in extra)
     assert gaps(plain, reads | {"fc3.weight"}, own)[0].endswith("consumed by no op: fc3.weight")
+
+
+def test_observer_sees_packed_quantized_weights_and_a_trace_naming_their_layer_covers_them():
+    import warnings
+
+    from tests.features.observe import _matches
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(8, 4)), {nn.Linear}, dtype=torch.qint8)
+        with ParamReads(q) as observer:
+            q(torch.randn(2, 8))
+    assert observer.read == {"0._packed_params._packed_params (packed)"}
+    assert _matches("0._packed_params._packed_params", "0._packed_params._packed_params (packed)")
+    assert _matches("0.weight", "0._packed_params._packed_params (packed)")
+    assert not _matches("1.weight", "0._packed_params._packed_params (packed)")
