@@ -169,7 +169,8 @@ class ModelExplorerServer:
     # -- steps -------------------------------------------------------------------------
     def _launch(self) -> None:
         host, port = ("127.0.0.1", self.backend_port) if self.fronted else (self.host, self.port)
-        cmd = [*_command(), str(self.path), "--host", host, "--port", str(port), "--no_open_in_browser"]
+        launcher = _guarded_command(port) if self.fronted else None  # the backend answers only its front
+        cmd = [*(launcher or _command()), str(self.path), "--host", host, "--port", str(port), "--no_open_in_browser"]
         if self.node_data:
             cmd += ["--node_data_paths", ",".join(str(p) for p in self.node_data)]
         if self._log is not None:
@@ -257,6 +258,15 @@ def _command() -> list[str]:
     if importlib.util.find_spec("model_explorer") is None:
         raise ModelExplorerUnavailableError("the model-explorer command is not installed", site="serve()")
     return [sys.executable, "-m", "model_explorer"]
+
+
+def _guarded_command(port: int) -> list[str] | None:
+    """This interpreter running the vendor server through `backend_guard.py` (None if it lacks model_explorer)."""
+    import importlib.util
+
+    if importlib.util.find_spec("model_explorer") is None or importlib.util.find_spec("flask") is None:
+        return None
+    return [sys.executable, str(Path(__file__).with_name("backend_guard.py")), str(port)]
 
 
 def _is_loopback(host: str) -> bool:

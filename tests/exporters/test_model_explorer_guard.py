@@ -3,6 +3,7 @@ nothing from off the machine (the vendor's page fetches Google's fonts; the fron
 from __future__ import annotations
 
 import http.client
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -61,6 +62,16 @@ def test_the_front_answers_its_own_names_and_origins_only(server):
     assert request(p, "/", nav)[0] == 200
 
 
+def test_the_server_behind_the_front_answers_only_the_front(server):
+    """The vendor server's private port: a rebound name 421, any browser request (Origin, Sec-Fetch-*) 403."""
+    b = server.backend_port
+    assert request(b, "/check_health", {"Host": f"127.0.0.1:{b}"})[0] == 200
+    assert request(b, "/check_health", {"Host": f"evil.example:{b}"})[0] == 421
+    assert request(b, "/", {"Host": f"localhost:{b}"})[0] == 421
+    assert request(b, "/check_health", {"Host": f"127.0.0.1:{b}", "Sec-Fetch-Site": "same-origin"})[0] == 403
+    assert request(b, "/check_health", {"Host": f"127.0.0.1:{b}", "Origin": f"http://127.0.0.1:{b}"})[0] == 403
+
+
 def test_the_page_names_no_other_host_and_carries_a_same_origin_policy(server):
     p = server.port
     status, headers, body = request(p, "/", {"Host": f"127.0.0.1:{p}"})
@@ -69,11 +80,14 @@ def test_the_page_names_no_other_host_and_carries_a_same_origin_policy(server):
     assert "default-src 'self'" in headers["content-security-policy"]
 
 
-def _off_machine(context) -> list[str]:
+def _off_machine(context, vendor_page: bytes | None = None) -> list[str]:
+    """Record and abort every off-machine request; with `vendor_page`, answer `/` with it (the control)."""
     seen: list[str] = []
 
     def check(route):
         url = route.request.url
+        if vendor_page is not None and urlsplit(url).path == "/" and route.request.resource_type == "document":
+            return route.fulfill(status=200, content_type="text/html", body=vendor_page)
         if url.startswith(("data:", "blob:")) or (urlsplit(url).hostname or "") in LOOPBACK:
             return route.continue_()
         seen.append(url)
@@ -95,14 +109,20 @@ def test_chromium_loads_the_viewer_through_the_front_with_no_request_off_the_mac
     browser = browser_type.launch(**{**browser_type_launch_args,
                                      "args": [*CHROMIUM_ARGS, "--host-resolver-rules=MAP evil.example 127.0.0.1"]})
     try:
+        # the control: the vendor's own page (as its server sends it), the rest through the front, asks Google for fonts
+        import model_explorer
+
+        vendor = (Path(model_explorer.__file__).parent / "web_app" / "index.html").read_bytes()
+        control = browser.new_context(viewport={"width": 1400, "height": 900})
+        asked = _off_machine(control, vendor)
+        page = control.new_page()
+        page.goto(server.url)
+        _viewer_loaded(page)
+        assert any("fonts.gstatic.com" in u for u in asked), asked
+        control.close()
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         outside = _off_machine(context)
         page = context.new_page()
-        # the control: the vendor's page, straight from the server behind the front, asks Google for fonts
-        page.goto(me.open_url(server.backend_url, server.path))
-        _viewer_loaded(page)
-        assert any("fonts.gstatic.com" in u for u in outside), outside
-        outside.clear()
         page.goto(server.url)
         _viewer_loaded(page)
         assert outside == []
