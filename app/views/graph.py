@@ -470,7 +470,7 @@ class GraphView(pn.viewable.Viewer):
     def _clicked(self, x: float, y: float) -> None:
         started = time.perf_counter()
         with self._one_message():
-            self.state.message = f"click at ({x:.0f}, {y:.0f}): {self.click(x, y)}"
+            self.state.message = f"Click: {self.click(x, y)}."  # what it did, not where (layout units mean nothing to a reader)
         TIMING.debug("click %.2f ms (layout %.2f ms)", (time.perf_counter() - started) * 1000, self.state.layout_ms)
 
     def click(self, x: float, y: float) -> str:

@@ -3,6 +3,7 @@ consumed parameters, source line, the claim state, and statistics of a saved val
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import panel as pn
@@ -63,13 +64,22 @@ def _claim_text(state: str) -> str:
     return ladder_headline(state)
 
 
+_BREAK = re.compile(r"([/\u00d7_:]|\.(?=\D))")  # where a long value may wrap (issue 36: never mid-word); not in 0.25
+
+
+def breakable(text: str) -> str:
+    """`text` escaped, with a line-break opportunity (<wbr>) after each separator of a path, shape or
+    list (not a decimal point), so a long value wraps between its parts rather than inside a word."""
+    return _BREAK.sub(r"\1<wbr>", html.escape(text))  # escaping adds none of the separators
+
+
 def rows_html(title: str, rows: list[tuple[str, str]], markup: dict[str, str] | None = None) -> str:
     """The inspector table; a field named in `markup` shows that (already escaped) markup instead of its text."""
     markup = markup or {}
     body = "".join(
         f'<tr><th style="text-align:left;padding:2px 8px 2px 0;vertical-align:top;white-space:nowrap">{html.escape(k)}</th>'
-        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;word-break:break-all">'
-        f'{markup.get(k, html.escape(v))}</td></tr>'
+        f'<td class="tlx-field-{html.escape(k.replace(" ", "-"))}" style="padding:2px 0;overflow-wrap:break-word">'
+        f'{markup.get(k, breakable(v))}</td></tr>'
         for k, v in rows)
     return (f'<div class="tlx-inspector" style="font-family:sans-serif;font-size:13px">'
             f'<div style="font-weight:700;font-size:15px;margin-bottom:4px">{html.escape(title)}</div>'

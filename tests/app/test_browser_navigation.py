@@ -97,3 +97,12 @@ def test_search_lists_every_hit_and_a_hit_opens_its_op(default_url, page, artifa
     expect(page.locator(".tlx-inspector").first).to_contain_text(f"Op {label}")
     pagekit.wait_node(page, label)
     assert not_scrolled(page)
+
+
+def test_inspector_values_wrap_between_parts_not_inside_words():
+    """Issue 36: a long value breaks after its path dots, underscores and shape signs, never in a number."""
+    from app.views.inspector import breakable, rows_html
+
+    assert breakable("model.layers.0.q_proj.weight") == "model.<wbr>layers.0.<wbr>q_<wbr>proj.<wbr>weight"
+    assert breakable("0.00278909 <b>") == "0.00278909 &lt;b&gt;"
+    assert "break-all" not in rows_html("Op x", [("shape", "1\u00d78")])
