@@ -1,4 +1,5 @@
-"""Shared fixtures: small real architectures built from configs, and Chromium for Playwright."""
+"""Shared fixtures: small real architectures built from configs, and Chromium for Playwright; how the suite's
+tests are shared between pytest-xdist workers."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,41 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
+
+
+# The zoo's sweeps: each case's tests share one sweep (a module-level cache), so a case is the unit a worker
+# takes; a case's test ids are the case's own, or it followed by one of these variants.
+SPLIT_BY_CASE = {"tests/zoo/test_zoo_nn.py": ("train", "train_no_grad", "eval", "eval_no_grad"),
+                 "tests/zoo/test_zoo_transformers.py": ()}
+
+
+def work_unit(nodeid: str) -> str:
+    """What one pytest-xdist worker runs together: a test file (its module fixtures, servers and models made
+    once, its tests in order), but a case of the zoo's two long sweeps, which would otherwise end the run alone."""
+    path, _, rest = nodeid.partition("::")
+    variants = SPLIT_BY_CASE.get(path)
+    if variants is None or not rest.endswith("]") or "[" not in rest:
+        return path
+    case = rest[rest.index("[") + 1:-1]
+    for variant in variants:
+        if case.endswith(f"-{variant}"):
+            case = case[: -len(variant) - 1]
+            break
+    return f"{path}::{case}"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (pyproject.toml's addopts) shared out by `work_unit`. (pytest-xdist's own `loadgroup`
+    marks cannot do it under pytest 9: it renames `item._nodeid`, which pytest 9's `nodeid` no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist asked for on the command line: pytest-xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 @pytest.fixture(scope="session")
