@@ -283,3 +283,32 @@ def test_a_script_module_is_named_alike_however_often_it_was_traced():
         warnings.simplefilter("ignore")
         names = {script_name(torch.jit.trace(lin, torch.randn(1, 2))) for _ in range(3)}
     assert names == {"__torch__.torch.nn.modules.linear.Linear"}
+
+
+class _WrapperTensor(torch.Tensor):
+    """A `__torch_dispatch__` wrapper subclass: its own storage holds no data."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda a: a.inner if isinstance(a, _WrapperTensor) else a  # noqa: E731
+        out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+        return torch.utils._pytree.tree_map(lambda o: cls(o) if isinstance(o, torch.Tensor) else o, out)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nested.nested_tensor([torch.randn(n, 8) for n in (2, 5)], layout=torch.jagged),
+    lambda: _WrapperTensor(torch.randn(3, 8)),
+], ids=["jagged", "wrapper_subclass"])
+def test_saving_values_with_no_dense_storage_refuses_typed_and_writes_nothing(make, tmp_path):
+    t = tracer.trace(nn.Linear(8, 4), (make(),))
+    with pytest.raises(TracerError) as err:
+        t.save(tmp_path / "t")
+    assert err.value.code == "trace_save_failed" and "cannot be stored" in str(err.value)
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())

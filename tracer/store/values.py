@@ -133,8 +133,9 @@ def _facts(values: Mapping[str, Any]) -> dict[str, tuple]:
     read_from = getattr(values, "span_owner", {})
     facts: dict[str, tuple] = {}
     for label, v in values.items():
-        if type(v) is not torch.Tensor:
+        if type(v) is not torch.Tensor or v.is_nested:
             _check_storable(label, v)
+            _check_dense_storage(label, v)
         dtype = v.dtype
         if dtype not in _NAMES or v.is_meta:
             _check_storable(label, v)
@@ -256,6 +257,20 @@ def _check_storable(label: str, value: Any) -> None:
         raise TraceSaveFailedError(f"the saved value of {label!r} cannot be stored ({type(value).__name__}, "
                                    f"{getattr(value, 'dtype', '?')})", site=label,
                                    remedy=f"Keep values of these dtypes: {', '.join(str(d) for d in _NAMES)}.")
+
+
+def _check_dense_storage(label: str, value: torch.Tensor) -> None:
+    """Refuse a value with no one dense storage to write (a nested tensor, a wrapper subclass)."""
+    reason = "a nested tensor" if value.is_nested else None
+    if reason is None:
+        try:
+            value.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError, TypeError):
+            reason = f"a {type(value).__name__} (a tensor subclass without a readable storage)"
+    if reason is not None:
+        raise TraceSaveFailedError(f"the saved value of {label!r} cannot be stored: it is {reason}", site=label,
+                                   remedy="Save without values (CaptureOptions(save='none')), or pass plain dense "
+                                          "tensors to the forward.")
 
 
 def _blocks(tensors: list[torch.Tensor], nbytes: int):
