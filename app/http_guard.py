@@ -45,6 +45,26 @@ class Refused(RequestHandler):
         return
 
 
+class _LongQuery(Matcher):
+    """Matches a page GET whose URL query is past `app.urlstate.MAX_QUERY_CHARS` (Bokeh would copy it
+    into the websocket's URL, whose upgrade then fails and the page never renders)."""
+
+    def match(self, request: HTTPServerRequest) -> dict[str, Any] | None:
+        from .urlstate import MAX_QUERY_CHARS
+
+        if request.method != "GET" or len(request.query) <= MAX_QUERY_CHARS or request.path.startswith(("/ws", "/static")):
+            return None
+        return {"path_args": [], "path_kwargs": {"size": str(len(request.query))}}
+
+
+class WithoutView(RequestHandler):
+    """Sends a too-long link to the same page with only a note of what was dropped (`ignored=N`)."""
+
+    def prepare(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.redirect(f"{self.request.path}?ignored={int(self.path_kwargs.get('size', '0'))}", status=303)
+
+
 class NotServed(RequestHandler):
     """Answers Panel's component-resource URLs with 404 without importing anything."""
 
@@ -63,6 +83,7 @@ def guard(app: Application, policy: HostPolicy) -> None:
     Call it before the server's IO loop runs (no request is handled before the rule is in place).
     """
     app.default_router.rules.insert(0, Rule(_RefusedBy(policy), Refused))
+    app.default_router.rules.insert(1, Rule(_LongQuery(), WithoutView))  # after the Host/Origin check
     from panel.io.server import ComponentResourceHandler
 
     for rule in app.wildcard_router.rules:

@@ -1,12 +1,16 @@
 """The view kept in the page's URL: what is open beyond the default view, the selected op, the last
-search and folding, so a copied link reopens the same view. Unknown or stale entries are ignored."""
+search and folding, so a copied link reopens the same view. Unknown or stale entries are ignored, and
+a view too large to be a link (`MAX_QUERY_CHARS`, `MAX_ENTRIES`) is ignored whole; either way the status
+line says what was ignored and the default view stands."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from .state import ExplorerState
 
-KEYS = ("open", "closed", "sel", "q", "fold")
+KEYS = ("open", "closed", "sel", "q", "fold", "ignored")  # ignored=N: the server dropped a link's N-character view
+MAX_QUERY_CHARS = 16_384  # a link's view state beyond this many characters is ignored whole (a view is a few hundred)
+MAX_ENTRIES = 1_000  # nor more `open`/`closed` entries than this
 
 
 def view_query(state: ExplorerState) -> dict[str, str]:
@@ -23,7 +27,19 @@ def view_query(state: ExplorerState) -> dict[str, str]:
 
 
 def apply_query(state: ExplorerState, query: Mapping[str, str]) -> list[str]:
-    """Restore a view from a URL query; returns the entries that named nothing in this trace."""
+    """Restore a view from a URL query; returns the entries that named nothing in this trace (one entry
+    naming the whole view when it is past `MAX_QUERY_CHARS` or `MAX_ENTRIES`: then nothing is applied)."""
+    dropped = str(query.get("ignored", ""))
+    if dropped.isdigit():  # the server sent a too-long link here without its view (app.http_guard)
+        state.message = (f"The link's view was ignored: {int(dropped):,} characters (at most {MAX_QUERY_CHARS:,}); "
+                         f"this is the default view.")
+        return [f"view ({int(dropped)} characters)"]
+    size = sum(len(str(query.get(k, ""))) for k in KEYS)
+    entries = len(_split(query.get("open", ""))) + len(_split(query.get("closed", "")))
+    if size > MAX_QUERY_CHARS or entries > MAX_ENTRIES:
+        state.message = (f"The link's view was ignored: {size:,} characters and {entries:,} module entries "
+                         f"(at most {MAX_QUERY_CHARS:,} and {MAX_ENTRIES:,}); this is the default view.")
+        return [f"view ({size} characters, {entries} entries)"]
     ignored: list[str] = []
     known = state.engine.knows  # a module address, or one call of it (`block#2`)
     opened = [a for a in _split(query.get("open", "")) if known(a) or ignored.append(f"open={a}")]
@@ -40,7 +56,9 @@ def apply_query(state: ExplorerState, query: Mapping[str, str]) -> list[str]:
     if query.get("q"):
         state.query = query["q"]
     if ignored:
-        state.message = "The link names what this trace does not have: " + ", ".join(ignored)[:300] + "."
+        shown = ", ".join(ignored)
+        shown = shown if len(shown) <= 300 else shown[:300] + "\u2026"
+        state.message = f"The link names {len(ignored)} entr{'y' if len(ignored) == 1 else 'ies'} this trace does not have (ignored): {shown}."
     return ignored
 
 
