@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import sys
 from pathlib import Path
 
@@ -39,7 +40,20 @@ def run_client(command: str, args: list[str], scenario) -> None:
 
             await scenario(call, session)
 
-    anyio.run(main)
+    # its own thread and loop: a browser test earlier on this worker may hold this thread's event loop
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anyio.run(main)
+        except BaseException as exc:  # re-raised on the test's thread
+            failure.append(exc)
+
+    runner = threading.Thread(target=run, name="mcp-client")
+    runner.start()
+    runner.join()
+    if failure:
+        raise failure[0]
 
 
 def test_every_tool_answers_on_the_8b_config_with_the_ladder_and_refusals_are_typed():
