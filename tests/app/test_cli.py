@@ -111,10 +111,16 @@ def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path, page):
     """A page whose Export tab was opened makes the session's export folder (each side tab is built on its first
     showing); SIGTERM to the server removes it."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
+    log = tmp_path / "server.log"  # a file, not a pipe: a server whose unread pipe fills would block on a write
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(SCRIPT), "--model", "tests.models:tiny_gpt2", "--no-browser"], stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env, cwd=env["PYTHONPATH"])
     try:
-        url = _served_url(proc, time.monotonic() + 120)
+        deadline, url = time.monotonic() + 120, None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", log.read_text())
+            url = m.group(1) if m else time.sleep(0.2)
+        assert url, f"the URL was never printed: {log.read_text()[-2000:]}"
         for _ in range(100):  # the URL is printed just before the server answers
             try:
                 urllib.request.urlopen(url, timeout=30).read()
@@ -130,7 +136,11 @@ def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path, page):
         assert [p.name for p in tmp_path.glob("tlx-export-*")], "the session made no export folder"
     finally:
         proc.terminate()
-        proc.wait(timeout=180)  # a hang guard: under a loaded xdist run the exit once took over 30 s
+        try:
+            proc.wait(timeout=180)  # a hang guard
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"the server did not exit on SIGTERM; its output ends: {log.read_text()[-3000:]}")
     assert list(tmp_path.glob("tlx-*")) == []
 
 
