@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from tracer.errors import DischargePreflightError, InvalidInputError
 from tracer.estimates import dtype_bytes
+from tracer.provenance import plain_data
 
 from .config_check import build_checked, read_config
 from .errors import TokenIdOutOfRangeError, TwinTooLargeError
@@ -89,19 +90,9 @@ def structure_facts(structure: Any) -> StructureFacts:
 
     dtype = next((op.out.dtype for op in structure.ops if op.out is not None and op.out.dtype.startswith(("float", "bfloat"))),
                  "float32")
-    return StructureFacts(claimed_twin=_plain(claimed_twin(structure)), param_count=structure.param_count(),
+    return StructureFacts(claimed_twin=plain_data(claimed_twin(structure)), param_count=structure.param_count(),
                           activation_bytes=int(trace_totals(structure)["activation_bytes_estimate"]), float_dtype=dtype)
 
-
-def _plain(value: Any) -> Any:
-    """`value` with mappings as dicts and sequences as lists (read-only views included), for JSON."""
-    from collections.abc import Mapping
-
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def structure_defaults(structure: Any) -> tuple[str, str]:

@@ -6,10 +6,11 @@ fixed by the trace (execution order, module preorder), so `json.dumps` of it is 
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from .errors import InvalidInputError
 from .ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
+from .provenance import plain_data
 
 SCHEMA = "torchlens-explore.agent/1"
 _PROVENANCE_KEYS = ("config_source", "text_route", "admission", "versions", "captured_at")
@@ -46,16 +47,16 @@ def _evidence(trace: Trace) -> dict[str, Any]:
     if env is None:
         return {"mode": "eager", "values_saved": len(trace.values),
                 "unverified_reasons": list(trace.provenance.unverified_reasons)}
-    plans = _plain(env.plan_checks)
+    plans = plain_data(env.plan_checks)
     return {
         "mode": env.mode, "substrate": env.substrate, "values_available": env.values_available, "outcome": env.outcome,
-        "input_plan": _plain(env.input_plan),
+        "input_plan": plain_data(env.input_plan),
         "simulated_device": (env.twin or {}).get("simulated_device"),
         "claims": {name: {"rows": count, "digest": env.claim_digests.get(name)} for name, count in env.counts.items()},
         "digest": env.digest,
-        "discharge": _plain(env.discharge),
+        "discharge": plain_data(env.discharge),
         "plan_checks": {"count": len(plans), "last": plans[-1] if plans else None},
-        "history": _plain(env.history),
+        "history": plain_data(env.history),
         "unverified_reasons": list(trace.provenance.unverified_reasons),
     }
 
@@ -189,13 +190,5 @@ def doctor_json(doctor: Any) -> dict[str, Any]:
     else:
         raise InvalidInputError(f"doctor= takes a tracer.doctor report or a model, not a {type(doctor).__name__}",
                                 site="to_agent_json(doctor=...)", remedy="Pass tracer.doctor(model) or the model itself.")
-    return _plain(report.to_dict())
+    return plain_data(report.to_dict())
 
-
-def _plain(value: Any) -> Any:
-    """Mappings as dicts, sequences as lists (read-only envelope values included)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

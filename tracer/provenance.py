@@ -54,7 +54,7 @@ class Provenance:
         for name in _MAPPINGS:  # own plain copies: JSON-shaped, and not shared with the parts that found them
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _plain(value))
+                object.__setattr__(self, name, plain_data(value))
         for name in ("unverified_reasons", "unverified_ops"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
@@ -65,7 +65,7 @@ class Provenance:
         for f in fields(self):
             value = getattr(self, f.name)
             if _is_set(f.name, value):
-                out[f.name] = _plain(value)
+                out[f.name] = plain_data(value)
         return out
 
     @classmethod
@@ -128,11 +128,12 @@ def _is_set(name: str, value: Any) -> bool:
     return value is not None and value != () and value != {} and value != ""
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
+    """`value` with mappings as dicts and sequences as lists (read-only views included), for JSON."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return value
 
 
