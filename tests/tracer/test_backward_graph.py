@@ -147,3 +147,22 @@ def test_a_model_without_numbered_blocks_has_only_the_rest():
     table = layer_table(t)
     assert [r.layer for r in table.rows] == [REST] and table.total_saved_bytes_checkpointed is None
     assert table.rows[0].saved_bytes == training_memory(t).total_saved_bytes
+
+
+def test_the_backward_graph_saves_and_loads_with_its_own_labels(tmp_path):
+    """The backward graph's module calls, nodes and saved tensors name its own ops, so its file loads
+    (it once saved a file whose module calls named forward ops, refused on load) and each linked op finds its node."""
+    t = gpt2_step()
+    b = backward_trace(t)
+    b.save(tmp_path / "b")
+    loaded = tracer.load(tmp_path / "b")
+    assert [op.label for op in loaded.ops] == [op.label for op in b.ops]
+    labels = {op.label for op in b.ops}
+    for scope in b.modules.values():
+        for call in scope.calls:
+            assert set(call.inputs) | set(call.outputs) <= labels
+            inside = [op for op in b.ops if (scope.address, call.call) in tuple(op.module_stack)]
+            assert (call.first_op, call.last_op) == ((inside[0].index, inside[-1].index) if inside else (-1, -1))
+    linked = [op for op in b.ops[1:] if op.attrs["linked"]]
+    assert linked and all(b.backward.node_of(op.label).index == op.attrs["backward_node"] for op in linked)
+    assert set(loaded.backward.saved) == set(b.backward.saved) <= labels

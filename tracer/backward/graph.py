@@ -16,7 +16,7 @@ import heapq
 from dataclasses import replace
 from typing import Any
 
-from ..ir import EMPTY_STACK, Edge, Op, TensorMeta, Trace
+from ..ir import EMPTY_STACK, Edge, ModuleCallRecord, ModuleScope, Op, TensorMeta, Trace
 from .records import BackwardPass
 
 BACKWARD_SUFFIX = " (backward)"
@@ -69,16 +69,50 @@ def backward_trace(trace: Trace) -> Trace:
                       attrs={"backward_node": i, "forward_op": fwd, "order": node.order,
                              "linked": node.op is not None}))
     by_op = {bw.nodes[i].op: labels[i] for i in order if bw.nodes[i].op is not None}
-    rekeyed = replace(bw, saved={by_op[k]: v for k, v in bw.saved.items() if k in by_op},
+    nodes = tuple(replace(n, op=by_op[n.op]) if n.op in by_op else replace(n, op=None) if n.op is not None else n
+                  for n in bw.nodes)
+    rekeyed = replace(bw, nodes=nodes, saved={by_op[k]: v for k, v in bw.saved.items() if k in by_op},
                       grads={by_op[k]: v for k, v in bw.grads.items() if k in by_op},
-                      node_grads={}, live_nodes=())
-    graph = Trace(ops=tuple(ops), modules=trace.modules, params=trace.params,
+                      node_grads={}, live_nodes=(), no_node=())  # no_node names forward ops, absent here
+    graph = Trace(ops=tuple(ops), modules=_backward_modules(trace.modules, ops), params=trace.params,
                   model_class=trace.model_class + BACKWARD_SUFFIX, provenance=trace.provenance, backward=rekeyed)
     if trace.envelope is None:
         return graph
     from ..claims.envelope import seal_new_envelope  # its own claims (HYPOTHESIS): the forward's are not this graph's
 
     return graph.with_envelope(seal_new_envelope(graph))
+
+
+def _backward_modules(modules: dict[str, ModuleScope], ops: list[Op]) -> dict[str, ModuleScope]:
+    """The forward's module scopes with each call re-spanned over the backward's ops.
+
+    A call's span, inputs (ops outside it that pass gradients in) and outputs (ops inside it that
+    pass gradients out) refer to the backward graph's own labels; a call no backward node sits in
+    spans nothing (-1), as a forward call that recorded no op does.
+    """
+    inside: dict[tuple[str, int], list[Op]] = {}
+    for op in ops:
+        for key in dict.fromkeys(op.module_stack):
+            inside.setdefault(key, []).append(op)
+    children: dict[str, list[Op]] = {}
+    for op in ops:
+        for edge in op.parents:
+            children.setdefault(edge.source, []).append(op)
+    out: dict[str, ModuleScope] = {}
+    for addr, scope in modules.items():
+        calls = []
+        for call in scope.calls:
+            members = inside.get((addr, call.call), [])
+            if not members:
+                calls.append(ModuleCallRecord(call.call, (), (), -1, -1))
+                continue
+            labels = {op.label for op in members}
+            feeds = tuple(dict.fromkeys(e.source for op in members for e in op.parents if e.source not in labels))
+            gives = tuple(op.label for op in members
+                          if any(c.label not in labels for c in children.get(op.label, ())))
+            calls.append(ModuleCallRecord(call.call, feeds, gives, members[0].index, members[-1].index))
+        out[addr] = replace(scope, calls=tuple(calls))
+    return out
 
 
 def short_name(name: str) -> str:
