@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from .bridges.distributed import admit_distributed
+from .distributed.admission import admit_distributed
 from .capture import boundaries, compiled, gaps, higher_order
 from .capture.build import build_ops, build_trace, live_calls
 from .capture.collector import assembling, fewer_collections

@@ -22,7 +22,7 @@ class MLP(nn.Module):
 
 
 def test_single_process_detection_has_no_findings_for_a_plain_model():
-    from tracer.bridges.distributed import distributed_findings
+    from tracer.distributed.admission import distributed_findings
 
     assert distributed_findings(MLP(), (torch.randn(2, 8),)) is None
     from tests.models import tiny_llama

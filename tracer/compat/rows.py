@@ -239,7 +239,7 @@ def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
 
 
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
-    from ..bridges.distributed import distributed_findings  # the detection capture refuses with
+    from ..distributed.admission import distributed_findings  # the detection capture refuses with
 
     found = distributed_findings(model, inputs if isinstance(inputs, tuple) else ())
     if found is None:

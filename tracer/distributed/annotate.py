@@ -34,7 +34,7 @@ def annotate_ops(ops: tuple[Op, ...], guard: Any) -> tuple[Op, ...]:
 
 def param_layouts(params: dict[str, ParamRecord], model: Any) -> dict[str, ParamRecord]:
     """Parameter records with the layout of each DTensor parameter or buffer (global shape kept as `shape`)."""
-    from ..bridges.distributed import is_dtensor
+    from .admission import is_dtensor
 
     state = dict(model.named_parameters(remove_duplicate=False))
     state.update(model.named_buffers(remove_duplicate=False))
@@ -50,7 +50,7 @@ def local_values(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     the labels of values whose storage was freed after they were made (FSDP frees unsharded parameters
     at reshard), which are left out. Meta tensors some sharding plans make for shape arithmetic hold no
     data and are left out too."""
-    from ..bridges.distributed import is_dtensor
+    from .admission import is_dtensor
 
     out = {}
     freed = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from ..bridges.distributed import is_dtensor
+from .admission import is_dtensor
 from ..capture.functions import INFO_CACHE, func_info
 from ..capture.session import CallGuard, CaptureSession
 from ..ir import Collective, ShardLayout, TensorMeta

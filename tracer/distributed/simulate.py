@@ -38,7 +38,7 @@ def simulate(config_or_model: Any, *, tp: int = 1, fsdp: int = 1, world_size: in
     _check_heads(model, tp)
     from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
 
-    from ..bridges.distributed import simulated_mesh
+    from .admission import simulated_mesh
     from ..bridges.transformers import trace_ids
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)

@@ -161,7 +161,7 @@ class _NoCommunication(TorchDispatchMode):
 
 def _as_dtensors(replayer: Any, op: Op) -> dict[str, Any]:
     """Overrides rebuilding each parent that entered the live call as a DTensor from its saved local shard."""
-    from ..bridges.distributed import is_dtensor
+    from .admission import is_dtensor
 
     try:
         _func, args, kwargs = replayer.call_of(op)
@@ -183,7 +183,7 @@ def _as_dtensors(replayer: Any, op: Op) -> dict[str, Any]:
 
 
 def _local(a: Any) -> Any:
-    from ..bridges.distributed import is_dtensor
+    from .admission import is_dtensor
 
     return a._local_tensor if is_dtensor(a) else a
 

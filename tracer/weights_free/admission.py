@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from ..bridges.distributed import is_dtensor, simulated_mesh_active
+from ..distributed.admission import is_dtensor, simulated_mesh_active
 from ..capture.walk import iter_tensors, params_and_buffers
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
@@ -159,7 +159,7 @@ def _check_tensor_state(name: str, t: torch.Tensor) -> None:
 
 def _unsupported_kind(t: torch.Tensor) -> str | None:
     cls = type(t)
-    if is_dtensor(t):  # shared with trace()'s entry refusal (tracer.bridges.distributed)
+    if is_dtensor(t):  # shared with trace()'s entry refusal (tracer.distributed.admission)
         return "DTensor"
     if cls.__name__ == "FakeTensor" or cls.__module__.startswith("torch._subclasses.fake"):
         return "fake"

@@ -1,4 +1,4 @@
-"""Distributed state: DTensor detection shared by capture admission and the doctor.
+"""Distributed admission: DTensor detection shared by capture admission and the doctor (the entry refusal of untested setups).
 
 A model whose parameters are DTensors (sharded by `parallelize_module` or `fully_shard`) computes
 each rank's part of the forward plus collectives. Inside an initialized process group capture is
