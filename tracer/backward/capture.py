@@ -25,6 +25,7 @@ from ..capture.walk import named_state
 from ..errors import BackwardFailedError, InvalidInputError
 from ..ir import Op
 from .records import BackwardNode, BackwardPass, SavedTensor
+from .walk import reachable_nodes
 
 LossFn = Callable[[Any], torch.Tensor]
 # Reentrant checkpointing saves its inputs from `CheckpointFunction.apply`, after the region ran.
@@ -100,7 +101,7 @@ class BackwardRecorder:
     def run(self, output: Any, loss_fn: LossFn | None, ops: tuple[Op, ...], model: nn.Module) -> BackwardPass:
         saved = self._saved(ops)  # before the backward: aliases are read from the forward's records
         loss, described = make_loss(output, loss_fn)
-        nodes, index = _walk(loss.grad_fn)
+        nodes, index = reachable_nodes(loss.grad_fn)
         links = {index[fn]: i for fn, i in self.guard.links.items() if fn in index}
         order: dict[int, int] = {}
         grad_shapes: dict[int, tuple] = {}
@@ -216,20 +217,6 @@ def _first_tensor(output: Any) -> tuple[torch.Tensor | None, str]:
             if isinstance(v, torch.Tensor) and v.is_floating_point():
                 return v, f"output[{i}]"
     return None, "output"
-
-
-def _walk(root: Any) -> tuple[list[Any], dict[Any, int]]:
-    """Every autograd node reachable from `root`, iteratively (any depth), in discovery order."""
-    nodes, index = [], {}
-    stack = [root]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in index:
-            continue
-        index[fn] = len(nodes)
-        nodes.append(fn)
-        stack.extend(f for f, _ in reversed(fn.next_functions) if f is not None)
-    return nodes, index
 
 
 def _module_of(fn: Any) -> nn.Module | None:
