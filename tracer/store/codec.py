@@ -14,7 +14,7 @@ from typing import Any, Generic, Iterator, Mapping, TypeVar
 
 import msgspec
 
-from ..backward.document import BackwardDoc, to_doc
+from .backward import BackwardDoc, to_doc
 from ..errors import TraceSaveFailedError, TraceStructureInvalidError
 from ..ir import ModuleScope, ModuleStack, Op, ParamRecord, Trace
 from ..provenance import Provenance
@@ -168,7 +168,7 @@ def plain_json(value: Any, depth: int = 0) -> Any:
 def encode_body(trace: Trace, gradients: Any = None) -> bytes:
     """The JSON bytes of a trace's structure in this build's schema (values, output and live calls are not part of it).
 
-    `gradients`: the record of the backward's grads file (`tracer.store.grads`), when one was written.
+    `gradients`: the record of the backward's grads file (`tracer.store.backward`), when one was written.
 
     Free-form values (attrs, provenance, envelope) are made plain first, so what is saved always loads.
     """

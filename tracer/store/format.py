@@ -7,7 +7,7 @@ READABLE_SCHEMA_VERSIONS = frozenset({2, SCHEMA_VERSION})
 STRUCTURE_FILE = "trace.json"
 STRUCTURE_FILE_GZ = "trace.json.gz"
 VALUES_FILE = "values.safetensors"
-GRADS_FILE = "grads.safetensors"  # a backward's gradients (tracer.store.grads)
+GRADS_FILE = "grads.safetensors"  # a backward's gradients (tracer.store.backward)
 TRACE_FILES = frozenset({STRUCTURE_FILE, STRUCTURE_FILE_GZ, VALUES_FILE, GRADS_FILE})
 
 # Limits: far above any real model, low enough that summary, layout and export stay bounded.

@@ -12,7 +12,7 @@ from .codec import Decoded, decode_body, gc_paused, provenance_from_json
 from .document import unframe
 from .files import as_path, checked_file, read_structure, structure_file, trace_folder
 from .format import GRADS_FILE, VALUES_FILE
-from .grads import read_grads
+from .backward import read_grads
 from .integrity import check_body
 from .values import layout_note, read_values
 
@@ -47,7 +47,7 @@ def _backward(body: Decoded, folder: Path, site: str) -> Any:
     if body.backward is None:
         read_grads(folder, None, folder / GRADS_FILE)  # refuses a grads file no backward records
         return None
-    from ..backward.document import from_doc
+    from .backward import from_doc
 
     bw = from_doc(body.backward, frozenset(op.label for op in body.ops), frozenset(m.address for m in body.modules),
                   site, frozenset(p.address for p in body.params))

@@ -21,7 +21,7 @@ from .codec import encode_body, gc_paused
 from .document import frame
 from .files import as_path
 from .format import GRADS_FILE, STRUCTURE_FILE, STRUCTURE_FILE_GZ, TRACE_FILES, VALUES_FILE
-from .grads import write_grads
+from .backward import write_grads
 from .values import write_values
 
 _TEMP_MARK = ".saving-"
