@@ -27,7 +27,7 @@ from tracer.atomic_write import write_atomic
 from tracer.estimates import trace_totals
 from tracer.ir import INPUT_KIND, OUTPUT_KIND, Op, Trace
 from tracer.module_tree import module_param_counts
-from tracer.store.codec import gc_paused
+from tracer.gc_policy import gc_paused
 
 from .. import overlays
 from ..errors import ModelExplorerWriteError

@@ -7,15 +7,14 @@ change here); bounds and references are checked afterwards by `integrity`. Prove
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
-from contextlib import contextmanager
-from typing import Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Generic, Mapping, TypeVar
 
 import msgspec
 
 from .backward import BackwardDoc, to_doc
 from ..errors import TraceSaveFailedError, TraceStructureInvalidError
+from ..gc_policy import gc_paused  # also imported from here by modules written before tracer.gc_policy
 from ..ir import ModuleScope, ModuleStack, Op, ParamRecord, Trace
 from ..provenance import Provenance
 from .columns import OpColumns, to_columns, to_ops
@@ -206,18 +205,6 @@ def _envelope_json(trace: Any) -> dict[str, Any]:
     from ..claims.envelope import saved_envelope
 
     return msgspec.json.decode(_ENCODER.encode(saved_envelope(trace)))
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: building a million small acyclic objects otherwise triggers it over and over."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _without_gc(fn, *args, **kwargs):

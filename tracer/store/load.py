@@ -8,7 +8,8 @@ from typing import Any
 
 from ..errors import EnvelopeTamperedError, TraceFileCorruptError, TraceFileTamperedError
 from ..ir import Trace
-from .codec import Decoded, decode_body, gc_paused, provenance_from_json
+from ..gc_policy import gc_paused
+from .codec import Decoded, decode_body, provenance_from_json
 from .document import unframe
 from .files import as_path, checked_file, read_structure, structure_file, trace_folder
 from .format import GRADS_FILE, VALUES_FILE

@@ -17,7 +17,8 @@ from pathlib import Path
 from ..atomic_write import fsync_path as _fsync
 from ..errors import TraceSaveFailedError, TraceSavePathError
 from ..ir import Trace
-from .codec import encode_body, gc_paused
+from ..gc_policy import gc_paused
+from .codec import encode_body
 from .document import frame
 from .files import as_path
 from .format import GRADS_FILE, STRUCTURE_FILE, STRUCTURE_FILE_GZ, TRACE_FILES, VALUES_FILE
