@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from tracer.claims.ladder import ladder_headline
+from tracer.claims import ladder_headline
 from tracer.ir import Op
 
 FONT_SIZE = 11.0  # abstract units (1 unit = 1 px at 100 % zoom); text is DejaVu Sans everywhere
