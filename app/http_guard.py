@@ -5,7 +5,10 @@
 policy refuses (`exporters.http_policy.refusal`: wrong Host, foreign or missing websocket Origin,
 a cross-site subresource) is answered 421/403 by `Refused` before any of Bokeh's or Panel's handlers
 is built, whatever `Sec-Fetch-Site` says. It also removes Panel's `/components/<module>/...` route,
-which imports the module a URL names; the explorer's page loads none of its resources from it.
+which imports the module a URL names; the explorer's page loads none of its resources from it. And
+every answer (the page, static files, refusals, the websocket's upgrade) passes through
+`SecurityHeaders`, an output transform of the application, which sets
+`exporters.http_policy.security_headers()` (CSP, no framing, nosniff, no Referer).
 """
 from __future__ import annotations
 
@@ -13,9 +16,11 @@ from typing import Any
 
 from tornado.httputil import HTTPServerRequest
 from tornado.routing import Matcher, Rule
-from tornado.web import Application, RequestHandler
+from tornado.web import Application, OutputTransform, RequestHandler
 
-from exporters.http_policy import HostPolicy, refusal
+from exporters.http_policy import HostPolicy, refusal, security_headers
+
+HEADERS = security_headers()
 
 
 class _RefusedBy(Matcher):
@@ -43,6 +48,16 @@ class Refused(RequestHandler):
 
     def check_xsrf_cookie(self) -> None:  # nothing to protect: the request is refused in prepare
         return
+
+
+class SecurityHeaders(OutputTransform):
+    """Adds the security headers to every response of the application, whatever handler wrote it."""
+
+    def transform_first_chunk(self, status_code: int, headers: Any, chunk: bytes, finishing: bool
+                              ) -> tuple[int, Any, bytes]:
+        for name, value in HEADERS.items():
+            headers[name] = value
+        return status_code, headers, chunk
 
 
 class _LongQuery(Matcher):
@@ -82,6 +97,8 @@ def guard(app: Application, policy: HostPolicy) -> None:
 
     Call it before the server's IO loop runs (no request is handled before the rule is in place).
     """
+    if SecurityHeaders not in app.transforms:
+        app.transforms.append(SecurityHeaders)  # read per request: every handler's answer gets the headers
     app.default_router.rules.insert(0, Rule(_RefusedBy(policy), Refused))
     app.default_router.rules.insert(1, Rule(_LongQuery(), WithoutView))  # after the Host/Origin check
     from panel.io.server import ComponentResourceHandler

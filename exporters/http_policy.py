@@ -5,7 +5,8 @@ Host header is the only thing that tells it apart; a cross-site page's websocket
 its own Origin. `refusal` reads the headers of one request and says why it is refused (or None);
 the explorer's Tornado server and the Model Explorer front both ask it before any handler runs.
 `Sec-Fetch-Site` is never a reason to accept: a cross-site or same-site subresource is refused
-on top of the allowlist (a navigation to the page is not).
+on top of the allowlist (a navigation to the page is not). `security_headers` are the response
+headers both servers send on every answer (what the page may load, who may frame it).
 """
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+# What a page of the explorer may load: from its own server only (its websocket included: CSP 3 'self'
+# matches ws: on the same host and port). BokehJS and Panel run inline scripts made per session (the
+# document's JSON, the embed call) and compile CustomJS callbacks with `new Function`, so scripts need
+# 'unsafe-inline' and 'unsafe-eval'; Panel's module shim runs blob: scripts it made itself. Names reach
+# the page as text, never markup (docs/security.md): that, not this policy, is the defence against
+# injection. The policy stops loads from other hosts, plugins, <base>, forms posting elsewhere, framing.
+APP_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval' blob:; style-src 'self' 'unsafe-inline'; "
+           "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
+           "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'")
 MISDIRECTED = 421  # the Host names another server
 FORBIDDEN = 403
 
@@ -34,6 +44,18 @@ class HostPolicy:
                 continue
             hosts.add(name if _has_port(name) else f"{name}:{port}")
         return cls(frozenset(h.lower() for h in hosts), frozenset(f"http://{h.lower()}" for h in hosts))
+
+
+def security_headers(csp: str = APP_CSP) -> dict[str, str]:
+    """The headers every answer of a local server carries: `csp`, no framing (CSP and the older
+    X-Frame-Options), no MIME sniffing, no Referer sent to other sites, no cross-origin window handle."""
+    return {
+        "Content-Security-Policy": csp,
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cross-Origin-Opener-Policy": "same-origin",
+    }
 
 
 def _has_port(name: str) -> bool:

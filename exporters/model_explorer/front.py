@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from ..http_policy import HostPolicy, refusal
+from ..http_policy import HostPolicy, refusal, security_headers
 
 READ_FILE = "/api/v1/read_text_file"
 FORWARDED_API = frozenset({"/check_health", "/api/v1/get_extensions", "/api/v1/load_graphs_json",
@@ -132,8 +132,8 @@ def _handler_for(front: ModelExplorerFront) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Security-Policy", CSP)
+            for name, value in security_headers(CSP).items():  # CSP, no framing, nosniff, no Referer
+                self.send_header(name, value)
             self.end_headers()
             try:
                 self.wfile.write(body)

@@ -2,7 +2,9 @@
 
 No dialog may fire while a page shows a model class, module names and a folder name carrying
 markup, or a refusal echoing a `<script>` config path: the markup must show as text. Two sessions
-discharging at once each end in their own state. (Another session's round trip while one discharges is
+discharging at once each end in their own state. The page works under the server's
+Content-Security-Policy with no violation, and the policy is in force (an off-machine image and a frame of
+the page are blocked). (Another session's round trip while one discharges is
 measured by tests/bench/bench_round_trip_during_discharge.py: figures, not a test.)
 """
 from __future__ import annotations
@@ -95,6 +97,49 @@ def test_markup_in_names_and_refusals_shows_as_text_and_never_runs(hostile_url, 
     assert "<" not in page.title()
     pagekit.shot(page, artifacts_dir, "explorer-hostile-names", docs=False)
     assert fired == []
+
+
+CSP_LISTENER = """window.__tlxViolations = [];
+document.addEventListener('securitypolicyviolation', e => window.__tlxViolations.push(
+  {directive: e.violatedDirective, blocked: e.blockedURI, source: e.sourceFile, line: e.lineNumber}));"""
+
+
+def test_the_page_works_under_its_content_security_policy_and_the_policy_is_in_force(hostile_url, page):
+    """The page, its graph (painted), a click answered over the websocket and every side tab raise no
+    CSP violation and no console error; then an off-machine image and a frame of the page itself are
+    blocked by the policy (so the listener can see a violation, and framing is refused by the browser)."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.add_init_script(CSP_LISTENER)
+    response = page.goto(hostile_url)
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    pagekit.wait_graph(page, 60_000)
+    canvas = Image.open(BytesIO(page.locator("canvas").first.screenshot())).convert("RGB")
+    assert len(canvas.getcolors(1 << 20) or ()) > 8  # painted: boxes, labels and edges, not a blank canvas
+    inspector = page.locator(".tlx-inspector")
+    before = inspector.inner_text()
+    pagekit.click_node(page, pagekit.nodes(page)[0]["id"])  # answered by the server over the websocket
+    expect(inspector).not_to_have_text(before, timeout=30_000)
+    for tab in page.locator(".tlx-tabs .bk-tab").all():  # every side tab builds its panel
+        tab.click()
+        page.wait_for_timeout(300)
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate("window.__tlxViolations") == [] and errors == []
+    # the policy is enforced: an image from another host and a frame of this very page are refused
+    page.evaluate("""url => { const img = document.createElement('img'); img.src = 'http://10.255.255.1/x.png';
+        document.body.append(img); const f = document.createElement('iframe'); f.src = url;
+        document.body.append(f); }""", hostile_url)
+    page.wait_for_function("window.__tlxViolations.length >= 1")
+    assert [v["directive"] for v in page.evaluate("window.__tlxViolations")] == ["img-src"]
+    page.wait_for_timeout(2000)
+    framed = [f for f in page.frames if f is not page.main_frame]
+    assert framed and all(f.url != hostile_url for f in framed), [f.url for f in framed]
+    assert any("frame-ancestors" in e for e in errors), errors
 
 
 @pytest.mark.slow

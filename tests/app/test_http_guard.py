@@ -26,8 +26,10 @@ EXTRA = "mybox.test"  # a name the user allowed (serve(allowed_hosts=...))
 SIDEFX = "import pathlib\npathlib.Path({marker!r}).write_text('imported')\nclass Thing:\n    __css__ = ['x.css']\n"
 
 
-def raw_request(port: int, path: str, headers: list[tuple[str, str]], method: str = "GET") -> tuple[int, str]:
-    """Send one request with exactly these headers (no Host added); return its status and its body."""
+def raw_response(port: int, path: str, headers: list[tuple[str, str]], method: str = "GET"
+                 ) -> tuple[int, dict[str, list[str]], str]:
+    """Send one request with exactly these headers (no Host added); return its status, its response
+    headers (lower-cased names, every value) and its body."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
         sock.sendall(head.encode("latin-1"))
@@ -41,7 +43,17 @@ def raw_request(port: int, path: str, headers: list[tuple[str, str]], method: st
             body += chunk
     match = re.match(rb"HTTP/1\.[01] (\d{3})", top)
     assert match, f"no status line in {data[:200]!r}"
-    return int(match.group(1)), body.decode("latin-1")
+    found: dict[str, list[str]] = {}
+    for line in top.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        found.setdefault(name.strip().lower(), []).append(value.strip())
+    return int(match.group(1)), found, body.decode("latin-1")
+
+
+def raw_request(port: int, path: str, headers: list[tuple[str, str]], method: str = "GET") -> tuple[int, str]:
+    """Send one request with exactly these headers (no Host added); return its status and its body."""
+    status, _, body = raw_response(port, path, headers, method)
+    return status, body
 
 
 def upgrade_headers() -> list[tuple[str, str]]:
@@ -83,6 +95,44 @@ def test_the_dns_rebinding_upgrade_is_refused_whatever_the_fetch_metadata_says(s
         assert status == 421, site
     status, body = raw_request(port, "/", [("Host", f"evil.example:{port}")])
     assert status == 421 and "<html" not in body.lower()
+
+
+def csp_directives(value: str) -> dict[str, list[str]]:
+    """A Content-Security-Policy value as {directive: sources}."""
+    parts = (d.split() for d in value.split(";") if d.strip())
+    return {p[0].lower(): p[1:] for p in parts}
+
+
+def test_every_answer_carries_the_security_headers(server):
+    """The page, its scripts and styles, the liveness probe, the websocket upgrade, a refusal of each kind,
+    the long-link redirect and the component 404: each carries exactly one of each header, with the policy
+    written out here (what the page may load, and that no other page may frame it)."""
+    port = server
+    own = [("Host", f"127.0.0.1:{port}")]
+    cases = {
+        "page": ("/", own, 200), "bokeh": ("/static/js/bokeh.min.js", own, 200),
+        "panel": ("/static/extensions/panel/panel.min.js", own, 200), "liveness": ("/liveness", own, 200),
+        "websocket": ("/ws", own + [("Origin", f"http://127.0.0.1:{port}")] + upgrade_headers(), 101),
+        "wrong host": ("/", [("Host", f"evil.example:{port}")], 421),
+        "foreign origin": ("/liveness", own + [("Origin", "http://evil.example")], 403),
+        "long link": ("/?view=" + "x" * 20_000, own, 303),
+        "component": ("/components/sidefx/Thing/__css__/x.css", own, 404), "unknown": ("/nope", own, 404),
+    }
+    for name, (path, headers, status) in cases.items():
+        got, found, _ = raw_response(port, path, headers)
+        assert got == status, (name, got)
+        for header in ("content-security-policy", "x-frame-options", "x-content-type-options", "referrer-policy"):
+            assert len(found.get(header, [])) == 1, (name, header, found.get(header))
+        assert found["x-frame-options"] == ["DENY"] and found["x-content-type-options"] == ["nosniff"], name
+        assert found["referrer-policy"] == ["no-referrer"], name
+        csp = csp_directives(found["content-security-policy"][0])
+        assert csp["frame-ancestors"] == ["'none'"] and csp["object-src"] == ["'none'"], name
+        assert csp["default-src"] == ["'self'"] and csp["connect-src"] == ["'self'"], name
+        assert csp["base-uri"] == ["'self'"] and csp["form-action"] == ["'self'"], name
+        # nothing from another host: every source of every directive is a keyword, data: or blob:
+        hosts = [s for sources in csp.values() for s in sources
+                 if not (s.startswith("'") or s in ("data:", "blob:"))]
+        assert hosts == [], (name, hosts)
 
 
 HOSTS = ["127.0.0.1:{p}", "localhost:{p}", "[::1]:{p}", EXTRA + ":{p}", "LOCALHOST:{p}",
