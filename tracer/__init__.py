@@ -1,6 +1,6 @@
 """tracer: capture a PyTorch model's forward pass into a plain-data Trace.
 
-Public face: `trace`, `CaptureOptions`, `load`, `summary`, `diff` and `compare` (with `load_diff`), and the IR classes.
+Public face: `trace`, `CaptureOptions`, `load`, `summary` (= `summarize_model`: capture a model on a dummy input and print its module tree; `Trace.summary()` is that text for a trace in hand), `diff` and `compare` (with `load_diff`), and the IR classes.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from .differ import TraceDiff, compare, diff, load_diff
 from .tracing import trace
 from .replay.offline import offline_callables
 from .replay.validate import validate
-from .weights_free.summary_entry import summarize_model as summary
+from .model_summary import summarize_model
+from .model_summary import summarize_model as summary  # the TorchLens name (tl.summary); Trace.summary() is the module-tree text of a trace
 from .frontends import explore
 from . import distributed  # tracer.distributed.simulate / gather / validate_rank (docs/distributed.md)
 
@@ -30,5 +31,5 @@ def load(path: str) -> Trace:
 __all__ = [
     "CaptureOptions", "Collective", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "ShardLayout", "SourceSite", "TensorMeta",
     "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "offline_callables",
-    "summary", "trace", "validate", "__version__",
+    "summarize_model", "summary", "trace", "validate", "__version__",
 ]

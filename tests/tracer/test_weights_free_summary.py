@@ -7,7 +7,7 @@ import torch
 from tests.models import tiny_gpt2, tiny_resnet
 from tracer import errors
 from tracer.estimates import trace_totals
-from tracer.weights_free.summary_entry import summarize_model
+from tracer.model_summary import summarize_model
 
 
 def meta_twin(real):

@@ -3,6 +3,6 @@ from __future__ import annotations
 
 from .admission import admit_structure_only
 from .guard import StructureOnlyGuard
-from .summary_entry import summarize_model
+from ..model_summary import summarize_model  # eager or weights-free: it lives beside tracer.trace
 
 __all__ = ["StructureOnlyGuard", "admit_structure_only", "summarize_model"]

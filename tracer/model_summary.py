@@ -1,4 +1,4 @@
-"""`tracer.summary(model, input_shape)`: capture on dummy inputs and print the module tree.
+"""`tracer.summary(model, input_shape)` (also `tracer.summarize_model`): capture on dummy inputs, print the module tree.
 
 A meta model is captured structure-only without being asked (the choice is recorded in the
 trace's provenance); bytes and FLOPs are printed as labelled estimates, with the ladder state.
@@ -10,10 +10,10 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ..estimates import trace_totals
-from ..ir import Trace
-from ..claims.ladder import ladder_description
-from ..options import CaptureOptions
+from .estimates import trace_totals
+from .ir import Trace
+from .claims.ladder import ladder_description
+from .options import CaptureOptions
 
 
 
@@ -25,7 +25,7 @@ def summarize_model(model: nn.Module, input_shape: Sequence[int] = (1, 8), *, in
     Token-id models get int64 ids, others float inputs in the parameters' dtype. `structure_only`
     None decides by the model: meta parameters select structure-only capture.
     """
-    from ..tracing import trace
+    from .tracing import trace
 
     meta = _is_meta(model)
     chosen = meta if structure_only is None else structure_only
