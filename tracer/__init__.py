@@ -1,6 +1,8 @@
 """tracer: capture a PyTorch model's forward pass into a plain-data Trace.
 
-Public face: `trace`, `CaptureOptions`, `load`, `summary` (= `summarize_model`: capture a model on a dummy input and print its module tree; `Trace.summary()` is that text for a trace in hand), `diff` and `compare` (with `load_diff`), and the IR classes.
+Public face: `trace`, `CaptureOptions`, `load`, `summary` (= `summarize_model`: capture a model on a dummy
+input and print its module tree; `Trace.summary()` is that text for a trace in hand), `diff` and `compare`
+(with `load_diff`), and the IR classes.
 """
 from __future__ import annotations
 
