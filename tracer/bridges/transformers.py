@@ -208,3 +208,10 @@ def _declare_all_ones_mask(result: Trace) -> Trace:
                           input_plan=plan)  # the sealed twin keeps what the capture added (the simulated device)
     twin = {**(result.provenance.twin or {}), "attention_mask": "all_ones"}
     return result.with_provenance(twin=twin).with_envelope(declared)
+
+
+def register_attention(model: nn.Module, backend: str | None = None) -> str:
+    """Switch `model` to a value-free attention implementation over its backend (tracer.bridges.attention)."""
+    from .attention import register_attention as register
+
+    return register(model, backend)
