@@ -24,6 +24,7 @@ from torch import nn
 import tracer
 from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_qwen3_moe, tiny_resnet
 from tracer.capture import build, call_template, hotpath, scopes, session, walk
+from tracer.capture.kernel import contract
 from tracer.weights_free import constants
 
 needs_extension = pytest.mark.skipif(not hotpath.ACTIVE, reason="the C extension is not built in this environment")
@@ -396,9 +397,10 @@ def test_a_weights_free_capture_runs_its_common_calls_in_c_as_the_python_would(m
 
 
 @needs_extension
-def test_the_c_hook_reads_the_forwards_fixed_state_as_one_tuple_and_what_changes_per_call(monkeypatch):
-    """`_hot` holds the very objects HOT_STATE names, for the forward only; without it every call takes the
-    Python path, which records the same trace."""
+def test_the_c_hook_reads_the_capture_state_through_its_slots_not_the_instance_dict(monkeypatch):
+    """During the forward none of the state the kernel reads is in the session's `__dict__` (it lives in the
+    slots of `kernel.contract.CaptureState`); with the C configured for another state class, the session is no
+    instance of it and every call takes the Python path, which records the same trace."""
     model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
     x = torch.randn(3, 4)
     seen: list = []
@@ -408,23 +410,19 @@ def test_the_c_hook_reads_the_forwards_fixed_state_as_one_tuple_and_what_changes
         forward = self.model.forward
 
         def peek(*args, **kwargs):
-            hot = self.__dict__["_hot"]
-            seen.append(len(hot) == len(hotpath.hot_state) and all(
-                v is getattr(self, name) for name, v in zip(hotpath.hot_state, hot)))
+            seen.append(sorted(set(contract.STATE_FIELDS) & set(self.__dict__)))
+            seen.append(type(self.__dict__.get("__torch_function__")).__name__)
             return forward(*args, **kwargs)
         self.model.forward = peek
         try:
             return run(self, *a)
         finally:
             del self.model.forward
-            seen.append("_hot" in self.__dict__)
 
-    assert {"tmap", "records", "guard", "save_values"} <= set(hotpath.hot_state)
-    assert not {"stack", "call_counter", "suspended", "exits"} & set(hotpath.hot_state)  # these change per call
     monkeypatch.setattr(session.CaptureSession, "run", watched)
     plain = tracer.CaptureOptions(record_source=False)  # the counting wrapper below would be the Python path's site
-    with_hot = tracer.trace(model, (x,), capture=plain)
-    assert seen == [True, False]  # set for the forward, gone after it
+    with_c = tracer.trace(model, (x,), capture=plain)
+    assert seen == [[], "method"]  # no state field in the dict; the C hook bound for the forward
     in_python: list[str] = []
     slow = session.CaptureSession._torch_function_py
 
@@ -432,10 +430,20 @@ def test_the_c_hook_reads_the_forwards_fixed_state_as_one_tuple_and_what_changes
         in_python.append(getattr(func, "__name__", repr(func)))
         return slow(self, func, types, args, kwargs)
 
+    class Other:
+        __slots__ = contract.STATE_FIELDS
+
     monkeypatch.setattr(session.CaptureSession, "_torch_function_py", counted)
-    monkeypatch.setattr(session, "_HOT_STATE", ())  # a `_hot` of the wrong length: the C hook sends every call on
-    without = tracer.trace(model, (x,), capture=plain)
-    assert in_python == ["linear", "relu", "linear"] and _canonical(without) == _canonical(with_hot)
+    for name in ("_SCOPED_FORWARD", "_WRAP_FORWARDS", "_UNWRAP_FORWARDS"):  # the C wrapper reads the state too
+        monkeypatch.setattr(scopes, name, None)
+    hotpath._ext.configure_state(Other, tuple(Other.__dict__[n] for n in contract.STATE_FIELDS),
+                                 contract.GuardFastPath, contract.guard_fast_descriptors())
+    try:
+        without = tracer.trace(model, (x,), capture=plain)
+    finally:
+        hotpath._ext.configure_state(contract.CaptureState, contract.state_descriptors(), contract.GuardFastPath,
+                                     contract.guard_fast_descriptors())
+    assert in_python == ["linear", "relu", "linear"] and _canonical(without) == _canonical(with_c)
 
 
 @needs_extension

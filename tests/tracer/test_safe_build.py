@@ -2,7 +2,7 @@
 
 Each case is made for real in a copy of the package (`tracer/`) in a temporary folder, imported in a fresh
 process ahead of the editable install: a `.c` edited after the build (stale), the session's record layout
-moved away from the one the C fills (layout), no extension built at all (missing). Each must import without
+given a field the C does not fill (layout), no extension built at all (missing). Each must import without
 an ImportError, say why once with a `KernelFallbackWarning` naming `pip install -e .`, turn the C entry points
 off, and capture what the C kernel captures.
 """
@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
+import torch
+from torch import nn
+
+import tracer
 from tests.tracer._safe_build_capture import report
 from tracer.capture import hotpath, source_digest
+from tracer.capture.kernel import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_extension = pytest.mark.skipif(not hotpath.ACTIVE, reason="the C extension is not built in this environment")
@@ -75,18 +80,38 @@ def test_sources_edited_after_the_build_fall_back_to_python(tmp_path, with_c):
     assert all(f"{name} was built from other sources" in out["warnings"][0][2] for name in ("_walk", "_hotpath", "_assembly"))
 
 
+def _edit_contract(folder: Path, old: str, new: str) -> None:
+    contract = folder / "tracer" / "capture" / "kernel" / "contract.py"
+    text = contract.read_text()
+    assert text.count(old) == 1
+    contract.write_text(text.replace(old, new))
+
+
+_SITE_LINE = '    "site",      # the user\'s (code, offset) source site, shared, or None\n'
+_IO_LINE = '    "io",        # an input/output path for synthetic io ops, else ""\n'
+
+
 @needs_extension
 def test_a_record_layout_the_c_does_not_fill_falls_back_to_python(tmp_path, with_c):
-    """The C's record positions (`hotpath.RECORD_FIELDS`, the hook `configure` checks the session's against)
-    moved, as where the C was written for another layout than the session's: the session's Python path runs."""
+    """A record field the C does not know (added to the contract's RECORD_FIELDS, as a change of the capture's
+    semantics would add one): the C kernel's configure refuses it and the Python kernel runs, with one warning."""
     folder = _copy(tmp_path)
-    loader = folder / "tracer" / "capture" / "hotpath.py"
-    text = loader.read_text()
-    assert text.count('"R_SITE": 11, "R_IO": 12') == 1
-    loader.write_text(text.replace('"R_SITE": 11, "R_IO": 12', '"R_SITE": 12, "R_IO": 11'))
+    _edit_contract(folder, _IO_LINE, _IO_LINE + '    "extra",\n')
     out = _run(folder)
     _assert_fell_back(out, "layout", with_c)
-    assert "'R_SITE': 11" in out["warnings"][0][2]  # the session's position, named
+    assert "record of 16 named fields" in out["warnings"][0][2]
+
+
+@needs_extension
+def test_the_c_reads_the_record_positions_from_the_contract(tmp_path, with_c):
+    """The record's field order is defined once (kernel/contract.py): moved there, the C fills the new
+    positions (no warning, the C kernel on) and the capture is the same."""
+    folder = _copy(tmp_path)
+    _edit_contract(folder, _SITE_LINE + _IO_LINE, _IO_LINE + _SITE_LINE)
+    out = _run(folder)
+    assert out["warnings"] == [] and out["active"]
+    assert out["c_pieces"] == {"session": [True] * 4, "build": [True] * 4}
+    assert out["trace"] == with_c["trace"] and out["values"] == with_c["values"]
 
 
 def test_no_extension_built_falls_back_to_python(tmp_path, with_c):
@@ -102,11 +127,21 @@ def test_the_python_kernel_chosen_for_a_process_says_nothing(tmp_path, with_c):
     assert out["trace"] == with_c["trace"] and out["values"] == with_c["values"]
 
 
-def test_the_layout_check_names_the_field_that_moved():
-    assert hotpath.check_layout(dict(hotpath.RECORD_FIELDS)) is None
-    moved = {**hotpath.RECORD_FIELDS, "R_SITE": 12, "R_IO": 11}
-    assert "'R_SITE': 12" in hotpath.check_layout(moved)
-    assert hotpath.check_layout({k: v for k, v in hotpath.RECORD_FIELDS.items() if k != "R_IO"}) is not None
+@needs_extension
+def test_a_contract_the_c_cannot_read_is_refused_by_name():
+    """configure refuses (ValueError, what `native.configure` turns into the layout fallback) a record without a
+    field the C fills and a state slot that is not the one the C reads, naming it; nothing is changed."""
+    fields = tuple("where" if f == "site" else f for f in contract.RECORD_FIELDS)
+    with pytest.raises(ValueError, match="no field 'site'"):
+        hotpath._asm.configure_records(fields)
+
+    class Renamed:
+        __slots__ = tuple("counter" if f == "call_counter" else f for f in contract.STATE_FIELDS)
+
+    with pytest.raises(ValueError, match="'counter'; the C kernel reads 'call_counter'"):
+        hotpath._ext.configure_state(Renamed, tuple(Renamed.__dict__[n] for n in Renamed.__slots__),
+                                     contract.GuardFastPath, contract.guard_fast_descriptors())
+    assert tracer.trace(nn.Linear(2, 2), (torch.randn(1, 2),)).ops  # still configured as before
 
 
 @needs_extension

@@ -2,29 +2,14 @@
  * call templates and the Ops (`tracer.capture.build`). Optional, like `_hotpath.c`: `build.py` runs the
  * same passes in Python when this module is not built, and the two build the same objects.
  *
- * Each function reads the session's raw records (lists in the field order of `session.R_*`, checked by
- * `hotpath.configure`) and keeps no reference beyond the objects it returns.
+ * Each function reads the session's raw records (lists in the field order of the contract's RECORD_FIELDS,
+ * `kernel/contract.py`, read by `configure_records`) and keeps no reference beyond the objects it returns.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_slots.h"
 
-/* Raw record fields (session.R_*). */
-#define R_INFO 0
-#define R_PARENTS 1
-#define R_META 3
-#define R_CALL 4
-#define R_OUT_IDX 5
-#define R_N_OUT 6
-#define R_STACK 7
-#define R_PARAMS 8
-#define R_WRITES 9
-#define R_INPLACE 10
-#define R_SITE 11
-#define R_IO 12
-#define R_CALLSPEC 13
-#define R_ARGS 14
-#define R_KWARGS 15
+/* Raw record fields: R_* in _slots.h, positions read from the contract (configure_records). */
 #define FUNC_INFO_FUNC 5  /* functions.FuncInfo.func */
 
 /* The record at `i` of `records` (borrowed), checked to be a list holding every field up to `last`. */
@@ -32,7 +17,11 @@ static PyObject *
 record_at(PyObject *records, Py_ssize_t i, Py_ssize_t last)
 {
     PyObject *rec = PyList_GET_ITEM(records, i);
-    if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) <= last) {
+    if (record_len == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer.capture._assembly: configure_records was not called");
+        return NULL;
+    }
+    if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) != record_len || PyList_GET_SIZE(rec) <= last) {
         PyErr_SetString(PyExc_TypeError, "a record must be a list of the session's fields");
         return NULL;
     }
@@ -419,7 +408,7 @@ build_ops(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         return NULL;
     for (Py_ssize_t idx = 0; idx < n; idx++) {
         PyObject *rec = PyList_GET_ITEM(records, idx);
-        if (!PyList_CheckExact(rec) || PyList_GET_SIZE(rec) <= R_IO) {
+        if (record_len == 0 || !PyList_CheckExact(rec) || PyList_GET_SIZE(rec) != record_len) {
             PyErr_SetString(PyExc_TypeError, "build_ops: a record must be a list of the session's fields");
             goto error;
         }
@@ -861,7 +850,17 @@ param_records(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     return records;
 }
 
+/* configure_records(RECORD_FIELDS): the raw record's field positions, from the contract's field names. */
+static PyObject *
+configure_records(PyObject *self, PyObject *fields)
+{
+    if (record_positions(fields) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"configure_records", configure_records, METH_O, "configure_records(RECORD_FIELDS): the record's field positions"},
     {"op_labels", op_labels, METH_O, "op_labels(records): `<kind>_<n>` per record."},
     {"configure_templates", configure_templates, METH_VARARGS, "configure_templates(CallTemplate, its slot descriptors)"},
     {"call_templates", (PyCFunction)(void (*)(void))call_templates, METH_FASTCALL,

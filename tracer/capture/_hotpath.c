@@ -31,16 +31,15 @@ static PyObject *object_class = NULL;  /* object.__dict__["__class__"] (borrowed
 static PyObject *str_class, *str_shape, *str_dtype, *str_device, *str_requires_grad, *str_startswith, *str_is_meta, *str_type,
     *str_meta;
 
-/* Field positions of a raw record this module fills (checked against session.R_* by hotpath.py). */
-#define R_TENSOR 2
-#define R_META 3
-#define R_OUT_IDX 5
+/* Field positions of the raw record: R_* in _slots.h, read from the contract's RECORD_FIELDS by `configure`. */
 
 static PyObject *
 configure(PyObject *self, PyObject *args)
 {
-    PyObject *t, *p, *pos;
-    if (!PyArg_ParseTuple(args, "OOO!:configure", &t, &p, &PyTuple_Type, &pos))
+    PyObject *t, *p, *pos, *fields;
+    if (!PyArg_ParseTuple(args, "OOO!O:configure", &t, &p, &PyTuple_Type, &pos, &fields))
+        return NULL;
+    if (record_positions(fields) < 0)
         return NULL;
     Py_XSETREF(tensor_type, Py_NewRef(t));
     Py_XSETREF(placeholder, Py_NewRef(p));
@@ -368,8 +367,8 @@ record_outputs(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
         return NULL;
     }
     Py_ssize_t width = PyTuple_GET_SIZE(record);
-    if (width <= R_OUT_IDX) {
-        PyErr_SetString(PyExc_ValueError, "record_outputs: record too short");
+    if (record_len == 0 || width != record_len) {
+        PyErr_SetString(PyExc_ValueError, "record_outputs: the record is not the contract's width");
         return NULL;
     }
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(outs); k++) {
@@ -945,20 +944,101 @@ static PyObject *scrub_deep_fn = NULL;  /* call_template.scrub_deep */
 static PyObject *shallow_fn = NULL;     /* walk.shallow_tensors */
 static PyObject *empty_dict = NULL, *empty_tuple = NULL, *empty_str = NULL, *zero = NULL, *one = NULL;
 
-/* The session attributes read on each call (interned). The first N_HOT stay the same object for the whole
- * forward: `CaptureSession.run` hands them over as one tuple, the session's `_hot` (in HOT_STATE's order), read
- * with one lookup per call; the rest change during the forward and are read from the instance dict. */
+/* The capture state the kernel reads and writes (`kernel/contract.py` CaptureState, which the session
+ * inherits): its slots, by name, in the contract's STATE_FIELDS order. `configure_state` reads their byte
+ * offsets from the member descriptors and checks each one's name; nothing is read from an instance dict. Every
+ * value read is a new reference held until the C is done with it, so Python code run in between (a kernel, a
+ * guard, a tensor subclass) cannot free what the C still uses by replacing a slot. */
 enum {
     A_SIMULATED, A_GUARD_FAST, A_GUARD, A_TMAP, A_PARAM_IDS, A_BUFFER_IDS, A_SAVE_VALUES, A_RECORDS, A_METAS,
-    A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, A_VALUE_TABLES, N_HOT,
-    A_SUSPENDED = N_HOT, A_EXITS, A_STACK, A_CALL_COUNTER, N_ATTRS
+    A_RECORD_SOURCE, A_SITE_CACHE, A_SITE_CODES, A_SITES, A_PREFIXES, A_VALUE_TABLES,
+    A_SUSPENDED, A_EXITS, A_STACK, A_CALL_COUNTER, N_CALL_ATTRS,  /* what `torch_function` reads */
+    A_CALL_COUNTS = N_CALL_ATTRS, A_FRAMES, A_MODULE_CALLS, N_ATTRS
 };
 static const char *attr_names[N_ATTRS] = {
     "simulated", "_guard_fast", "guard", "tmap", "param_ids", "buffer_ids", "save_values", "records", "_metas",
     "record_source", "_site_cache", "_site_codes", "_sites", "_prefixes", "_value_tables",
-    "suspended", "exits", "stack", "call_counter"};
-static PyObject *attr_str[N_ATTRS];
-static PyObject *str_hot = NULL;  /* "_hot" */
+    "suspended", "exits", "stack", "call_counter", "call_counts", "frames", "module_calls"};
+static PyTypeObject *state_type = NULL;  /* contract.CaptureState */
+static Py_ssize_t state_off[N_ATTRS];
+/* A guard's common case (contract.GuardFastPath), its slots in the contract's order. */
+enum { G_KNOWN, G_PLAIN, G_IS_PLAIN, G_SCRUTINIZED, G_FROM_DATA, G_SIMULATED, G_GUARD, N_GUARD_FAST };
+static const char *guard_fast_names[N_GUARD_FAST] = {
+    "known", "plain", "is_plain", "scrutinized", "from_data", "simulated", "guard"};
+static PyTypeObject *guard_fast_type = NULL;  /* contract.GuardFastPath */
+static Py_ssize_t guard_fast_off[N_GUARD_FAST];
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+/* The offsets of `descriptors` (a slotted class's member descriptors), each checked to be named `names[i]`. */
+static int
+named_offsets(PyObject *type, PyObject *descriptors, const char *const *names, Py_ssize_t n, Py_ssize_t *out)
+{
+    if (!PyType_Check(type) || !PyTuple_Check(descriptors) || PyTuple_GET_SIZE(descriptors) != n ||
+        slot_offsets(descriptors, out, n) < 0) {
+        PyErr_Format(PyExc_ValueError, "configure_state: %R must have %zd object slots", type, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *name = ((PyMemberDescrObject *)PyTuple_GET_ITEM(descriptors, i))->d_member->name;
+        if (strcmp(name, names[i]) != 0) {
+            PyErr_Format(PyExc_ValueError, "configure_state: slot %zd of %R is '%s'; the C kernel reads '%s' there",
+                         i, type, name, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* configure_state(CaptureState, its slot descriptors, GuardFastPath, its slot descriptors) */
+static PyObject *
+configure_state(PyObject *self, PyObject *args)
+{
+    PyObject *state, *state_descr, *fast, *fast_descr;
+    Py_ssize_t s_off[N_ATTRS], g_off[N_GUARD_FAST];  /* nothing changes unless both fit */
+    if (!PyArg_ParseTuple(args, "OOOO:configure_state", &state, &state_descr, &fast, &fast_descr))
+        return NULL;
+    if (named_offsets(state, state_descr, attr_names, N_ATTRS, s_off) < 0 ||
+        named_offsets(fast, fast_descr, guard_fast_names, N_GUARD_FAST, g_off) < 0)
+        return NULL;
+    memcpy(state_off, s_off, sizeof(s_off));
+    memcpy(guard_fast_off, g_off, sizeof(g_off));
+    Py_XSETREF(state_type, (PyTypeObject *)Py_NewRef(state));
+    Py_XSETREF(guard_fast_type, (PyTypeObject *)Py_NewRef(fast));
+    Py_RETURN_NONE;
+}
+
+/* The state slots [first, last) of `session` as new references in `a`: 1, or 0 (none held) when the session is
+ * no CaptureState or one of them is unset (the session is not set up for this path). */
+static int
+state_read(PyObject *session, PyObject **a, int first, int last)
+{
+    if (state_type == NULL || !PyObject_TypeCheck(session, state_type))
+        return 0;
+    for (int i = first; i < last; i++) {
+        PyObject *v = SLOT(session, state_off[i]);
+        if (v == NULL) {
+            while (--i >= first)
+                Py_CLEAR(a[i]);
+            return 0;
+        }
+        a[i] = Py_NewRef(v);
+    }
+    return 1;
+}
+
+static void
+state_release(PyObject **a, int first, int last)
+{
+    for (int i = first; i < last; i++)
+        Py_CLEAR(a[i]);
+}
+
+/* session.<slot i> = value (a new reference taken; the old value released after the write). */
+static void
+state_set(PyObject *session, int i, PyObject *value)
+{
+    Py_XSETREF(SLOT(session, state_off[i]), Py_NewRef(value));
+}
 static PyObject *str_slow = NULL, *str_other = NULL, *str_inplace = NULL, *str_out = NULL;
 
 /* configure_call(INFO_CACHE, peek_interpreter_stack, scrub_deep, shallow_tensors) */
@@ -1093,30 +1173,9 @@ scrubbed_deep(PyObject *args)
     return out;
 }
 
-/* The session's attributes a call reads (borrowed), from its instance dict `d`: the forward's fixed state from
- * `_hot`, then the attributes that change during it. 1, 0 when one is missing (the session is not set up for
- * this path), -1 on error. */
-static int
-session_attrs(PyObject *d, PyObject **a)
-{
-    PyObject *hot = PyDict_GetItemWithError(d, str_hot);
-    if (hot == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    if (!PyTuple_CheckExact(hot) || PyTuple_GET_SIZE(hot) != N_HOT)
-        return 0;
-    for (int i = 0; i < N_HOT; i++)
-        a[i] = PyTuple_GET_ITEM(hot, i);
-    for (int i = N_HOT; i < N_ATTRS; i++) {
-        a[i] = PyDict_GetItemWithError(d, attr_str[i]);
-        if (a[i] == NULL)
-            return PyErr_Occurred() ? -1 : 0;
-    }
-    return 1;
-}
-
 /* The raw record of a call that ran (the fields `record_outputs` copies per output tensor). */
 static PyObject *
-call_record(PyObject *d, PyObject **a, PyObject *info, PyObject *scanned, PyObject *func, PyObject *args,
+call_record(PyObject *session, PyObject **a, PyObject *info, PyObject *scanned, PyObject *func, PyObject *args,
             PyObject *kwargs, PyObject *outs, int save)
 {
     PyObject *site_obj = NULL, *counter = NULL, *n = NULL, *spec = NULL, *s_args = NULL, *s_kwargs = NULL, *rec = NULL;
@@ -1126,8 +1185,9 @@ call_record(PyObject *d, PyObject **a, PyObject *info, PyObject *scanned, PyObje
     site_obj = record_source ? find_site(0, a[A_SITE_CACHE], a[A_SITE_CODES], a[A_SITES], a[A_PREFIXES])
                              : Py_NewRef(Py_None);
     counter = site_obj == NULL ? NULL : PyNumber_Add(a[A_CALL_COUNTER], one);
-    if (counter == NULL || PyDict_SetItem(d, attr_str[A_CALL_COUNTER], counter) < 0)
+    if (counter == NULL)
         goto end;
+    state_set(session, A_CALL_COUNTER, counter);
     n = PyLong_FromSsize_t(PyTuple_GET_SIZE(outs));
     if (n == NULL)
         goto end;
@@ -1148,8 +1208,16 @@ call_record(PyObject *d, PyObject **a, PyObject *info, PyObject *scanned, PyObje
     }
     if (spec == NULL || s_args == NULL || s_kwargs == NULL)
         goto end;
-    rec = PyTuple_Pack(16, info, PyTuple_GET_ITEM(scanned, 0), Py_None, Py_None, counter, zero, n, a[A_STACK],
-                       PyTuple_GET_ITEM(scanned, 1), empty_tuple, Py_False, site_obj, empty_str, spec, s_args, s_kwargs);
+    rec = PyTuple_New(record_len);
+    if (rec == NULL)
+        goto end;
+    PyObject *fields[N_RECORD_FIELDS] = {
+        [F_INFO] = info, [F_PARENTS] = PyTuple_GET_ITEM(scanned, 0), [F_TENSOR] = Py_None, [F_META] = Py_None,
+        [F_CALL] = counter, [F_OUT_IDX] = zero, [F_N_OUT] = n, [F_STACK] = a[A_STACK],
+        [F_PARAMS] = PyTuple_GET_ITEM(scanned, 1), [F_WRITES] = empty_tuple, [F_INPLACE] = Py_False,
+        [F_SITE] = site_obj, [F_IO] = empty_str, [F_CALLSPEC] = spec, [F_ARGS] = s_args, [F_KWARGS] = s_kwargs};
+    for (int f = 0; f < N_RECORD_FIELDS; f++)  /* at the contract's positions */
+        PyTuple_SET_ITEM(rec, record_pos[f], Py_NewRef(fields[f]));
 end:
     Py_XDECREF(site_obj);
     Py_XDECREF(counter);
@@ -1167,23 +1235,27 @@ end:
  * device by name, the kinds that may take a device positionally, the types that may name one, the answers
  * to device reads of a meta tensor (a getter's descriptor or get_device -> answer), a getter's type,
  * get_device). */
-enum { G_KNOWN, G_PLAIN, G_IS_PLAIN, G_SCRUTINIZED, G_FROM_DATA, G_STATE, G_SIMULATED, N_GUARD_FAST };
 enum { S_MOVES, S_DEVICE_ARGS, S_DEVICE_LIKE, S_ANSWERS, S_GETTER, S_GET_DEVICE, N_SIMULATED };
 static PyObject *str_constant_call = NULL, *str_mixed = NULL, *str_after_call = NULL, *str_failed = NULL,
     *str_device_kw = NULL, *str_self = NULL, *str_module_name = NULL, *str_tracer_prefix = NULL;
 
-/* The session's `_guard_fast` when it is a guard's common case in C, else NULL (the Python hook checks every
- * call). */
-static PyObject *
-guard_fast_of(PyObject *fast)
+/* The session's `_guard_fast` read into `gf` (new references) when it is a guard's common case the C can check
+ * (a contract.GuardFastPath with every slot set): 1, else 0 with nothing held (the Python hook checks every call). */
+static int
+guard_fast_read(PyObject *fast, PyObject **gf)
 {
-    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != N_GUARD_FAST)
-        return NULL;
-    PyObject *sim = PyTuple_GET_ITEM(fast, G_SIMULATED);
+    if (guard_fast_type == NULL || !Py_IS_TYPE(fast, guard_fast_type))
+        return 0;
+    for (int i = 0; i < N_GUARD_FAST; i++)
+        if (SLOT(fast, guard_fast_off[i]) == NULL)
+            return 0;
+    PyObject *sim = SLOT(fast, guard_fast_off[G_SIMULATED]);
     if (sim != Py_None && !(PyTuple_CheckExact(sim) && PyTuple_GET_SIZE(sim) == N_SIMULATED &&
                             PyDict_CheckExact(PyTuple_GET_ITEM(sim, S_ANSWERS))))
-        return NULL;
-    return fast;
+        return 0;
+    for (int i = 0; i < N_GUARD_FAST; i++)
+        gf[i] = Py_NewRef(SLOT(fast, guard_fast_off[i]));
+    return 1;
 }
 
 /* `SimulatedDevice.read` for the session's own mode: the simulated answer (new reference) when `func` reads
@@ -1258,30 +1330,30 @@ names_device(PyObject *sim, PyObject *kind, PyObject *args, PyObject *kwargs)
  * none (the output's value is then unknown: `_checked` lets the call run as made); with a simulated device,
  * no argument that may name it (`SimulatedDevice.on_meta` returns None). */
 static int
-guard_passes(PyObject *fast, PyObject *info, PyObject *args, PyObject *kwargs)
+guard_passes(PyObject **gf, PyObject *info, PyObject *args, PyObject *kwargs)
 {
     PyObject *kind = PyTuple_GET_ITEM(info, 0), *qualname = PyTuple_GET_ITEM(info, 1);
     if (PyTuple_GET_ITEM(info, 4) != Py_False)  /* a value read */
         return 0;
-    int hit = PySet_Contains(PyTuple_GET_ITEM(fast, G_SCRUTINIZED), kind);
+    int hit = PySet_Contains(gf[G_SCRUTINIZED], kind);
     if (hit == 0)
-        hit = PySet_Contains(PyTuple_GET_ITEM(fast, G_FROM_DATA), qualname);
-    PyObject *sim = PyTuple_GET_ITEM(fast, G_SIMULATED);
+        hit = PySet_Contains(gf[G_FROM_DATA], qualname);
+    PyObject *sim = gf[G_SIMULATED];
     if (hit == 0 && sim != Py_None)
         hit = names_device(sim, kind, args, kwargs);
     if (hit != 0)
         return hit < 0 ? -1 : 0;
     ConstantScan s = {NULL, 0, 0, NULL, 1};
-    int known = scan_constant_args(args, kwargs, PyTuple_GET_ITEM(fast, G_PLAIN), PyTuple_GET_ITEM(fast, G_IS_PLAIN),
-                                   &s) < 0 ? -1 : known_value(s.first, PyTuple_GET_ITEM(fast, G_KNOWN));
+    int known = scan_constant_args(args, kwargs, gf[G_PLAIN], gf[G_IS_PLAIN],
+                                   &s) < 0 ? -1 : known_value(s.first, gf[G_KNOWN]);
     Py_XDECREF(s.first);
     if (known < 0 || s.n_reals || s.python_only)
         return known < 0 ? -1 : 0;
     if (known) {  /* the first tensor's value is known: the call's is not when another's is not (`values_for`) */
-        int unknown = holds_unknown(args, PyTuple_GET_ITEM(fast, G_KNOWN), 0);
+        int unknown = holds_unknown(args, gf[G_KNOWN], 0);
         PyObject *values = unknown == 0 && kwargs != NULL && PyDict_GET_SIZE(kwargs) ? PyDict_Values(kwargs) : NULL;
         if (values != NULL) {
-            unknown = holds_unknown(values, PyTuple_GET_ITEM(fast, G_KNOWN), 0);
+            unknown = holds_unknown(values, gf[G_KNOWN], 0);
             Py_DECREF(values);
         }
         else if (PyErr_Occurred())
@@ -1289,14 +1361,9 @@ guard_passes(PyObject *fast, PyObject *info, PyObject *args, PyObject *kwargs)
         if (unknown <= 0)
             return unknown;
     }
-    PyObject *state = PyTuple_GET_ITEM(fast, G_STATE);
-    PyObject *constant = PyDict_GetItemWithError(state, str_constant_call);
-    PyObject *mixed = constant == NULL && PyErr_Occurred() ? NULL : PyDict_GetItemWithError(state, str_mixed);
-    if (PyErr_Occurred())
-        return -1;
-    if (constant != Py_False && PyDict_SetItem(state, str_constant_call, Py_False) < 0)
-        return -1;
-    if (mixed != Py_None && PyDict_SetItem(state, str_mixed, Py_None) < 0)
+    /* as the guard's common case does: set through the guard's attributes (its own setattr), never its dict */
+    if (PyObject_SetAttr(gf[G_GUARD], str_constant_call, Py_False) < 0 ||
+        PyObject_SetAttr(gf[G_GUARD], str_mixed, Py_None) < 0)
         return -1;
     return 1;
 }
@@ -1304,9 +1371,9 @@ guard_passes(PyObject *fast, PyObject *info, PyObject *args, PyObject *kwargs)
 /* The guard's `after_call` for a call's outputs: nothing to check when each is a plain tensor on meta, else
  * the guard's Python (which raises for a real tensor it does not admit). 0, or -1 with the error set. */
 static int
-guard_after(PyObject *guard, PyObject *fast, PyObject *session, PyObject *info, PyObject *outs)
+guard_after(PyObject *guard, PyObject **gf, PyObject *session, PyObject *info, PyObject *outs)
 {
-    PyObject *plain = PyTuple_GET_ITEM(fast, G_PLAIN);
+    PyObject *plain = gf[G_PLAIN];
     int checked = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs) && checked; i++) {
         PyObject *t = PyTuple_GET_ITEM(outs, i);
@@ -1370,31 +1437,25 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     PyObject *session = argv[0], *func = argv[1], *types = argv[2];
     PyObject *args = argc > 3 ? argv[3] : empty_tuple, *kwargs = argc > 4 ? argv[4] : Py_None;
-    PyObject *a[N_ATTRS], *d = NULL, *info = NULL, *scanned = NULL, *out = NULL, *outs = NULL, *result = NULL;
-    PyObject *guard = NULL, *fast = NULL;  /* the guard and its common case, held for the call */
+    PyObject *a[N_CALL_ATTRS] = {NULL}, *info = NULL, *scanned = NULL, *out = NULL, *outs = NULL, *result = NULL;
+    PyObject *gf[N_GUARD_FAST] = {NULL};  /* the guard's common case, held for the call */
+    int has_fast = 0;
     if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_CheckExact(kwargs)))
         goto slow;
-    d = PyObject_GenericGetDict(session, NULL);
-    if (d == NULL)
-        return NULL;
-    int have = session_attrs(d, a);  /* every one: the fixed state (one lookup), then what changes */
-    if (have <= 0) {
-        if (have < 0)
-            goto done;
+    if (!state_read(session, a, 0, N_CALL_ATTRS))  /* every slot the call reads, each held for it */
         goto slow;
-    }
     int suspended = PyObject_IsTrue(a[A_SUSPENDED]);
     if (suspended < 0)
         goto done;
     if (suspended)
         goto slow;
+    has_fast = a[A_GUARD_FAST] != Py_None && guard_fast_read(a[A_GUARD_FAST], gf);
     if (a[A_SIMULATED] != Py_None) {  /* the model's device reads answered as `SimulatedDevice.read` answers them */
-        PyObject *sim_fast = guard_fast_of(a[A_GUARD_FAST]);
-        PyObject *sim = sim_fast == NULL ? NULL : PyTuple_GET_ITEM(sim_fast, G_SIMULATED);
+        PyObject *sim = has_fast ? gf[G_SIMULATED] : NULL;
         if (sim == NULL || sim == Py_None)  /* no simulated device in the guard's common case: the Python hook */
             goto slow;
         int unread;
-        result = device_read(sim, PyTuple_GET_ITEM(sim_fast, G_PLAIN), func, args, &unread);
+        result = device_read(sim, gf[G_PLAIN], func, args, &unread);
         if (result != NULL || PyErr_Occurred())
             goto done;
         if (!unread)
@@ -1425,7 +1486,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (!PyList_CheckExact(a[A_EXITS]) || PyList_GET_SIZE(a[A_EXITS]) != 0)
         goto slow;
-    if (a[A_GUARD] != Py_None && guard_fast_of(a[A_GUARD_FAST]) == NULL)
+    if (a[A_GUARD] != Py_None && !has_fast)
         goto slow;  /* a guard with no common case in C (a chain, distributed): its Python checks every call */
     if (PyTuple_GET_ITEM(info, 2) != Py_False)  /* writes in place */
         goto slow;
@@ -1438,9 +1499,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
             goto slow;
     }
     if (a[A_GUARD] != Py_None) {
-        guard = Py_NewRef(a[A_GUARD]);
-        fast = Py_NewRef(a[A_GUARD_FAST]);
-        int passes = guard_passes(fast, info, args, call_kwargs);
+        int passes = guard_passes(gf, info, args, call_kwargs);
         if (passes < 0)
             goto done;
         if (!passes)
@@ -1457,6 +1516,7 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     if (scanned == Py_None)
         goto slow;
     /* The call runs: from here on nothing goes to the Python path. */
+    PyObject *guard = a[A_GUARD] != Py_None ? a[A_GUARD] : NULL;
     out = PyObject_Call(func, args, call_kwargs);
     if (out == NULL && (out = failed_call(session, info, guard, func, args, kwargs)) == NULL)
         goto done;
@@ -1479,18 +1539,19 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     }
     if (outs == NULL)
         goto done;
-    have = session_attrs(d, a);  /* again (`a` is borrowed): the call ran Python code, which changes the stack */
-    if (have <= 0) {
-        if (have == 0)
-            PyErr_SetString(PyExc_RuntimeError, "the capture session lost an attribute during a call");
+    /* What changes during the forward, read again: the call ran Python code (a module's forward inside a
+     * kernel's Python, a guard), which may have moved the stack or the counter. */
+    state_release(a, A_SUSPENDED, N_CALL_ATTRS);
+    if (!state_read(session, a, A_SUSPENDED, N_CALL_ATTRS)) {
+        PyErr_SetString(PyExc_RuntimeError, "the capture session lost its state during a call");
         goto done;
     }
-    PyObject *rec = call_record(d, a, info, scanned, func, args, kwargs, outs, save);
+    PyObject *rec = call_record(session, a, info, scanned, func, args, kwargs, outs, save);
     if (rec != NULL) {
         PyObject *rargv[8] = {outs, rec, a[A_RECORDS], a[A_METAS], a[A_TMAP], a[A_PARAM_IDS], a[A_SAVE_VALUES],
                               a[A_VALUE_TABLES]};
         PyObject *done_rec = record_outputs(NULL, rargv, 8);
-        if (done_rec != NULL && (guard == NULL || guard_after(guard, fast, session, info, outs) == 0))
+        if (done_rec != NULL && (guard == NULL || guard_after(guard, gf, session, info, outs) == 0))
             result = Py_NewRef(out);
         Py_XDECREF(done_rec);
     }
@@ -1499,18 +1560,16 @@ torch_function(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 slow:
     Py_CLEAR(info);
     Py_CLEAR(scanned);
-    Py_CLEAR(d);
-    Py_CLEAR(guard);
-    Py_CLEAR(fast);
+    state_release(a, 0, N_CALL_ATTRS);
+    state_release(gf, 0, N_GUARD_FAST);
     return PyObject_CallMethodObjArgs(session, str_slow, func, types, args, kwargs, NULL);
 done:
     Py_XDECREF(info);
     Py_XDECREF(scanned);
     Py_XDECREF(out);
     Py_XDECREF(outs);
-    Py_XDECREF(d);
-    Py_XDECREF(guard);
-    Py_XDECREF(fast);
+    state_release(a, 0, N_CALL_ATTRS);
+    state_release(gf, 0, N_GUARD_FAST);
     return result;
 }
 
@@ -1598,16 +1657,13 @@ indices_in(PyObject *session, PyObject *tmap, PyObject *const *objs, Py_ssize_t 
 static int
 leave_scope(PyObject *session, PyObject *frame, PyObject *output)
 {
-    PyObject *d = PyObject_GenericGetDict(session, NULL);
-    if (d == NULL)
-        return -1;
     int rc = -1;
-    PyObject *frames = PyDict_GetItemWithError(d, str_frames), *tmap = PyDict_GetItemWithError(d, attr_str[A_TMAP]),
-             *records = PyDict_GetItemWithError(d, attr_str[A_RECORDS]),
-             *calls = PyDict_GetItemWithError(d, str_module_calls);
+    PyObject *a[N_ATTRS] = {NULL};  /* held for the call: `indices_in` may run Python */
+    int have = state_read(session, a, A_TMAP, A_TMAP + 1) && state_read(session, a, A_RECORDS, A_RECORDS + 1) &&
+               state_read(session, a, A_FRAMES, A_MODULE_CALLS + 1);
+    PyObject *frames = a[A_FRAMES], *tmap = a[A_TMAP], *records = a[A_RECORDS], *calls = a[A_MODULE_CALLS];
     PyObject *outputs = NULL, *entry = NULL, *last = NULL;
-    if (frames == NULL || tmap == NULL || records == NULL || calls == NULL || !PyList_CheckExact(frames) ||
-        !PyList_CheckExact(records) || !PyDict_CheckExact(calls)) {
+    if (!have || !PyList_CheckExact(frames) || !PyList_CheckExact(records) || !PyDict_CheckExact(calls)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "the capture session lost its module frames");
         goto end;
@@ -1616,13 +1672,13 @@ leave_scope(PyObject *session, PyObject *frame, PyObject *output)
     while (PyList_GET_SIZE(frames) > 0) {
         Py_ssize_t n = PyList_GET_SIZE(frames);
         PyObject *top = Py_NewRef(PyList_GET_ITEM(frames, n - 1));
-        if (PyList_SetSlice(frames, n - 1, n, NULL) < 0 || !PyList_Check(top) || PyList_GET_SIZE(top) < 6 ||
-            PyDict_SetItem(d, attr_str[A_STACK], PyList_GET_ITEM(top, 4)) < 0) {
+        if (PyList_SetSlice(frames, n - 1, n, NULL) < 0 || !PyList_Check(top) || PyList_GET_SIZE(top) < 6) {
             Py_DECREF(top);
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_RuntimeError, "a module frame is not the session's");
             goto end;
         }
+        state_set(session, A_STACK, PyList_GET_ITEM(top, 4));
         found = top == frame;
         Py_DECREF(top);
         if (found)
@@ -1650,7 +1706,7 @@ end:
     Py_XDECREF(outputs);
     Py_XDECREF(entry);
     Py_XDECREF(last);
-    Py_DECREF(d);
+    state_release(a, 0, N_ATTRS);
     return rc;
 }
 
@@ -1662,15 +1718,13 @@ scoped_call(ScopedForward *self, PyObject *args, PyObject *kwargs)
     if (!called_as_module())
         return PyObject_Call(self->inner, args, kwargs);
     PyObject *session = self->session, *addr = self->addr;
-    PyObject *d = PyObject_GenericGetDict(session, NULL);
-    if (d == NULL)
-        return NULL;
     PyObject *frame = NULL, *output = NULL, *count = NULL, *indices = NULL, *pushed = NULL;
-    PyObject *counts = PyDict_GetItemWithError(d, str_call_counts), *frames = PyDict_GetItemWithError(d, str_frames),
-             *records = PyDict_GetItemWithError(d, attr_str[A_RECORDS]), *tmap = PyDict_GetItemWithError(d, attr_str[A_TMAP]),
-             *stack = PyDict_GetItemWithError(d, attr_str[A_STACK]);
-    if (counts == NULL || frames == NULL || records == NULL || tmap == NULL || stack == NULL ||
-        !PyDict_CheckExact(counts) || !PyList_CheckExact(frames) || !PyList_CheckExact(records)) {
+    PyObject *a[N_ATTRS] = {NULL};  /* held for the call: `indices_in` and the forward run Python */
+    int have = state_read(session, a, A_TMAP, A_TMAP + 1) && state_read(session, a, A_RECORDS, A_RECORDS + 1) &&
+               state_read(session, a, A_STACK, A_STACK + 1) && state_read(session, a, A_CALL_COUNTS, A_FRAMES + 1);
+    PyObject *counts = a[A_CALL_COUNTS], *frames = a[A_FRAMES], *records = a[A_RECORDS], *tmap = a[A_TMAP],
+             *stack = a[A_STACK];
+    if (!have || !PyDict_CheckExact(counts) || !PyList_CheckExact(frames) || !PyList_CheckExact(records)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "the capture session is not set up for module scopes");
         goto end;
@@ -1702,8 +1756,7 @@ scoped_call(ScopedForward *self, PyObject *args, PyObject *kwargs)
     pushed = push_stack(stack, addr, count);
     if (pushed == NULL || PyList_Append(frames, frame) < 0)
         goto end;
-    if (PyDict_SetItem(d, attr_str[A_STACK], pushed) < 0)
-        goto end;
+    state_set(session, A_STACK, pushed);
     output = PyObject_Call(self->inner, args, kwargs);
     {
         PyObject *type, *value, *tb;
@@ -1724,7 +1777,7 @@ end:
     Py_XDECREF(indices);
     Py_XDECREF(pushed);
     Py_XDECREF(frame);
-    Py_DECREF(d);
+    state_release(a, 0, N_ATTRS);
     return output;
 }
 
@@ -1970,7 +2023,9 @@ unwrap_forwards(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 }
 
 static PyMethodDef methods[] = {
-    {"configure", configure, METH_VARARGS, "configure(torch.Tensor, TENSOR placeholder, position names)"},
+    {"configure", configure, METH_VARARGS, "configure(torch.Tensor, TENSOR placeholder, position names, RECORD_FIELDS)"},
+    {"configure_state", configure_state, METH_VARARGS,
+     "configure_state(CaptureState, its slot descriptors, GuardFastPath, its slot descriptors)"},
     {"scan_args", (PyCFunction)(void (*)(void))scan_args, METH_FASTCALL, "The argument scan of one call."},
     {"record_outputs", (PyCFunction)(void (*)(void))record_outputs, METH_FASTCALL, "The output records of one call."},
     {"tensor_indices", (PyCFunction)(void (*)(void))tensor_indices, METH_FASTCALL,
@@ -2016,16 +2071,10 @@ PyInit__hotpath(void)
     str_is_meta = PyUnicode_InternFromString("is_meta");
     str_type = PyUnicode_InternFromString("type");
     str_meta = PyUnicode_InternFromString("meta");
-    for (int i = 0; i < N_ATTRS; i++) {
-        attr_str[i] = PyUnicode_InternFromString(attr_names[i]);
-        if (attr_str[i] == NULL)
-            return NULL;
-    }
-    str_hot = PyUnicode_InternFromString("_hot");
     str_version = PyUnicode_InternFromString("_version");
     str_untyped_storage = PyUnicode_InternFromString("untyped_storage");
     str_data_ptr = PyUnicode_InternFromString("data_ptr");
-    if (str_hot == NULL || str_version == NULL || str_untyped_storage == NULL || str_data_ptr == NULL)
+    if (str_version == NULL || str_untyped_storage == NULL || str_data_ptr == NULL)
         return NULL;
     str_slow = PyUnicode_InternFromString("_torch_function_py");
     str_other = PyUnicode_InternFromString("_other_output");
@@ -2075,12 +2124,5 @@ PyInit__hotpath(void)
         Py_CLEAR(m);
     if (m != NULL && PyModule_AddObjectRef(m, "ScopedForward", (PyObject *)&ScopedForwardType) < 0)
         Py_CLEAR(m);
-    PyObject *hot = m == NULL ? NULL : PyTuple_New(N_HOT);  /* HOT_STATE: the names `_hot` holds, in order */
-    for (int i = 0; hot != NULL && i < N_HOT; i++)
-        PyTuple_SET_ITEM(hot, i, Py_NewRef(attr_str[i]));
-    if (m != NULL && (hot == NULL || PyModule_AddObject(m, "HOT_STATE", hot) < 0)) {
-        Py_XDECREF(hot);
-        Py_CLEAR(m);
-    }
     return m;
 }

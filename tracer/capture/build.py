@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from . import hotpath
+from .kernel import native as hotpath  # the C kernel's entry points (None: the Python kernel)
 from .call_template import call_templates
 from ..ir import (Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
                   new_module_scope, new_op, new_param, new_site)

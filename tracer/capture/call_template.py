@@ -23,7 +23,8 @@ from typing import Any, Container, Iterator, Mapping
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import hotpath
+from .kernel import native as hotpath  # the C kernel's entry points (None: the Python kernel)
+from .kernel.contract import TEMPLATE_FIELDS
 
 _Tensor = torch.Tensor
 # A buffer's pre-write value is stored inline up to this many elements.
@@ -202,9 +203,8 @@ def _configure_c_templates() -> Any:
 
 
 _C_TEMPLATES = _configure_c_templates()
-# The record fields the C loop reads (session.R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL,
-# checked against the session's by hotpath.configure).
-_C_FIELDS = (0, 13, 14, 15, 1, 8, 4)
+# The record fields the C loop reads (positions from the contract, which the C reads too).
+_C_FIELDS = TEMPLATE_FIELDS
 
 
 class _Encoder:

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
-from . import hotpath as _hotpath
-from .hotpath import tensor_indices as _tensor_indices  # None without the C extension
+from .kernel import native as _hotpath  # the C kernel's entry points (None: the Python kernel)
+from .kernel.native import tensor_indices as _tensor_indices  # None without the C extension
 from ..ir import ModuleStack
 from .boundaries import outside_scripts
 from .walk import named_modules, shallow_tensors

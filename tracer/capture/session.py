@@ -20,7 +20,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
-from . import hotpath as _hotpath
+from .kernel import native as _native  # the C kernel (None entry points: the Python kernel)
+from .kernel.contract import CaptureState, record as _record
 from ..ir import EMPTY_STACK, ModuleStack
 from .call_template import TENSOR, scrub_deep, scrub_kwargs
 from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
@@ -33,18 +34,17 @@ _Parameter = nn.Parameter
 _POS = tuple(str(i) for i in range(64))
 _SEQ = (list, tuple)
 
-# Raw op record layout (a plain list, filled on the hot path).
-R_INFO, R_PARENTS, R_TENSOR, R_META, R_CALL, R_OUT_IDX, R_N_OUT, R_STACK, R_PARAMS, R_WRITES, R_INPLACE, R_SITE, R_IO, R_CALLSPEC, R_ARGS, R_KWARGS = range(16)
-# R_CALLSPEC: (func, args, kwargs) of the live call when values are saved. R_ARGS / R_KWARGS: when they
-# are not, args and kwargs with every tensor replaced by `call_template.TENSOR` (no tensor is held).
-_hotpath.configure(_Tensor, TENSOR, _POS, {k: v for k, v in globals().items() if k.startswith("R_") and type(v) is int})
-_SCAN_ARGS, _RECORD_OUTPUTS, _SITE = _hotpath.scan_args, _hotpath.record_outputs, _hotpath.site
-if _hotpath.configure_call is not None:
-    _hotpath.configure_call(_INFO_CACHE, _in_functorch_transform, scrub_deep, shallow_tensors)
-_TORCH_FUNCTION = _hotpath.torch_function  # a call start to end in C, bound to the session for its forward
-_HOT_STATE: tuple[str, ...] = _hotpath.hot_state  # the attributes the C hook reads as one tuple (`_hot`)
+# The raw op record (a plain list, filled on the hot path): its fields are defined once, in kernel/contract.py.
+from .kernel.contract import (R_ARGS, R_CALL, R_CALLSPEC, R_INFO, R_INPLACE, R_IO, R_KWARGS,  # noqa: E402,F401
+                              R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS, R_SITE, R_STACK, R_TENSOR, R_WRITES)
+
+_native.configure(_Tensor, TENSOR, _POS)
+_SCAN_ARGS, _RECORD_OUTPUTS, _SITE = _native.scan_args, _native.record_outputs, _native.site
+if _native.configure_call is not None:
+    _native.configure_call(_INFO_CACHE, _in_functorch_transform, scrub_deep, shallow_tensors)
+_TORCH_FUNCTION = _native.torch_function  # a call start to end in C, bound to the session for its forward
 # The fields a call template is made from (see call_template.call_templates).
-TEMPLATE_FIELDS = (R_INFO, R_CALLSPEC, R_ARGS, R_KWARGS, R_PARENTS, R_PARAMS, R_CALL)
+from .kernel.contract import TEMPLATE_FIELDS  # noqa: E402,F401
 
 _INTERNAL_PREFIXES: tuple[str, ...] = ()
 
@@ -126,11 +126,12 @@ class StandIn:
         self.output = output
 
 
-class CaptureSession(ModuleScopes, TorchFunctionMode):
+class CaptureSession(CaptureState, ModuleScopes, TorchFunctionMode):
     """One capture of `model(*args, **kwargs)`; `run` returns the raw material for a Trace.
 
     The session is the function mode of its own forward (`__torch_function__` is the hot path), so
-    a recorded call costs one Python frame.
+    a recorded call costs one Python frame. What the kernel reads and writes per call is the slotted
+    `kernel.contract.CaptureState` it inherits; everything else is the session's own.
     """
 
     def __init__(self, model: nn.Module, *, save_values: bool, record_source: bool, guard: CallGuard | None = None,
@@ -216,7 +217,6 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
             if _TORCH_FUNCTION is not None and ((self.guard is None and self.simulated is None) or self._guard_fast):
                 # the mode's hook in C for the forward (removed below: no cycle stays); a guard without a common
                 # case in C (distributed, a chain) checks every call in Python's hook
-                self._hot = tuple([getattr(self, name) for name in _HOT_STATE])  # fixed for the forward: one lookup
                 self.__torch_function__ = MethodType(_TORCH_FUNCTION, self)
             self._install_scopes()
             witness = self.witness  # the census wraps on_call only when it is on
@@ -238,7 +238,6 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         finally:
             self._remove_scopes()
             self.__dict__.pop("__torch_function__", None)
-            self.__dict__.pop("_hot", None)
             self._guard_fast = None
             self.recorder = None  # the mode is this session: no self-cycle outlives the forward
         self._record_outputs(output)
@@ -284,8 +283,8 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         self.call_counter += 1
         idx = len(self.records)
         held = t if self.save_values else None
-        rec = [info, parents, held, _meta(t), self.call_counter, 0, 1, self.stack, params, (), False, None, io, None, None,
-               None]
+        rec = _record(info=info, parents=parents, tensor=held, meta=_meta(t), call=self.call_counter, out_idx=0, n_out=1,
+                      stack=self.stack, params=params, writes=(), inplace=False, io=io)
         self.records.append(rec)
         if keep_value:
             self.tmap[id(t)] = (idx, self._ref(t))
@@ -463,17 +462,19 @@ class CaptureSession(ModuleScopes, TorchFunctionMode):
         pa = params if type(params) is tuple else tuple(params)
         records = self.records
         metas = self._metas
-        if _RECORD_OUTPUTS is not None and not inplace:  # the C loop (hotpath.py), same records
-            _RECORD_OUTPUTS(outs, (info, ptuple, None, None, call_id, 0, n, stack, pa, writes, inplace, site, "", spec,
-                                   s_args, s_kwargs), records, metas, tmap, param_ids, save, self._value_tables)
+        call_rec = _record(info=info, parents=ptuple, call=call_id, out_idx=0, n_out=n, stack=stack, params=pa,
+                           writes=writes, inplace=inplace, site=site, io="", callspec=spec, args=s_args, kwargs=s_kwargs)
+        if _RECORD_OUTPUTS is not None and not inplace:  # the C loop (kernel/native.py), same records
+            _RECORD_OUTPUTS(outs, tuple(call_rec), records, metas, tmap, param_ids, save, self._value_tables)
             if guard is not None:
                 guard.after_call(info, list(outs), self)
             return out
         for k, t in enumerate(outs):
             idx = len(records)
             meta = (t.shape, t.dtype, t.device, t.requires_grad)  # as `_meta`
-            records.append([info, ptuple, t if save else None, metas.setdefault(meta, meta), call_id,
-                            k, n, stack, pa, writes, inplace, site, "", spec, s_args, s_kwargs])
+            rec = call_rec.copy()
+            rec[R_TENSOR], rec[R_META], rec[R_OUT_IDX] = t if save else None, metas.setdefault(meta, meta), k
+            records.append(rec)
             tid = id(t)
             if tid in param_ids:  # an in-place write to a buffer keeps its parameter identity
                 if save and inplace:

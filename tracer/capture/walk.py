@@ -6,7 +6,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import hotpath
+from .kernel import native as hotpath  # the C kernel's entry points (None: the Python kernel)
 
 _MAX_DEPTH = 8
 # The walks below in C where built (hotpath.py); each returns None for a table that is no plain dict.

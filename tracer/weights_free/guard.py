@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
+from ..capture.kernel.contract import GuardFastPath
 from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
 from . import known_values as kv
@@ -100,13 +101,13 @@ class StructureOnlyGuard(CallGuard):
             session.simulated = self.simulated
         return self.simulated.reads(model, mode=session is None)
 
-    def common_case(self) -> tuple | None:
+    def common_case(self) -> GuardFastPath | None:
         """The C hook's copy of `before_call`'s common case and `after_call`'s check (`_hotpath.guard_passes`,
         `guard_after`): the ledger's scan, the kinds checked in full, FROM_PYTHON_DATA, and this guard's
-        `__dict__`, where it resets `_constant_call` and `_mixed` as the common case does; then the simulated
+        guard itself, whose `_constant_call` and `_mixed` it resets as the common case does; then the simulated
         device's calls that may name it (`SimulatedDevice.common_case`)."""
         simulated = self.simulated.common_case() if self.simulated is not None else None
-        return (*self.constants.scan_spec(), _SCRUTINIZED, FROM_PYTHON_DATA, self.__dict__, simulated)
+        return GuardFastPath(*self.constants.scan_spec(), _SCRUTINIZED, FROM_PYTHON_DATA, simulated, self)
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
