@@ -66,6 +66,6 @@ def quantization_method(model: nn.Module) -> str | None:
 
 
 _QUANT_PACKAGES: dict[str, Any] = {
-    "bitsandbytes": "bitsandbytes", "auto_gptq": "gptq", "gptqmodel": "gptq", "optimum": "gptq",
+    "bitsandbytes": "bitsandbytes", "auto_gptq": "gptq", "gptqmodel": "gptq",
     "awq": "awq", "gptq": "gptq",
 }

@@ -39,6 +39,12 @@ T_ROUNDTRIP = "tests/tracer/test_foreign_kernels.py::test_round_trip_is_a_bounda
 T_SCRIPT = "tests/tracer/test_foreign_kernels.py::test_a_torchscript_child_is_one_boundary_op_reading_its_parameters"
 T_FLASH = "tests/gpu/test_flash_attention.py::test_flash_attention_2_capture_matches_and_validates"
 T_FLASH_DETECT = "tests/gpu/test_flash_attention.py::test_doctor_detects_flash_packages_without_importing_them"
+T_DETECTORS = "tests/tracer/test_doctor_detectors.py"
+T_FA4 = f"{T_DETECTORS}::test_fa4_interface_is_detected_from_the_search_path_without_importing_it"
+T_FA4_BOUNDARY = f"{T_DETECTORS}::test_fa4_function_is_a_boundary_op_whose_lse_is_excused_from_v_only"
+T_GRAPHS = f"{T_DETECTORS}::test_cuda_graphs_fires_on_a_forward_installed_by_make_graphed_callables"
+T_SERVING = f"{T_DETECTORS}::test_serving_fires_on_a_vllm_or_sglang_submodule"
+T_GPTQ = f"{T_DETECTORS}::test_gptq_awq_fires_on_quant_method_or_a_gptq_awq_package_only"
 MOE_TESTED = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM")
 FLASH_PACKAGES = ("flash_attn", "flash_attn_interface")
 
@@ -90,16 +96,18 @@ LORA = Row(
 GPTQ_AWQ = Row(
     "quant.gptq_awq", "not_tested", "warning",
     "GPTQ and AWQ kernels are not installed or exercised here; the path is detected from "
-    "quantization_config.quant_method or the module's package",
-    tests=(T_DETECT,))
+    "quantization_config.quant_method, or a module class from a GPTQ/AWQ package (auto_gptq, gptqmodel, awq)",
+    tests=(T_DETECT, T_GPTQ))
 CUDA_GRAPHS = Row(
     "cuda.graphs", "not_tested", "info",
-    "CUDA graph replay is neither captured nor tested (no accelerator in CI); trace the eager model",
-    tests=(T_DETECT,))
+    "CUDA graph replay is not captured: a forward installed by torch.cuda.make_graphed_callables, or a doctor "
+    "call inside an active CUDA stream capture, is detected (CPU stand-in only; GPU not run); trace the eager model",
+    tests=(T_GRAPHS,))
 SERVING = Row(
     "serving.engines", "scope", "warning",
-    "vLLM and SGLang models are out of scope: trace the Hugging Face twin built from the same config",
-    tests=(T_DETECT,))
+    "vLLM and SGLang models, or any vLLM/SGLang submodule inside a model, are out of scope: trace the Hugging "
+    "Face twin built from the same config",
+    tests=(T_SERVING,))
 TENSOR_PARALLEL = Row(
     "distributed.tensor_parallel", "pass", "info",
     "captured per rank on a real 2-process gloo mesh (parallelize_module colwise/rowwise/sequence parallel on an "
@@ -125,6 +133,12 @@ FLASH = Row(
     "FlashAttention needs a CUDA GPU: not verified on this CPU machine; flash-attn packages are detected "
     "without importing them; a GPU script exists (skipped without CUDA)",
     tests=(T_FLASH_DETECT, T_FLASH))
+FLASH4 = Row(
+    "attention.flash_attention_4", "not_tested", "warning",
+    "FlashAttention 4 (flash_attn.cute.interface) is found on the search path without importing it; its "
+    "FlashAttnFunc and FlashAttnVarlenFunc are one boundary op each whose log-sum-exp output is declared not to "
+    "read v, so validation excuses exactly that edge (CPU stand-in only; GPU not run)",
+    tests=(T_FA4, T_FA4_BOUNDARY))
 META = Row(
     "meta.structure_only", "scope", "info",
     "weights-free (meta) model: structure-only capture, claims start as HYPOTHESIS until discharged against a "
@@ -225,17 +239,43 @@ def gptq_awq(model: nn.Module, inputs: Any) -> Row | None:
     return replace(GPTQ_AWQ, detail=f"quant_method={method}")
 
 
+GRAPHED_FORWARD = ("torch.cuda.graphs", "make_graphed_callables.<locals>.make_graphed_forward.<locals>.new_fwd")
+
+
+def graphed_modules(model: nn.Module) -> list[str]:
+    """Addresses of modules whose instance `forward` is the one `torch.cuda.make_graphed_callables` installs."""
+    found = []
+    for address, m in model.named_modules():
+        fwd = m.__dict__.get("forward")
+        if (getattr(fwd, "__module__", None), getattr(fwd, "__qualname__", None)) == GRAPHED_FORWARD:
+            found.append(address or "(root)")
+    return found
+
+
+def stream_capturing() -> bool:
+    """True inside an active CUDA stream capture (never initialises CUDA where it is not available)."""
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 def cuda_graphs(model: nn.Module, inputs: Any) -> Row | None:
-    if not any(d.startswith("cuda") for d in _devices(model)):
-        return None
-    return replace(CUDA_GRAPHS, detail="the model is on a CUDA device; if it runs under CUDA graphs, trace it eagerly")
+    graphed = graphed_modules(model)
+    if graphed:
+        return replace(CUDA_GRAPHS, detail=f"make_graphed_callables forward on {', '.join(graphed[:6])}; "
+                                           f"the capture would record the graph replay, not the ops: trace the eager model")
+    if stream_capturing():
+        return replace(CUDA_GRAPHS, detail="called inside an active CUDA stream capture: trace outside it")
+    return None
+
+
+SERVING_PACKAGES = ("vllm", "sglang")
 
 
 def serving_engines(model: nn.Module, inputs: Any) -> Row | None:
-    package = module_name(model).split(".")[0]
-    if package not in ("vllm", "sglang"):
+    where = sorted({f"{address or '(root)'}: {module_name(m)}" for address, m in model.named_modules()
+                    if module_name(m).split(".")[0] in SERVING_PACKAGES})
+    if not where:
         return None
-    return replace(SERVING, detail=f"{module_name(model)}")
+    return replace(SERVING, detail="; ".join(where[:6]) + (f" (+{len(where) - 6} more)" if len(where) > 6 else ""))
 
 
 def tensor_parallel(model: nn.Module, inputs: Any) -> Row | None:
@@ -279,6 +319,17 @@ def flash_attention(model: nn.Module, inputs: Any) -> Row | None:
         return None
     where = ", ".join(f"{k} {v}" for k, v in found.items()) or "no flash-attn package installed"
     return replace(FLASH, detail=f"attn_implementation={impl or '?'}; {where}")
+
+
+def flash_attention_4(model: nn.Module, inputs: Any) -> Row | None:
+    from .flash4 import interface_file
+
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
+    found = interface_file()
+    if impl != "flash_attention_4" and found is None:
+        return None
+    where = f"interface at {found}" if found is not None else "flash_attn.cute.interface not on the search path"
+    return replace(FLASH4, detail=f"attn_implementation={impl or '?'}; {where}")
 
 
 def meta_structure_only(model: nn.Module, inputs: Any) -> Row | None:
@@ -354,6 +405,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(MOE, moe_router_logits),
     Detector(FOREIGN, foreign_kernels),
     Detector(FLASH, flash_attention),
+    Detector(FLASH4, flash_attention_4),
     Detector(CUDA_GRAPHS, cuda_graphs),
     Detector(SERVING, serving_engines),
     Detector(TENSOR_PARALLEL, tensor_parallel),

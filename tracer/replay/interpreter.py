@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from ..compat.flash4 import DEPENDENCE as _KNOWN_DEPENDENCE
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
 from .offline import NotReplayable, OfflineCalls
 
@@ -79,6 +80,7 @@ def is_piecewise_constant(op: Op) -> bool:
 # Foreign kernels (autograd Functions, custom ops): Op.func -> {output index: the argument
 # positions that output reads}. Outputs not listed are expected to read every argument.
 FOREIGN_DEPENDENCE: dict[str, dict[int, frozenset[str]]] = {}
+FOREIGN_DEPENDENCE.update(_KNOWN_DEPENDENCE)  # FlashAttention 4's Functions (tracer/compat/flash4.py)
 
 
 def declare_dependence(kernel: Any, reads: Mapping[int, Iterable[int | str]]) -> str:
