@@ -34,6 +34,13 @@ class AgentSession:
         self.index: Any = None
         self.shipped: dict[tuple, Any] = {}  # (name, input shape) -> Loaded, for shipped configs only
         self.lock = threading.Lock()
+        self.warming: threading.Thread | None = None  # `warm_imports` running; an open waits for it
+
+    def warm(self) -> None:
+        """Start `warm_imports` on a daemon thread (an `open` joins it: transformers' lazy module refuses names
+        while another thread is importing it)."""
+        self.warming = threading.Thread(target=warm_imports, name="mcp-warm-imports", daemon=True)
+        self.warming.start()
 
     @property
     def trace(self) -> Any:
@@ -49,6 +56,8 @@ class AgentSession:
 
     # -- the tools' work (plain dicts; refusals raise TracerError) ------------------------------
     def open(self, source: str, input_shape: str = "1,8") -> dict[str, Any]:
+        if self.warming is not None:
+            self.warming.join()
         from tracer.configs import shipped_configs
 
         from .search_index import SearchIndex
@@ -238,6 +247,35 @@ def build_server(session: AgentSession | None = None) -> Any:
     return server
 
 
+def warm_imports() -> list[str]:
+    """Import, while the server waits for its first call, what opening a shipped config needs: transformers,
+    the modeling module of every shipped config's model type, the sources and the search index. The first
+    `open_trace` of a config then pays its capture, not about 2-3 s of imports (docs/agent.md). A module
+    that fails to import is skipped (the open that needs it refuses typed, as it would have). Returns the
+    modules imported."""
+    import importlib
+    import json as _json
+
+    names = ["transformers", "tracer.bridges.transformers", "app.sources", "app.search_index"]
+    try:
+        from tracer.configs import shipped_configs
+
+        for path in shipped_configs().values():
+            kind = str(_json.loads(path.read_text()).get("model_type", "")).replace("-", "_")
+            if kind.isidentifier():
+                names.append(f"transformers.models.{kind}.modeling_{kind}")
+    except Exception:  # noqa: BLE001 - warming is an optimisation; the open reports any real problem
+        pass
+    done = []
+    for name in dict.fromkeys(names):
+        try:
+            importlib.import_module(name)
+            done.append(name)
+        except Exception:  # noqa: BLE001 - as above
+            continue
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve over stdio until the client closes; a SOURCE given is opened first (a refusal exits 2)."""
     import argparse
@@ -245,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="torchlens-explore mcp", description="Serve a trace to coding agents over MCP (stdio).")
     p.add_argument("source", nargs="?", help="a saved trace or config to open before serving (default: none)")
     p.add_argument("--input-shape", default="1,8", help="batch,sequence for a config (default 1,8)")
+    p.add_argument("--no-warm-imports", action="store_true",
+                   help="do not import transformers and the shipped models' modules while waiting (benchmarks)")
     ns = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         import mcp  # noqa: F401
@@ -256,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = AgentSession()
     if ns.source:
         session.open(ns.source, ns.input_shape)
+    elif not ns.no_warm_imports:
+        session.warm()
     build_server(session).run("stdio")
     return 0
 

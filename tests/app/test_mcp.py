@@ -138,3 +138,16 @@ def test_a_saved_trace_opened_at_start_over_python_m(tmp_path):
         assert (await call("agent_document", {"ops": True}))["document"]["ops"][first["label"]]["kind"] == "input"
 
     run_client(sys.executable, ["-m", "app.mcp_server", str(folder)], scenario)
+
+
+def test_the_import_warm_up_finishes_before_an_open_uses_transformers():
+    """A server that opens nothing imports transformers and the shipped models' modules on a thread; an open
+    waits for it (transformers' lazy module refused `AutoConfig` to an open racing that import)."""
+    from app.mcp_server import AgentSession, warm_imports
+
+    session = AgentSession()
+    session.warm()
+    opened = session.open("gpt2")  # at once: the racing case
+    assert not session.warming.is_alive() and opened["summary"]["model_class"] == "GPT2LMHeadModel"
+    done = warm_imports()
+    assert {"transformers", "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2"} <= set(done)
