@@ -57,6 +57,8 @@ def _evidence(trace: Trace) -> dict[str, Any]:
         "discharge": plain_data(env.discharge),
         "plan_checks": {"count": len(plans), "last": plans[-1] if plans else None},
         "history": plain_data(env.history),
+        "ambient_modes": plain_data(env.ambient_modes),
+        "wrap_generation": plain_data(env.wrap_generation),
         "unverified_reasons": list(trace.provenance.unverified_reasons),
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .provenance import Provenance
 
@@ -305,6 +305,37 @@ new_site = fast_constructor(SourceSite)
 new_meta = fast_constructor(TensorMeta)
 
 
+class OpSlice(tuple):
+    """Ops taken from a trace (`Trace.ops_in`, `trace[i:j]`): a tuple of `Op`s that keeps the trace's ladder.
+
+    A slice of a structure-only trace reads HYPOTHESIS (or what a discharge minted for that trace), never
+    more than the trace it came from; `ladder()` is the state with its evidence (as the agent JSON's).
+    """
+
+    def __new__(cls, ops: Iterable[Op], trace: "Trace") -> "OpSlice":
+        made = super().__new__(cls, ops)
+        made.trace = trace
+        return made
+
+    def __getitem__(self, key: Any) -> Any:
+        got = tuple.__getitem__(self, key)
+        return OpSlice(got, self.trace) if isinstance(key, slice) else got
+
+    @property
+    def ladder_state(self) -> str:
+        return self.trace.ladder_state
+
+    @property
+    def structure_only(self) -> bool:
+        return self.trace.structure_only
+
+    def ladder(self) -> dict[str, Any]:
+        """The source trace's ladder state, wording and evidence (tracer.agent_json.ladder_json)."""
+        from .agent_json import ladder_json
+
+        return ladder_json(self.trace)
+
+
 @dataclass(slots=True)
 class Trace:
     """A captured forward pass: ops in execution order, modules, params, and optional values.
@@ -358,9 +389,11 @@ class Trace:
     def __len__(self) -> int:
         return len(self.ops)
 
-    def __getitem__(self, key: str | int) -> Op:
+    def __getitem__(self, key: str | int | slice) -> Any:
         if isinstance(key, int):
             return self.ops[key]
+        if isinstance(key, slice):  # ops in execution order, keeping the ladder
+            return OpSlice(self.ops[key], self)
         try:
             return self._by_label[key]
         except KeyError:
@@ -387,15 +420,15 @@ class Trace:
             self._children = {k: tuple(v) for k, v in kids.items()}
         return self._children.get(label, ())
 
-    def ops_in(self, address: str, call: int | None = None) -> tuple[Op, ...]:
-        """Ops executed inside module `address` (and its submodules), optionally one call."""
+    def ops_in(self, address: str, call: int | None = None) -> OpSlice:
+        """Ops executed inside module `address` (and its submodules), optionally one call; the slice keeps the ladder."""
         found = []
         for op in self.ops:
             for addr, c in op.module_stack:
                 if addr == address and (call is None or c == call):
                     found.append(op)
                     break
-        return tuple(found)
+        return OpSlice(found, self)
 
     def module(self, address: str) -> ModuleScope:
         try:
@@ -438,10 +471,14 @@ class Trace:
 
     # -- conversions ----------------------------------------------------------
     def to_networkx(self):
-        """A `networkx.MultiDiGraph` with one node per op (attrs from the Op) and data edges."""
+        """A `networkx.MultiDiGraph` with one node per op (attrs from the Op) and data edges; the graph's
+        attributes carry the ladder (`ladder_state`, `structure_only`, and `ladder`: state, wording, evidence)."""
         import networkx as nx
 
-        g = nx.MultiDiGraph(model_class=self.model_class)
+        from .agent_json import ladder_json
+
+        g = nx.MultiDiGraph(model_class=self.model_class, ladder_state=self.ladder_state,
+                            structure_only=self.structure_only, ladder=ladder_json(self))
         for op in self.ops:
             g.add_node(
                 op.label, index=op.index, kind=op.kind, func=op.func, module=op.module,

@@ -70,12 +70,17 @@ def walk_grad_fn(loss: torch.Tensor, model: nn.Module | None = None) -> GradGrap
 
 
 def sketch_grad_fn(loss: torch.Tensor, model: nn.Module | None = None, max_lines: int = 60) -> str:
-    """A text sketch of the autograd graph: node counts by kind, then the first nodes with their leaves."""
+    """A text sketch of the autograd graph: node counts by kind, then the first nodes with their leaves;
+    on a meta (weights-free) loss a legend line says the graph is structure only, with the ladder's wording."""
+    from ..claims.ladder import ladder_headline
+
     graph = walk_grad_fn(loss, model)
     counts: dict[str, int] = {}
     for n in graph.nodes:
         counts[n.name] = counts.get(n.name, 0) + 1
     lines = [f"autograd graph: {len(graph)} nodes, {len(graph.leaves)} parameter leaves"]
+    if loss.is_meta:  # a weights-free forward: the graph's shape is claimed, not observed
+        lines.append(f"legend: structure only (meta tensors, no values); {ladder_headline('HYPOTHESIS')}")
     lines += [f"  {name} x{c}" for name, c in sorted(counts.items(), key=lambda kv: -kv[1])]
     lines.append("nodes:")
     for n in graph.nodes[:max_lines]:

@@ -29,9 +29,11 @@ CORROBORATED = Ladder.CORROBORATED.value
 REFUTED = Ladder.REFUTED.value
 OBSERVED = Ladder.OBSERVED.value
 LADDER_STATES = (HYPOTHESIS, CORROBORATED, REFUTED)  # the states an envelope can hold
-ENVELOPE_SCHEMA = 1
+ENVELOPE_SCHEMA = 2  # 2: ambient_modes and wrap_generation (a schema-1 file loads with both None)
 # What only a discharge (or sealing and loading) writes: `evolve` refuses to change these.
-LOCKED_FIELDS = ("ladder_state", "discharge", "claims", "claim_digests", "history", "schema", "digest")
+LOCKED_FIELDS = ("ladder_state", "discharge", "claims", "claim_digests", "history", "ambient_modes",
+                 "wrap_generation", "schema", "digest")
+AMBIENT_FIELDS = ("ambient_modes", "wrap_generation")  # what surrounded the capture (tracer.claims.ambient)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class EvidenceEnvelope:
     discharge: Any = None
     plan_checks: Any = ()
     history: Any = ()
+    ambient_modes: Any = None  # torch function/dispatch modes, grad, inference, autocast around the capture
+    wrap_generation: Any = None  # the Function.apply pass-through generation the capture ran under
     schema: int = ENVELOPE_SCHEMA
     digest: str = ""
 
@@ -102,6 +106,11 @@ class EvidenceEnvelope:
 def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
     """The envelope of a freshly captured structure-only trace (HYPOTHESIS)."""
     twin = _thaw(trace.provenance.twin or {})
+    ambient = {name: twin.pop(name, None) for name in AMBIENT_FIELDS}  # their own sealed fields, not the twin's
+    if ambient["ambient_modes"] is None:  # a trace whose twin was described elsewhere: read at sealing
+        from .ambient import ambient_modes, wrap_generation
+
+        ambient = {"ambient_modes": {**ambient_modes(), "read_at": "seal"}, "wrap_generation": wrap_generation()}
     twin["simulated_device"] = (trace.provenance.options or {}).get("simulate_device")  # what the model saw
     table = claim_table(trace)  # built frozen: sealed as it is
     texts = {name: canonical_rows_json(table[name]) for name, _fields in TABLES}  # each table encoded once, no floats
@@ -123,6 +132,7 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
         "discharge": None,
         "plan_checks": [],
         "history": [{"event": "sealed", "at": _now(), "ladder_state": HYPOTHESIS}],
+        **ambient,
         "schema": ENVELOPE_SCHEMA,
     }
     return _seal(body, encoded={"claims": canonical_object_json(texts)}, frozen={"claims": MappingProxyType(table)})
@@ -131,6 +141,8 @@ def seal_new_envelope(trace: Trace) -> EvidenceEnvelope:
 def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
     """Verify a saved envelope's digest (fail-closed) and return it reset to HYPOTHESIS."""
     names = {f.name for f in fields(EvidenceEnvelope)}
+    if isinstance(data, Mapping) and data.get("schema") == 1:  # before the ambient fields: sealed without them
+        names -= set(AMBIENT_FIELDS)
     if not isinstance(data, Mapping) or set(data) != names:
         got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
         raise EnvelopeTamperedError(f"the evidence envelope has the wrong fields ({got})", site="envelope",
@@ -138,12 +150,15 @@ def envelope_from_dict(data: Mapping[str, Any]) -> EvidenceEnvelope:
     body = _thaw({k: v for k, v in data.items() if k != "digest"})
     texts = {k: canonical_json(v) for k, v in body.items()}  # each value encoded once: checked, then sealed
     computed = text_digest(canonical_object_json(texts))
-    if data.get("schema") != ENVELOPE_SCHEMA or computed != data.get("digest"):
+    if data.get("schema") not in (1, ENVELOPE_SCHEMA) or computed != data.get("digest"):
         raise EnvelopeTamperedError("the evidence envelope does not match its digest", site="envelope",
                                     recorded=data.get("digest"), computed=computed)
     if data["ladder_state"] not in LADDER_STATES or table_digests(data["claims"]) != dict(data["claim_digests"]):
         raise EnvelopeTamperedError("the evidence envelope's claim table is inconsistent", site="envelope")
-    loaded = _seal(body, encoded=texts)
+    for name in AMBIENT_FIELDS:  # a schema-1 file: not recorded
+        body.setdefault(name, None)
+    body["schema"] = ENVELOPE_SCHEMA
+    loaded = _seal(body, encoded={k: v for k, v in texts.items() if k != "schema"})
     return _evolved(_plain_but_claims(loaded), "loaded", {"ladder_state": HYPOTHESIS, "discharge": None}, source=loaded)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
+from .ambient import ambient_modes, wrap_generation
 from ..capture.walk import first_visits, iter_tensors, named_modules
 from ..digest import canonical_digest
 
@@ -42,6 +43,8 @@ def describe_twin(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], *, m
         "attention_mask": _mask_policy(kwargs),
         "attn_implementation": getattr(config, "_attn_implementation", None) if config is not None else None,
         "device": _device_type(walked, args, kwargs),
+        "ambient_modes": ambient_modes(),  # read before the capture enters its own modes (tracer.claims.ambient)
+        "wrap_generation": wrap_generation(),
     }
 
 
