@@ -23,7 +23,8 @@ from torch import nn
 
 import tracer
 from tests.models import tiny_bert, tiny_gpt2, tiny_llama, tiny_qwen3_moe, tiny_resnet
-from tracer.capture import build, call_template, hotpath, scopes, session, walk
+from tracer.capture import build, hotpath, scopes, session, walk
+from tracer.capture import kernel
 from tracer.capture.kernel import contract
 from tracer.weights_free import constants
 
@@ -77,17 +78,11 @@ def _same_values(a: tracer.Trace, b: tracer.Trace) -> bool:
 
 
 def _python_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_SCAN_ARGS", "_RECORD_OUTPUTS", "_SITE", "_TORCH_FUNCTION"):
-        monkeypatch.setattr(session, name, None)
-    monkeypatch.setattr(scopes, "_tensor_indices", None)
-    for name in ("_SCOPED_FORWARD", "_WRAP_FORWARDS", "_UNWRAP_FORWARDS"):
-        monkeypatch.setattr(scopes, name, None)
-    monkeypatch.setattr(constants, "_SCAN_CONSTANTS", None)
-    for name in ("_BUILD_OPS", "_OP_LABELS", "_MODULE_SCOPES", "_PARAM_RECORDS"):
-        monkeypatch.setattr(build, name, None)
-    monkeypatch.setattr(call_template, "_C_TEMPLATES", None)
-    for name in ("_C_NAMED_MODULES", "_C_FIRST_VISITS", "_C_NAMED_STATE"):
-        monkeypatch.setattr(walk, name, None)
+    """The Python kernel until `monkeypatch` undoes it: every C object bound in the package set to None, found by
+    scanning (`kernel.native._bindings`), not from a list of names (a new entry point cannot be left on)."""
+    for space, key, _value in kernel.native._bindings():
+        monkeypatch.setitem(space, key, None)
+    assert kernel.current() == "python"
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, capture) -> tuple[tracer.Trace, tracer.Trace]:

@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import boundaries as _boundaries  # foreign-kernel boundary ops
 from .kernel import native as _native  # the C kernel (None entry points: the Python kernel)
-from .kernel.contract import CaptureState, record as _record
+from .kernel.contract import CaptureState, GuardFastPath, record as _record
 from ..ir import EMPTY_STACK, ModuleStack
 from .call_template import TENSOR, scrub_deep, scrub_kwargs
 from .functions import INFO_CACHE as _INFO_CACHE, FuncInfo, func_info
@@ -38,7 +38,7 @@ _SEQ = (list, tuple)
 from .kernel.contract import (R_ARGS, R_CALL, R_CALLSPEC, R_INFO, R_INPLACE, R_IO, R_KWARGS,  # noqa: E402,F401
                               R_META, R_N_OUT, R_OUT_IDX, R_PARAMS, R_PARENTS, R_SITE, R_STACK, R_TENSOR, R_WRITES)
 
-_native.configure(_Tensor, TENSOR, _POS)
+_native.configure_kernel(_Tensor, TENSOR, _POS)
 _SCAN_ARGS, _RECORD_OUTPUTS, _SITE = _native.scan_args, _native.record_outputs, _native.site
 if _native.configure_call is not None:
     _native.configure_call(_INFO_CACHE, _in_functorch_transform, scrub_deep, shallow_tensors)
@@ -113,8 +113,8 @@ class CallGuard:
         whose output is recorded as the call's, or None to re-raise it."""
         return None
 
-    def common_case(self) -> tuple | None:
-        """What the C hook (`hotpath.torch_function`) checks to pass a call without calling `before_call`
+    def common_case(self) -> "GuardFastPath | None":
+        """What the C hook (`kernel.native.torch_function`) checks to pass a call without calling `before_call`
         and `after_call`, or None: every call goes through them (the default)."""
         return None
 

@@ -103,7 +103,7 @@ class StructureOnlyGuard(CallGuard):
 
     def common_case(self) -> GuardFastPath | None:
         """The C hook's copy of `before_call`'s common case and `after_call`'s check (`_hotpath.guard_passes`,
-        `guard_after`): the ledger's scan, the kinds checked in full, FROM_PYTHON_DATA, and this guard's
+        `guard_after`): the ledger's scan, the kinds checked in full, FROM_PYTHON_DATA, and the
         guard itself, whose `_constant_call` and `_mixed` it resets as the common case does; then the simulated
         device's calls that may name it (`SimulatedDevice.common_case`)."""
         simulated = self.simulated.common_case() if self.simulated is not None else None

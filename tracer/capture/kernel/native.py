@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import source_digest
-from .contract import (ENTRY_POINTS, EXTENSIONS, RECORD_FIELDS, CaptureState, GuardFastPath, guard_fast_descriptors,
+from .contract import (ENTRY_POINTS, EXTENSION_DATA, EXTENSIONS, RECORD_FIELDS, CaptureState, GuardFastPath, guard_fast_descriptors,
                        state_descriptors)
 
 ENV_PURE_PYTHON = "TORCHLENS_EXPLORE_PURE_PYTHON"
@@ -64,8 +64,8 @@ def _load_all() -> tuple[Any, Any, Any]:
     """The three extensions, or three Nones (an install builds them all or none; never a mix)."""
     if kernel() == "python":
         return None, None, None
-    folder, mods, problems = _FOLDER, [], []
-    for name in ("_hotpath", "_assembly", "_walk"):
+    folder, mods, problems = _FOLDER, {}, []
+    for name in EXTENSIONS:
         try:
             mod = importlib.import_module(f"{_CAPTURE}.{name}")
         except ImportError as exc:
@@ -75,11 +75,11 @@ def _load_all() -> tuple[Any, Any, Any]:
         if expected is not None and getattr(mod, "SOURCE_DIGEST", "") != expected:
             sources = " and ".join(source_digest.SOURCES[name])
             problems.append(("stale", f"{name} was built from other sources than the {sources} beside it"))
-        mods.append(mod)
+        mods[name] = mod
     if problems:
         _fall_back(problems[0][0], "; ".join(detail for _r, detail in problems))
         return None, None, None
-    return tuple(mods)
+    return mods["_hotpath"], mods["_assembly"], mods["_walk"]
 
 
 _FOLDER = Path(__file__).resolve().parent.parent  # tracer/capture/: the extensions and their sources
@@ -93,7 +93,7 @@ for _name, _entry in ENTRY_POINTS.items():
 ACTIVE = _ext is not None and _asm is not None and _walk is not None
 
 
-def configure(tensor_type: type, placeholder: Any, positions: tuple[str, ...]) -> None:
+def configure_kernel(tensor_type: type, placeholder: Any, positions: tuple[str, ...]) -> None:
     """Hand the C kernel torch.Tensor, the scrub placeholder, the position names and the contract (the record's
     fields by name, the capture state's and a guard fast path's slots); where the C cannot use them (a field it
     does not know, a slot it cannot read): the Python kernel, with one warning."""
@@ -114,14 +114,14 @@ def entry_points() -> dict[str, Any]:
 
 
 def _bindings() -> list[tuple[dict, str, Any]]:
-    """(namespace, key, C object) for every binding of a C entry point in this package's modules (this one
-    included): what turning the C kernel off sets to None."""
-    c_objects = {id(v): v for v in (getattr(m, name, None) for name, e in ENTRY_POINTS.items()
-                                    for m in (_BY_EXTENSION[e.extension],)) if v is not None}
-    top = __package__.split(".")[0]
+    """(namespace, key, C object) for every binding of a C object in this package's modules (this one included,
+    the extensions themselves not): what turning the C kernel off sets to None."""
+    c_objects = {id(v): v for m in _BY_EXTENSION.values() if m is not None
+                 for k, v in vars(m).items() if not k.startswith("__") and k not in EXTENSION_DATA}
+    top, sources = __package__.split(".")[0], {f"{_CAPTURE}.{name}" for name in EXTENSIONS}
     found = []
     for module_name, module in list(sys.modules.items()):
-        if module is not None and (module_name == top or module_name.startswith(top + ".")):
+        if module is not None and module_name not in sources and (module_name == top or module_name.startswith(top + ".")):
             space = getattr(module, "__dict__", {})
             found.extend((space, key, value) for key, value in list(space.items()) if id(value) in c_objects)
     return found
