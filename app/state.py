@@ -16,6 +16,7 @@ from exporters.layout import LayoutEngine
 from exporters.layout.calls import path_entries, toggle_module
 from tracer.module_tree import module_param_counts
 
+from . import view_budget
 from .ladder import LadderView, ladder_view
 from .search_index import SearchIndex
 from exporters.search_terms import rank
@@ -132,9 +133,20 @@ class ExplorerState(param.Parameterized):
     # -- layout ---------------------------------------------------------------------
     @param.depends("expanded", "fold_repeats", watch=True)
     def relayout(self) -> None:
+        if getattr(self, "_keep_layout", False):  # back to the view already drawn (below): nothing to lay out
+            self._keep_layout = False
+            return
+        too_big = view_budget.refusal(self.engine, self.expanded, self.fold_repeats)
+        drawn = getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats)
+        if too_big and drawn != (self.expanded, self.fold_repeats):  # past the bound: back to the view drawn
+            self._keep_layout = self.layout is not None and drawn == getattr(self, "_drawn", None)
+            self.param.update(expanded=drawn[0], fold_repeats=drawn[1])
+            view_budget.say_after_the_action(self, too_big)
+            return
         started = time.perf_counter()
         computed = self.engine.layout(self.expanded, fold_repeats=self.fold_repeats)
         self.layout_ms = (time.perf_counter() - started) * 1000
+        self._drawn = (self.expanded, self.fold_repeats)
         self.layout = computed
 
     def toggle(self, address: str, call: int | None = None) -> None:

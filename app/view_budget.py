@@ -1,0 +1,91 @@
+"""The size of the view a session asks to draw, and the bound past which it is not drawn (issue 39, fair
+sessions).
+
+A session's layout, its Bokeh serialization and its websocket message all run on the server's one event
+loop, so one session drawing a dense graph (11,626 edges: seconds of routing, then seconds of encoding)
+holds every other session's round trips for that long. Before a view is laid out, `drawn_size` counts
+what it would draw from the engine's placement alone (no edge routing, which is the cost): the ops drawn
+as boxes of their own and the edges into them and into the module boxes. A view past `MAX_DRAWN_OPS` or `MAX_DRAWN_EDGES` is not
+laid out; the session keeps the view it had and says why (`refusal`), whichever action asked for it
+(a click, a search, a link's view, Expand all, unfolding).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+MAX_DRAWN_OPS = 3_000
+MAX_DRAWN_EDGES = 3_000  # the default Llama expanded whole (2,458 edges) still draws
+
+
+def drawn_size(engine: Any, expanded: Iterable[str], fold_repeats: bool = False) -> tuple[int, int]:
+    """(ops drawn as their own boxes, edges into them) of the view `engine` would lay out for `expanded`."""
+    from exporters.layout.calls import call_entries
+    from exporters.layout.groups import CANVAS
+
+    exp = frozenset(expanded)
+    engine._calls = call_entries(exp)  # what `LayoutEngine.layout` sets before placing (read by `sub`)
+    top = engine.sub(CANVAS, exp, fold_repeats, 2)
+    trace = engine.trace
+    ops = edges = 0
+    stack = [top]
+    while stack:
+        sub = stack.pop()
+        for placed in sub.placed:
+            if placed.kind == "frame" and placed.sub is not None:
+                stack.append(placed.sub)
+            elif placed.kind in ("op", "io", "iogroup"):
+                labels = placed.item if placed.kind == "iogroup" else (placed.item,)
+                ops += len(labels)
+                edges += sum(len(trace[label].parents) for label in labels)
+            elif placed.kind in ("module", "folded", "frame"):  # a box (or an unplaced frame): edges entering it
+                keys = placed.item if placed.kind == "folded" else (placed.item,)
+                edges += sum(_entering(engine, key) for key in keys)
+    return ops, edges
+
+
+def _entering(engine: Any, key: Any) -> int:
+    """Ops outside the group `key` that feed its ops (an upper bound on the edges routed to its box, one
+    per source at most), counted once per group and session engine."""
+    counts = engine.__dict__.setdefault("_budget_entering", {})
+    hit = counts.get(key)
+    if hit is None:
+        ops = engine.tree.groups[key].all_ops
+        inside = {op.label for op in ops}
+        hit = counts[key] = len({e.source for op in ops for e in op.parents} - inside)
+    return hit
+
+
+def refusal(engine: Any, expanded: Iterable[str], fold_repeats: bool = False) -> str | None:
+    """A readable refusal when the view for `expanded` is past the bounds, else None."""
+    ops, edges = drawn_size(engine, expanded, fold_repeats)
+    if ops <= MAX_DRAWN_OPS and edges <= MAX_DRAWN_EDGES:
+        return None
+    return (f"Not drawn: that view has {ops:,} ops and {edges:,} edges (at most {MAX_DRAWN_OPS:,} ops and "
+            f"{MAX_DRAWN_EDGES:,} edges are drawn at once, so that other sessions are not held); "
+            f"the view stays as it was. Close some modules first, or open fewer at once.")
+
+
+def say_after_the_action(state: Any, text: str) -> None:
+    """Show `text` as `state.message`, also when the action that asked for the view goes on to set its own
+    ("Opened X.") after changing the expansion: the next message set in the same action is replaced by
+    `text`. The action ends at the session's next tick (or, with no session, at that next message)."""
+    state.message = text
+    state._view_refusal = text
+    if not getattr(state, "_view_refusal_watched", False):
+        state._view_refusal_watched = True
+        state.param.watch(lambda event: _keep(state, event.new), ["message"])
+    try:
+        import panel as pn
+
+        doc = pn.state.curdoc
+    except Exception:  # noqa: BLE001 - no Panel session
+        doc = None
+    if doc is not None and getattr(doc, "session_context", None) is not None:
+        doc.add_next_tick_callback(lambda: setattr(state, "_view_refusal", None))
+
+
+def _keep(state: Any, new: str) -> None:
+    pending = getattr(state, "_view_refusal", None)
+    if pending is not None and new != pending:
+        state._view_refusal = None
+        state.message = pending
