@@ -1,7 +1,9 @@
 """Fair sessions (issue 39): "Expand all" over a graph too wide to lay out on the server's one event
 loop is refused with a readable message instead of holding every other session's round trips;
 under the bounds it opens every module as before. The wide graph is a real traced model (1,200
-small blocks, 3 ops and 6 edges each), built here."""
+small blocks, 3 ops and 6 edges each), built here. And any view past `app.view_budget`'s bound (a run of
+single opens, a link's view) is not laid out: the session keeps the view it had and says why; the
+dense-edge graph is `tests/bench/dense_edges.py` (452 ops, 11,626 edges)."""
 from __future__ import annotations
 
 import pytest
@@ -78,3 +80,67 @@ def test_the_size_counts_the_ops_in_and_under_the_module(tiny_loaded):
     inside = [o for o in trace.ops if o.module == "model.layers.0" or o.module.startswith("model.layers.0.")]
     assert inside and expand_all_size(trace, "model.layers.0") == (len(inside), sum(len(o.parents) for o in inside))
     assert expand_all_size(trace, "")[0] == len(trace.ops)
+
+
+# -- the bound on any view (app/view_budget.py) ------------------------------------------------
+@pytest.fixture(scope="module")
+def dense_loaded():
+    from app.factory import open_factory
+
+    return open_factory("tests.bench.dense_edges:dense_model", (2, 4))
+
+
+def _stage(trace, k: int) -> set[str]:
+    return {m for m in trace.modules if m == f"stages.{k}" or m.startswith(f"stages.{k}.")}
+
+
+def test_opening_the_dense_graph_stage_by_stage_stops_at_the_bound_and_keeps_the_view(dense_loaded):
+    """Stage after stage opened whole: each view under the bound is drawn; the first past it is not laid out
+    (the layout object and the expansion stay those drawn before), and the status line says why, also
+    after the action's own "Opened ..." line."""
+    from app import view_budget
+
+    s = ExplorerState(dense_loaded)
+    drawn_stages = 0
+    for k in range(15):
+        before_layout, before_expanded = s.layout, s.expanded
+        s.focused = f"stages.{k}"
+        s.expand_all()  # "Expand all" under the focused stage: inside the Expand all bound, maybe past the view's
+        ops, edges = view_budget.drawn_size(s.engine, before_expanded | _stage(s.trace, k) | {"stages"})
+        if ops <= view_budget.MAX_DRAWN_OPS and edges <= view_budget.MAX_DRAWN_EDGES:
+            assert s.layout is not before_layout and _stage(s.trace, k) <= s.expanded
+            drawn_stages += 1
+            continue
+        assert s.layout is before_layout and s.expanded == before_expanded, "a view past the bound was laid out"
+        assert s.message.startswith("Not drawn") and f"{edges:,} edges" in s.message, s.message
+        break
+    else:
+        pytest.fail("the whole dense graph was drawn")
+    assert 0 < drawn_stages < 15
+    s.toggle("stages.0")  # closing a stage is answered as always
+    assert s.message == "Closed stages.0." and "stages.0" not in s.expanded
+
+
+def test_the_size_bounds_what_the_layout_draws(dense_loaded, tiny_loaded):
+    """`drawn_size` counts exactly the op boxes the layout draws, and at least its edges (the views of a tiny
+    Llama and the dense graph's first stages)."""
+    from app import view_budget
+
+    for loaded, views in ((tiny_loaded, [None, "model.layers.0", "model.layers.1.mlp"]),
+                          (dense_loaded, [None, "stages.0", "stages.1"])):
+        s = ExplorerState(loaded)
+        for where in views:
+            if where:
+                s.show_module(where)
+            ops, edges = view_budget.drawn_size(s.engine, s.expanded, s.fold_repeats)
+            drawn_ops = sum(n.kind in ("op", "io") for n in s.layout.nodes if not n.members) + sum(
+                len(n.members) for n in s.layout.nodes if n.kind in ("op", "io") and n.members)
+            assert ops == drawn_ops, (where, ops, drawn_ops)
+            assert edges >= len(s.layout.edges), (where, edges, len(s.layout.edges))
+
+
+def test_a_link_past_the_bound_opens_the_default_view_and_says_so(dense_loaded):
+    everything = frozenset(dense_loaded.trace.modules) | {""}
+    s = ExplorerState(dense_loaded, expanded=everything)
+    assert s.expanded == frozenset(s.engine.default_expansion()) and s.layout is not None
+    assert s.message.startswith("Not drawn") and "the view stays as it was" in s.message, s.message

@@ -2,6 +2,14 @@
 console script (a separate server process, as a user runs it).
 
     .venv/bin/python tests/bench/bench_sessions.py [--config gpt2] [--runs 3] [--actions discharge,png,doctor,estimate,open]
+    .venv/bin/python tests/bench/dense_edges.py /tmp/dense    # the dense-edge trace (452 ops, 11,626 edges)
+    .venv/bin/python tests/bench/bench_sessions.py --config /tmp/dense --actions expand
+
+`expand`: A clicks "Expand all" (refused past the bounds on a dense graph), then opens the graph as far
+as it goes one module at a time: for each module at depth 2 (`stages.K`), A searches it and clicks
+"Expand all" under it, waiting for its status line each time (an answer, or "Not drawn" where a view
+past app/view_budget.py's bound is refused), until every module is open or refused (without that bound
+the last layouts are of the whole 11,626-edge graph).
 
 Session B's round trip: from Enter in the search box (an op label) to B's inspector showing that op,
 read at an animation frame in B's page (`performance.now()`); the server selects the op, opens its
@@ -81,7 +89,7 @@ def open_page(page, url: str, *, settle: bool = False) -> None:
     page.wait_for_function(READY, timeout=120_000)
     pagekit.wait_graph(page)
     if settle:
-        page.wait_for_selector(".tlx-discharge", state="attached", timeout=120_000)
+        page.wait_for_selector(".tlx-tabs", state="attached", timeout=120_000)
 
 
 def round_trip_ms(page, label: str) -> tuple[float, float, float]:
@@ -120,10 +128,50 @@ def start_action(page, action: str) -> callable:
         page.locator(".tlx-twin-config-path input").press("Tab")
         click(page, "tlx-estimate")
         return lambda: "Estimate:" in page.evaluate(DEEP_TEXT, ".tlx-discharge-status")
+    if action == "expand":
+        return _expand_stepper(page, EXPAND_MODULES)
     if action == "open":  # a new page of the explorer (A reloads: the server builds and sends a session's page)
         page.evaluate("() => { window.__tlx_old = true; location.reload(); }")
         return lambda: _page_ready(page)
     raise SystemExit(f"unknown action {action!r}")
+
+
+EXPAND_MODULES: list[str] = []  # set by main: the modules A opens one by one (depth 2)
+
+
+def _summary(page) -> str:
+    try:
+        return page.evaluate(DEEP_TEXT, ".tlx-view-summary")
+    except Exception:  # noqa: BLE001 - a page between renders: nothing to read yet
+        return ""
+
+
+def _expand_stepper(page, modules: list[str]) -> callable:
+    """A's "expand" as a stepper: each call checks A's status line for the last step's answer and, when it
+    is there, sends the next step (so A acts as fast as its own answers come back); True once all are done."""
+    expand_all = lambda: page.locator(".tlx-tool-link", has_text="Expand all").click()  # noqa: E731
+    steps: list[tuple[callable, tuple[str, ...]]] = [(expand_all, ("Expand all refused", "Opened every module"))]
+    for m in modules:
+        steps.append((lambda m=m: (page.locator(".tlx-search input").fill(m),
+                                   page.locator(".tlx-search input").press("Enter")), (f"Module {m} opened", "Not drawn")))
+        steps.append((expand_all, (f"every module under {m}", "refused: ", "Not drawn")))
+    pending: list[tuple[str, ...]] = []
+
+    def done() -> bool:
+        if pending:
+            status = _summary(page)
+            if not any(w in status for w in pending[0]):
+                return False
+            pending.clear()
+        if not steps:
+            return True
+        send, want = steps.pop(0)
+        send()
+        pending.append(want)
+        return False
+
+    done()
+    return done
 
 
 def _page_ready(page) -> bool:
@@ -194,9 +242,11 @@ def main() -> int:
     parser.add_argument("--compare-root", default="", help="also serve the code of this checkout (e.g. the commit "
                         "before a change), interleaved with this one; its rows are marked 'other'")
     args = parser.parse_args()
-    from app.sources import open_config
+    from app.sources import open_config, open_path
 
-    labels = [op.label for op in open_config(args.config).trace.ops][3::7][:24]
+    source = open_path(args.config) if Path(args.config).exists() else open_config(args.config)
+    labels = [op.label for op in source.trace.ops][3::7][:24]
+    EXPAND_MODULES[:] = [m for m in source.trace.modules if m.count(".") == 1]
     load_at_start = os.getloadavg()[0]
     LOOP_LOG.parent.mkdir(exist_ok=True)
     logs = {"": LOOP_LOG, "other: ": LOOP_LOG.with_name("sessions-loop-other.jsonl")}
