@@ -9,12 +9,10 @@ from typing import Any, Callable, Sequence
 
 import panel as pn
 
-from exporters.http_policy import HostPolicy, valid_host_name
 from exporters.model_explorer.server import free_port
-from tracer.errors import InvalidInputError
 
 from . import activity
-from .http_guard import serve_guarded
+from .serving import serve_page
 from .sources import Loaded
 from .state import ExplorerState
 from .urlstate import apply_query, keep_in_url, session_query
@@ -31,7 +29,6 @@ from .views.ranks import RankSelector
 from .views.steps import Built, fill_in_steps
 from .views.tree import ModuleTree
 
-HOST = "127.0.0.1"
 LEFT_PX = 300
 RIGHT_PX = 400
 MAX_GIVE_WAY_S = 10.0  # the next page waits while sessions wait on the server, at most this long
@@ -71,11 +68,12 @@ class PagePool:
     only attaches them to its session; a page taken starts building the next a little later (building
     it at once would take the interpreter from the page being sent)."""
 
-    def __init__(self, loaded: Loaded) -> None:
+    def __init__(self, loaded: Loaded, ready: PageParts | None = None) -> None:
         self.loaded = loaded
-        self._ready: PageParts | None = None
+        self._ready: PageParts | None = ready  # parts built already (app.progress builds the first at start-up)
         self._lock = threading.Lock()
-        self._refill()
+        if ready is None:
+            self._refill()
 
     def _refill(self, delay_s: float = 0.0) -> None:
         def build() -> None:
@@ -164,21 +162,9 @@ def serve(loaded: Loaded, port: int = 0, *, threaded: bool = False, on_ready: Ca
 
     Blocks when not threaded. `on_ready(url)` is called once the port is known, before serving.
     Every request must name 127.0.0.1, localhost or [::1] on `port` (or one of `allowed_hosts`,
-    `name` or `name:port`) as its Host, and a websocket that Origin (app.http_guard).
+    `name` or `name:port`) as its Host, and a websocket that Origin (app.http_guard; app.serving).
     """
-    port = port or free_port()
-    bad = [h for h in allowed_hosts if not valid_host_name(h)]
-    if bad:
-        raise InvalidInputError(f"allowed host {bad[0]!r} is not a host name", site="serve(allowed_hosts=...)",
-                                remedy="Pass plain names such as 'mybox.local' or 'mybox.local:8080'.")
-    policy = HostPolicy.loopback(port, allowed_hosts)
-    url = f"http://{HOST}:{port}/"
-    if on_ready is not None:
-        on_ready(url)
     activity.install()  # work nobody waits for gives way to a session's click (app.activity)
     pool = PagePool(loaded)  # the next page's parts are built while nobody waits for them
-    return serve_guarded(
-        {"/": lambda: build_app(loaded, pool)}, address=HOST, port=port, threaded=threaded, policy=policy,
-        title=f"torchlens-explore: {plain_title(loaded.trace.model_class)}", websocket_origin=sorted(h for h in policy.hosts if "[" not in h),  # Bokeh's own check too (it cannot parse [::1])
-        liveness=True,
-    )
+    return serve_page(lambda: build_app(loaded, pool), f"torchlens-explore: {plain_title(loaded.trace.model_class)}",
+                      port, threaded=threaded, on_ready=on_ready, allowed_hosts=allowed_hosts)
