@@ -1,8 +1,8 @@
 """The one build step pyproject.toml cannot state: the optional C extensions of the capture's hot path.
 
 Optional: where no C compiler is found the install goes on, and the capture runs its Python path
-(`tracer/capture/hotpath.py`, which says so once with a `KernelFallbackWarning`). Each extension embeds the
-digest of its sources (`tracer/capture/source_digest.py`), which hotpath.py checks against the sources
+(`tracer/capture/kernel/native.py`, which says so once with a `KernelFallbackWarning`). Each extension embeds the
+digest of its sources (`tracer/capture/source_digest.py`), which kernel/native.py checks against the sources
 beside it: an editable install whose `.c` changed since the build falls back until `pip install -e .` again.
 """
 import importlib.util

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import tracer  # noqa: E402
 from tests.models import tiny_gpt2  # noqa: E402
 from tests.tracer.test_hotpath import _Odd, _python_path  # noqa: E402
-from tracer.capture import hotpath  # noqa: E402
+from tracer.capture.kernel import native as hotpath  # noqa: E402
 
 WARM, MEASURED = 30, 100
 
@@ -69,7 +69,7 @@ def check(name: str, model: torch.nn.Module, args: tuple, kwargs: dict, save: st
 
 def main() -> int:
     if not hotpath.ACTIVE:
-        print("the C kernel is not active here (see hotpath.KernelFallbackWarning): nothing to check")
+        print("the C kernel is not active here (see kernel.native.KernelFallbackWarning): nothing to check")
         return 1
     torch.manual_seed(0)
     ids = torch.randint(0, 100, (1, 6), generator=torch.Generator().manual_seed(0))

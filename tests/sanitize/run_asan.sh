@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The capture's C extensions built with AddressSanitizer, in a temporary copy of this checkout, and the tests that
-# drive the C path run against them (tests/tracer/test_hotpath.py, tests/tracer/test_capture_basic.py, and a
-# reference-leak check, refcount_check.py). Not part of the README's test command: a maintainer runs it after
+# drive the C path run against them (tests/tracer/test_hotpath.py, test_kernel_contract.py, test_kernel_parity.py,
+# test_capture_basic.py, and a reference-leak check, refcount_check.py). Not part of the README's test command: a maintainer runs it after
 # changing a .c file. Usage: tests/sanitize/run_asan.sh [extra pytest arguments]
 #
 # CPython itself is not built with ASan, so leak detection is off (the interpreter keeps memory until exit);
@@ -50,10 +50,11 @@ unset TORCHLENS_EXPLORE_PURE_PYTHON TORCHLENS_EXPLORE_KERNEL
 cd "$WORK"
 # The copy's instrumented build is the one imported, it matches its sources, and the C kernel is on.
 "$PY" -W error::RuntimeWarning -c "
-from tracer.capture import hotpath
-assert hotpath.ACTIVE and hotpath._ext.__file__.startswith('$WORK'), hotpath._ext
-print('instrumented kernel:', hotpath._ext.__file__)"
+from tracer.capture.kernel import native
+assert native.ACTIVE and native._ext.__file__.startswith('$WORK'), native._ext
+print('instrumented kernel:', native._ext.__file__)"
 echo "== tests under AddressSanitizer"
-"$PY" -m pytest tests/tracer/test_hotpath.py tests/tracer/test_capture_basic.py -q -p no:cacheprovider -p no:xdist "$@"
+"$PY" -m pytest tests/tracer/test_hotpath.py tests/tracer/test_kernel_contract.py tests/tracer/test_kernel_parity.py \
+  tests/tracer/test_capture_basic.py -q -p no:cacheprovider -p no:xdist "$@"
 echo "== reference-leak check under AddressSanitizer"
 "$PY" tests/sanitize/refcount_check.py

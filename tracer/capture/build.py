@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .kernel import native as hotpath  # the C kernel's entry points (None: the Python kernel)
+from .kernel import native  # the C kernel's entry points (None: the Python kernel)
 from .call_template import call_templates
 from ..ir import (Edge, ModuleCallRecord, ModuleScope, Op, ParamRecord, SourceSite, TensorMeta, Trace, new_edge, new_meta, new_module_call,
                   new_module_scope, new_op, new_param, new_site)
@@ -36,7 +36,7 @@ def _build_ops(session: CaptureSession) -> tuple[Op, ...]:
     metas: dict[int, TensorMeta] = {}
     sites: dict[int, SourceSite | None] = {id(None): None}
     templates = call_templates(records, TEMPLATE_FIELDS, session.snapshots)
-    if _BUILD_OPS is not None:  # the same loop in C (hotpath.py)
+    if _BUILD_OPS is not None:  # the same loop in C (native.py)
         return tuple(_BUILD_OPS(records, labels, templates, metas, sites, _meta, _site, _unique))
     ops = []
     append = ops.append
@@ -79,40 +79,40 @@ if tuple(f.name for f in dataclasses.fields(Op))[:len(_POSITIONAL)] != _POSITION
 
 
 def _configure_c_build() -> Callable[..., Any] | None:
-    """`hotpath.build_ops` set up for Op and Edge, or None (not built, or Op's later fields do not all
+    """`native.build_ops` set up for Op and Edge, or None (not built, or Op's later fields do not all
     default to None, which the C loop sets them to)."""
-    if hotpath.build_ops is None or hotpath.configure_build is None:
+    if native.build_ops is None or native.configure_build is None:
         return None
     fields = dataclasses.fields(Op)
     if any(f.default is not None for f in fields[len(_POSITIONAL):]):
         return None
-    hotpath.configure_build(Op, tuple(Op.__dict__[f.name] for f in fields), Edge,
+    native.configure_build(Op, tuple(Op.__dict__[f.name] for f in fields), Edge,
                             tuple(Edge.__dict__[f.name] for f in dataclasses.fields(Edge)), _ROOT)
-    return hotpath.build_ops
+    return native.build_ops
 
 
 _BUILD_OPS = _configure_c_build()
-_OP_LABELS = hotpath.op_labels
+_OP_LABELS = native.op_labels
 
 
 def _configure_c_modules() -> Callable[..., Any] | None:
-    """`hotpath.module_scopes` set up for ModuleCallRecord and ModuleScope, or None (not built)."""
-    if hotpath.module_scopes is None or hotpath.configure_modules is None:
+    """`native.module_scopes` set up for ModuleCallRecord and ModuleScope, or None (not built)."""
+    if native.module_scopes is None or native.configure_modules is None:
         return None
-    hotpath.configure_modules(*(x for cls in (ModuleCallRecord, ModuleScope)
+    native.configure_modules(*(x for cls in (ModuleCallRecord, ModuleScope)
                                 for x in (cls, tuple(cls.__dict__[f.name] for f in dataclasses.fields(cls)))))
-    return hotpath.module_scopes
+    return native.module_scopes
 
 
 _MODULE_SCOPES = _configure_c_modules()
 
 
 def _configure_c_params() -> Callable[..., Any] | None:
-    """`hotpath.param_records` set up for ParamRecord, or None (not built)."""
-    if hotpath.param_records is None or hotpath.configure_params is None:
+    """`native.param_records` set up for ParamRecord, or None (not built)."""
+    if native.param_records is None or native.configure_params is None:
         return None
-    hotpath.configure_params(ParamRecord, tuple(ParamRecord.__dict__[f.name] for f in dataclasses.fields(ParamRecord)))
-    return hotpath.param_records
+    native.configure_params(ParamRecord, tuple(ParamRecord.__dict__[f.name] for f in dataclasses.fields(ParamRecord)))
+    return native.param_records
 
 
 _PARAM_RECORDS = _configure_c_params()
@@ -158,7 +158,7 @@ def _build_trace(session: CaptureSession, ops: tuple[Op, ...], *, save: Any, pro
 
 
 def _labels(records: list) -> list[str]:
-    if _OP_LABELS is not None:  # the same loop in C (hotpath.py)
+    if _OP_LABELS is not None:  # the same loop in C (native.py)
         return _OP_LABELS(records)
     counts: dict[str, int] = {}
     labels = []
@@ -238,7 +238,7 @@ def _select_values(session: CaptureSession, ops: tuple[Op, ...], save: Any) -> d
 
 def _modules(session: CaptureSession, labels: list[str], named: dict[str, nn.Module]) -> dict[str, ModuleScope]:
     addr_of = session.module_addr  # canonical addresses: a shared child counts under its first path only
-    if _MODULE_SCOPES is not None:  # the same loop in C (hotpath.py)
+    if _MODULE_SCOPES is not None:  # the same loop in C (native.py)
         return _MODULE_SCOPES(named, session.module_calls, labels, session.tied, addr_of)
     own_params: dict[str, list[str]] = {}
     for canonical, aliases in session.tied.items():
@@ -275,7 +275,7 @@ def _children(addr: str, subs: dict, addr_of: dict[int, str]) -> tuple[str, ...]
 
 def _params(session: CaptureSession, named: dict[str, nn.Module]) -> dict[str, ParamRecord]:
     """Each parameter and buffer at its first address, as its module holds it after the forward."""
-    if _PARAM_RECORDS is not None:  # the same loop in C (hotpath.py); None: one is not where it was found
+    if _PARAM_RECORDS is not None:  # the same loop in C (native.py); None: one is not where it was found
         found = _PARAM_RECORDS(session.tied, named, _DTYPE_TEXT, _dtype_text, _DEVICE_TEXT, _device_text)
         return found if found is not None else _params_walked(session)
     records: dict[str, ParamRecord] = {}

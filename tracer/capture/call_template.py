@@ -23,7 +23,7 @@ from typing import Any, Container, Iterator, Mapping
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .kernel import native as hotpath  # the C kernel's entry points (None: the Python kernel)
+from .kernel import native  # the C kernel's entry points (None: the Python kernel)
 from .kernel.contract import TEMPLATE_FIELDS
 
 _Tensor = torch.Tensor
@@ -162,7 +162,7 @@ def call_templates(records: list, fields: tuple, snapshots: Mapping[int, str]) -
     call id). A live call (values saved) is copied without its tensors first: the trace's live calls
     may later drop references (offloaded weights) that a template must not keep alive.
     """
-    if _C_TEMPLATES is not None and fields == _C_FIELDS:  # the same loop in C (hotpath.py)
+    if _C_TEMPLATES is not None and fields == _C_FIELDS:  # the same loop in C (native.py)
         return _C_TEMPLATES(records, snapshots, _detach_parts)
     f_info, f_live, f_args, f_kwargs, f_parents, f_params, f_call = fields
     out: list[Mapping[str, Any]] = []
@@ -194,12 +194,12 @@ def _detach_parts(live: tuple, snapshots: Mapping[int, str], parents: tuple) -> 
 
 
 def _configure_c_templates() -> Any:
-    """`hotpath.call_templates` set up for CallTemplate, or None (not built)."""
-    if hotpath.call_templates is None or hotpath.configure_templates is None:
+    """`native.call_templates` set up for CallTemplate, or None (not built)."""
+    if native.call_templates is None or native.configure_templates is None:
         return None
-    hotpath.configure_templates(CallTemplate, tuple(CallTemplate.__dict__[name] for name in CallTemplate.__slots__),
+    native.configure_templates(CallTemplate, tuple(CallTemplate.__dict__[name] for name in CallTemplate.__slots__),
                                 TENSOR, _Tensor)
-    return hotpath.call_templates
+    return native.call_templates
 
 
 _C_TEMPLATES = _configure_c_templates()

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import fast_paths as _fast_paths  # fused kernels a function mode turns off
-from .kernel import native as _hotpath  # the C kernel's entry points (None: the Python kernel)
+from .kernel import native as _native  # the C kernel's entry points (None: the Python kernel)
 from .kernel.native import tensor_indices as _tensor_indices  # None without the C extension
 from ..ir import ModuleStack
 from .boundaries import outside_scripts
@@ -30,13 +30,13 @@ _getframe = sys._getframe
 _CALL_IMPL = nn.Module._call_impl.__code__
 _CALL_IMPL_INNER = next((c for c in _CALL_IMPL.co_consts if isinstance(c, type(_CALL_IMPL)) and c.co_name == "inner"),
                         _CALL_IMPL)
-if _hotpath.configure_scopes is not None:
-    _hotpath.configure_scopes(_CALL_IMPL, _CALL_IMPL_INNER, ModuleStack,
+if _native.configure_scopes is not None:
+    _native.configure_scopes(_CALL_IMPL, _CALL_IMPL_INNER, ModuleStack,
                               tuple(ModuleStack.__dict__[name] for name in ModuleStack.__slots__))
 # The wrapper in C (enter, forward, leave in one call), for a module without a fused fast path; None: the closure.
-_SCOPED_FORWARD = _hotpath.ScopedForward
-_WRAP_FORWARDS = _hotpath.wrap_forwards  # `_scope_all`'s loop over the plain modules, in C
-_UNWRAP_FORWARDS = _hotpath.unwrap_forwards  # `_unwrap`'s loop, in C
+_SCOPED_FORWARD = _native.ScopedForward
+_WRAP_FORWARDS = _native.wrap_forwards  # `_scope_all`'s loop over the plain modules, in C
+_UNWRAP_FORWARDS = _native.unwrap_forwards  # `_unwrap`'s loop, in C
 
 
 def _global_module_hooks() -> bool:

@@ -401,7 +401,7 @@ class CaptureSession(CaptureState, ModuleScopes, TorchFunctionMode):
         save = self.save_values
         # Arguments: tensors become edges, parameters and buffers become attributions.
         scanned = _SCAN_ARGS(args, kwargs, tmap, param_ids, self.buffer_ids, save) if _SCAN_ARGS is not None else None
-        if scanned is not None:  # the C scan (hotpath.py): every tensor argument an earlier op's or a parameter
+        if scanned is not None:  # the C scan (kernel/native.py): every tensor argument an earlier op's or a parameter
             parents, params, scrubbed, nested = scanned
         else:
             parents, params, scrubbed, nested, watched = self._scan_args(args)
@@ -492,7 +492,7 @@ class CaptureSession(CaptureState, ModuleScopes, TorchFunctionMode):
             guard.after_call(info, list(outs), self)
         return out
 
-    # The whole call in Python: the class's hook, and where the C hook (hotpath.torch_function) sends every
+    # The whole call in Python: the class's hook, and where the C hook (kernel.native.torch_function) sends every
     # call it does not record itself.
     _torch_function_py = __torch_function__
 

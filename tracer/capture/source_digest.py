@@ -1,5 +1,5 @@
 """The digest of each C extension's sources: setup.py embeds it in the extension at build time
-(`-DTLX_SOURCE_DIGEST=...`, read back as the module's `SOURCE_DIGEST`) and `hotpath.py` recomputes it from
+(`-DTLX_SOURCE_DIGEST=...`, read back as the module's `SOURCE_DIGEST`) and `kernel/native.py` recomputes it from
 the sources beside the package, so an editable install whose `.so` is older than its `.c` is noticed.
 
 Standard library only: setup.py loads this file by path, before the package (and torch) can be imported.

@@ -6,11 +6,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .kernel import native as hotpath  # the C kernel's entry points (None: the Python kernel)
+from .kernel import native  # the C kernel's entry points (None: the Python kernel)
 
 _MAX_DEPTH = 8
-# The walks below in C where built (hotpath.py); each returns None for a table that is no plain dict.
-_C_NAMED_MODULES, _C_FIRST_VISITS, _C_NAMED_STATE = hotpath.named_modules, hotpath.first_visits, hotpath.named_state
+# The walks below in C where built (native.py); each returns None for a table that is no plain dict.
+_C_NAMED_MODULES, _C_FIRST_VISITS, _C_NAMED_STATE = native.named_modules, native.first_visits, native.named_state
 
 
 def iter_tensors(obj: Any, path: str = "", depth: int = 0, seen: set | None = None) -> list[tuple[str, torch.Tensor]]:
