@@ -31,22 +31,22 @@ STAGES = ("load", "summary", "layout", "model_explorer", "html", "svg", "png")
 
 
 def run_case(folder: Path, out: Path) -> tuple[str, str]:
-    """Load `folder` and, if it loads, run every stage of STAGES on it, writing into `out`:
-    ("loaded"|"refused"|"untyped", detail naming the stage)."""
+    """The suite's stages on `folder` (`tests.tracer._store_fuzz.run_case`: load, summary, layout, the Model
+    Explorer graph in memory) and, if it loads, the writers into `out`: ("loaded"|"refused"|"untyped",
+    detail naming the stage)."""
     import tracer
     from exporters import figures
     from exporters.html import write_html
-    from exporters.layout import compute_layout, default_expansion
     from exporters.model_explorer import export
+    from tests.tracer._store_fuzz import run_case as load_and_render
     from tracer.errors import TracerError
 
+    result, detail = load_and_render(folder)
+    if result != "loaded":
+        return result, detail
     stage = "load"
     try:
         trace = tracer.load(str(folder))
-        stage = "summary"
-        trace.summary()
-        stage = "layout"
-        compute_layout(trace, default_expansion(trace))
         stage = "model_explorer"
         export(trace, out / "me.json")
         stage = "html"
