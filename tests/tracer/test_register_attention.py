@@ -90,3 +90,9 @@ def test_unsupported_backends_and_non_transformers_models_refuse_typed():
     assert info.value.findings["backend"] == "flash_attention_2" and model.config._attn_implementation == "sdpa"
     with pytest.raises(errors.InvalidInputError):
         register_attention(torch.nn.Linear(2, 2))
+
+
+def test_the_sdpa_refusal_names_register_attention_as_a_remedy(tokenizer_dir):
+    with pytest.raises(errors.ValueDependentBranchError) as info:
+        trace_text(meta_twin(build("llama", "sdpa")), TEXT, tokenizer=tokenizer_dir)
+    assert "register_attention(model)" in info.value.remedy

@@ -29,7 +29,8 @@ TRANSFORMERS_VALUE_REMEDY = (
     "transformers read a tensor's values here. On meta: pass input ids only (no attention_mask) and keep "
     "the default cache (use_cache=True, which skips the packed-sequence check that calls .item()); under "
     "attn_implementation='sdpa' (or flash) a passed attention_mask is read for its values, so build the "
-    "model with attn_implementation='eager' to trace with a mask."
+    "model with attn_implementation='eager' to trace with a mask, or call "
+    "tracer.bridges.transformers.register_attention(model) (value-free masks over eager or sdpa)."
 )
 _REFUSED_READS = frozenset({"numpy", "array"})  # a tensor leaving torch: not answered even when known
 _VALUE_OPS = frozenset({"any", "all"})  # value reads that return a tensor: answered as ordinary known ops
