@@ -18,10 +18,32 @@ _Tensor = torch.Tensor
 _STRIDED = torch.strided
 
 
+# Floating dtypes torch stores but does no arithmetic or comparison on (CPU kernels raise "not implemented"):
+# compared and perturbed in float32, which holds each of their values exactly.
+NARROW_FLOATS = frozenset(d for d in (getattr(torch, n, None) for n in (
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu")) if d is not None)
+
+
+def nested_parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors a nested tensor is made of: a jagged one's values, offsets (and lengths), a strided
+    one's rows."""
+    if t.layout == torch.jagged:
+        lengths = t.lengths()
+        return [t.values(), t.offsets(), *([lengths] if lengths is not None else [])]
+    return list(t.unbind())
+
+
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit-equal values (NaN where both are NaN), same shape and dtype."""
+    """Bit-equal values (NaN where both are NaN), same shape and dtype; nested tensors part by part."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.is_nested or b.is_nested:
+        if not (a.is_nested and b.is_nested and a.layout == b.layout):
+            return False
+        pa, pb = nested_parts(a), nested_parts(b)
+        return len(pa) == len(pb) and all(same(x, y) for x, y in zip(pa, pb))
+    if a.dtype in NARROW_FLOATS:
+        a, b = a.float(), b.float()
     if torch.equal(a, b):
         return True
     if a.is_floating_point() or a.is_complex():
@@ -31,7 +53,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _small(t: object) -> bool:
-    return type(t) is _Tensor and t.layout is _STRIDED and t.numel() <= SMALL
+    return type(t) is _Tensor and t.layout is _STRIDED and t.numel() <= SMALL and t.dtype not in NARROW_FLOATS
 
 
 def row_major_small(t: object) -> bool:

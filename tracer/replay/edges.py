@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator
 import torch
 
 from ..ir import Edge, Op
-from .batch import same
+from .batch import NARROW_FLOATS, nested_parts, same
 from .interpreter import INDEXING_KINDS, ReplayError, dependence_declared_absent, is_piecewise_constant
 from .received import ReceivingReplayer
 
@@ -157,6 +157,11 @@ def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest absolute difference (inf for other shapes or unequal integers; both NaN counts as 0)."""
     if a.shape != b.shape:
         return float("inf")
+    if a.is_nested or b.is_nested:
+        pa, pb = nested_parts(a), nested_parts(b)
+        if len(pa) != len(pb):
+            return float("inf")
+        return max((max_abs(x, y) for x, y in zip(pa, pb)), default=0.0)
     if not (a.is_floating_point() or a.is_complex()):
         return 0.0 if torch.equal(a, b) else float("inf")
     d = (a.detach().to(torch.complex128 if a.is_complex() else torch.float64)
@@ -370,6 +375,28 @@ def _first_element_set(t: torch.Tensor, value: Any) -> torch.Tensor:
     return p
 
 
+def _stood_in(perturb: Any) -> Any:
+    """`perturb` for tensors torch computes nothing on directly: a narrow float (fp8) is perturbed in float32
+    and cast back into a copy of it; a jagged nested tensor by its values, rewrapped on the same offsets
+    (so it keeps its ragged dimension)."""
+    def wrapped(t: torch.Tensor, gen: torch.Generator) -> Iterator[torch.Tensor]:
+        if t.is_nested and t.layout == torch.jagged:
+            offsets, lengths = t.offsets(), t.lengths()
+            for v in wrapped(t.values(), gen):
+                yield torch.nested.nested_tensor_from_jagged(v, offsets, lengths=lengths)
+            return
+        if t.dtype in NARROW_FLOATS:
+            for wide in perturb(t.float(), gen):
+                p = t.clone()
+                p.copy_(wide)
+                yield p
+            return
+        yield from perturb(t, gen)
+    wrapped.__doc__ = perturb.__doc__
+    return wrapped
+
+
+@_stood_in
 def _perturbations(t: torch.Tensor, gen: torch.Generator) -> Iterator[torch.Tensor]:
     """Changed copies of `t`, strongest first; each keeps shape, dtype, device and strides."""
     if t.numel() == 0:
@@ -390,6 +417,7 @@ def _perturbations(t: torch.Tensor, gen: torch.Generator) -> Iterator[torch.Tens
     yield t.flip(tuple(range(t.dim())))
 
 
+@_stood_in
 def _strong_perturbations(t: torch.Tensor, gen: torch.Generator) -> Iterator[torch.Tensor]:
     """Perturbations that cross thresholds: constant fills, large values of both signs, a sign flip, swaps."""
     if t.numel() == 0:

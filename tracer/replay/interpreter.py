@@ -13,6 +13,7 @@ import torch
 
 from ..compat.flash4 import DEPENDENCE as _KNOWN_DEPENDENCE
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+from .autocast import Region
 from .offline import NotReplayable, OfflineCalls
 
 # -- the kernel table ------------------------------------------------------------------
@@ -155,6 +156,8 @@ def is_pointwise(func: Any) -> bool:
 # Multi-output kernels where output k does not read some arguments: {kind: {output index: positions}}.
 OUTPUT_IGNORES: dict[str, dict[int, frozenset[str]]] = {
     "multi_head_attention_forward": {1: frozenset({"2", "value"})},  # attention weights never read value
+    # flex attention's logsumexp and row maxima are functions of the scores (query, key) alone
+    "flex_attention": {1: frozenset({"2", "value"}), 2: frozenset({"2", "value"})},
     "native_multi_head_attention": {1: frozenset({"2", "value"})},  # the fused kernel's weights, likewise
 }
 
@@ -285,6 +288,7 @@ class Replayer:
         self.offline = None if trace.live_calls else OfflineCalls(trace, params, callables)
         self.resolve: Callable[[tuple, dict], tuple[tuple, dict]] | None = (
             _materialized if trace.provenance.deferred_args else None)
+        self.autocast: dict[int, Region] = {}  # func_call_id -> the autocast region its replay runs in (see autocast)
 
     def missing_parents(self, op: Op) -> list[str]:
         return [e.source for e in op.parents if e.source not in self.values]
@@ -302,8 +306,16 @@ class Replayer:
         """The op's output recomputed from saved parents (`override`: position -> tensor).
 
         `grad=True` replays with autograd recording, as a capture with grad enabled ran
-        (some kernels pick another algorithm then); the result is detached.
+        (some kernels pick another algorithm then); the result is detached. A call found to have run
+        inside `torch.autocast` (`self.autocast`) is replayed inside that region.
         """
+        region = self.autocast.get(op.func_call_id) if self.autocast else None
+        if region is not None:
+            with region.entered():
+                return self._run(op, override, grad)
+        return self._run(op, override, grad)
+
+    def _run(self, op: Op, override: Mapping[str, torch.Tensor] | None, grad: bool) -> Any:
         method = getattr(self, _METHODS.get(op.kind, "run_call"))
         try:
             if not grad and not torch.is_grad_enabled():  # validate replays under one no_grad
@@ -358,7 +370,8 @@ def _as_recorded(trace: Trace, op: Op, values: Mapping[str, torch.Tensor],
     for e in op.parents:
         v = override.get(e.position, values[e.source])
         meta = trace[e.source].out
-        if meta is not None and meta.requires_grad and (v.is_floating_point() or v.is_complex()):
+        if meta is not None and meta.requires_grad and (v.is_floating_point() or v.is_complex()) \
+                and not v.is_inference():  # an inference tensor cannot require grad outside inference mode
             v = v.detach().requires_grad_(True)
         subs[e.position] = v
     subs.update({k: v for k, v in override.items() if k not in subs})

@@ -239,8 +239,12 @@ class OfflineCalls:
             raise NotReplayable(f"not replayable offline: parameter {address!r} was not supplied "
                                 "(validate(trace, params=model))")
         t = found.detach()
-        if rec is not None and rec.requires_grad and (t.is_floating_point() or t.is_complex()):
-            t = t.requires_grad_(True)  # kernels choose their algorithm by it, as in the capture
+        # kernels choose their algorithm by requires_grad, as in the capture; a parameter made under
+        # torch.inference_mode cannot require grad outside it, and the forward that read it ran without
+        # autograd recording (inference mode or no_grad), as replay runs
+        if rec is not None and rec.requires_grad and (t.is_floating_point() or t.is_complex()) \
+                and not t.is_inference():
+            t = t.requires_grad_(True)
         self._param_cache[address] = t
         return t
 

@@ -31,6 +31,7 @@ from ..errors import (DistributedReplayUnsupportedError, ReplayMismatchError, Re
                       TracerError, ValidationFailedError, ValidationScopeError, ValuesMissingError)
 from ..capture.collector import fewer_collections
 from ..ir import CONSTANT_KIND, INPUT_KIND, OUTPUT_KIND, Op, Trace
+from .autocast import region_for
 from .edges import Baseline, EdgeVerdict, call_tensors, check_edge, check_edges, max_abs, same
 from .interpreter import NotReplayable, ReplayError, context, is_nondeterministic
 from .lane import CHUNK, fast_lane
@@ -69,6 +70,7 @@ class ValidationReport:
     not_perturbable: list[tuple[str, str, str]] = field(default_factory=list)  # (op label, position, why)
     ops_within_spread: int = 0
     tolerances: dict[str, dict[str, Any]] = field(default_factory=dict)  # op label -> disclosed tolerance
+    autocast: dict[str, str] = field(default_factory=dict)  # op label -> the autocast region it replayed in
     seconds: float = 0.0
 
     @property
@@ -93,6 +95,7 @@ class ValidationReport:
             "edges_not_perturbable": self.edges_not_perturbable,
             "not_perturbable": [list(e) for e in self.not_perturbable],  # every one, with its reason
             "ops_within_spread": self.ops_within_spread, "tolerances": dict(self.tolerances),
+            "autocast": dict(self.autocast),
             "seconds": round(self.seconds, 4),
         }
 
@@ -106,6 +109,10 @@ class ValidationReport:
             f"  edges: {self.edges_checked} perturbed, {self.edges_carrying} carry data, "
             f"{self.edges_excused} excused, {self.edges_not_perturbable} not perturbable",
         ]
+        if self.autocast:
+            regions = sorted(set(self.autocast.values()))
+            lines.append(f"  autocast: {len(self.autocast)} op(s) replayed inside {', '.join(regions)}, as their "
+                         f"recorded dtypes show the forward ran them (first: {next(iter(self.autocast))})")
         for label, tol in list(self.tolerances.items())[:5]:
             lines.append(f"  tolerance {label}: max abs {tol['atol']:.3e} ({tol['why']})")
         for label, position, why in self.excused[:5]:
@@ -278,6 +285,9 @@ def _check_call(replayer: ReceivingReplayer, ops: list[Op], report: ValidationRe
             report.ops_exact += 1
         else:
             _compare_inexact(replayer, op, got, want, report, baselines)
+    region = replayer.autocast.get(first.func_call_id)
+    if region is not None:
+        report.autocast.update((op.label, region.describe()) for op in ops)
     if perturb and not random:
         _record(report, check_edges(replayer, ops, gen, baselines))
 
@@ -312,6 +322,12 @@ def _replay_as_received(replayer: ReceivingReplayer, op: Op, ops: list[Op], want
         got, failure = None, exc
     if want is not None and isinstance(got, torch.Tensor) and _meta_ok(got, op) and (by_meta or same(got, want)):
         return got, True
+    if want is not None and (failure is not None or not _meta_ok(got, op)):
+        again = _inside_autocast(replayer, op, got)
+        if again is not None and again is not got:
+            got, failure = again, None
+            if by_meta or same(got, want):
+                return got, True
     bases = replayer.bases_after_view_writes(op) if want is not None else {}
     for chosen in _subsets(list(bases))[:_MAX_BASE_CHOICES]:  # each parent read either the view or its base
         override = {pos: bases[pos] for pos in chosen}
@@ -329,6 +345,25 @@ def _replay_as_received(replayer: ReceivingReplayer, op: Op, ops: list[Op], want
 
 
 _MAX_BASE_CHOICES = 15
+
+
+def _inside_autocast(replayer: ReceivingReplayer, op: Op, got: Any) -> Any:
+    """`op` replayed inside the autocast region its recorded dtype shows (see `autocast`), kept for its call
+    when that gives the recorded dtype; else `got` as it was."""
+    if op.func_call_id in replayer.autocast:
+        return got
+    region = region_for(op, got, (replayer.values[e.source].dtype for e in op.parents if e.source in replayer.values))
+    if region is None:
+        return got
+    replayer.autocast[op.func_call_id] = region
+    try:
+        again = replayer.run(op)
+    except ReplayError:
+        again = None
+    if isinstance(again, torch.Tensor) and _meta_ok(again, op):
+        return again
+    del replayer.autocast[op.func_call_id]
+    return got
 
 
 def _subsets(items: list[str]) -> list[tuple[str, ...]]:
