@@ -20,6 +20,7 @@ from ..capture.session import CallGuard, CaptureSession, StandIn
 from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureError, TracerError, ValueDependentBranchError
 from . import known_values as kv
 from . import meta_fallbacks
+from .autocast_model import AutocastModel
 from .constants import FROM_PYTHON_DATA, PLAIN_TENSORS, ConstantLedger
 from .neutral_reads import neutral_read
 from .simulated_device import SimulatedDevice
@@ -60,6 +61,8 @@ class StructureOnlyGuard(CallGuard):
         self._mixed: Tensor | None = None
         admission["constants"] = self.constants.records
         admission["resolved_reads"] = self.constants.reads  # every value read answered without weights
+        # autocast entered around the capture, for the device the meta model stands for: its dtype rules modeled
+        self.autocast = AutocastModel.ambient(self.simulated.type if self.simulated is not None else "cpu", admission)
 
     def _real_tensor_remedy(self, real: Tensor) -> str:
         remedy = ("Register the tensor as a buffer (module.register_buffer) so it is built on meta with the model, "
@@ -107,11 +110,20 @@ class StructureOnlyGuard(CallGuard):
         `guard_after`): the ledger's scan, the kinds checked in full, FROM_PYTHON_DATA, and the
         guard itself, whose `_constant_call` and `_mixed` it resets as the common case does; then the simulated
         device's calls that may name it (`SimulatedDevice.common_case`)."""
+        if self.autocast is not None:  # every call's output dtypes are modeled in `before_call`
+            return None
         simulated = self.simulated.common_case() if self.simulated is not None else None
         return GuardFastPath(*self.constants.scan_spec(), _SCRUTINIZED, FROM_PYTHON_DATA, simulated, self)
 
     def before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
                     session: CaptureSession) -> Callable | None:
+        substitute = self._before_call(info, func, args, kwargs, session)
+        if self.autocast is None:
+            return substitute
+        return self.autocast.wrap(substitute or func, func, info.qualname)
+
+    def _before_call(self, info: FuncInfo, func: Any, args: tuple, kwargs: dict,
+                     session: CaptureSession) -> Callable | None:
         reals, n_tensors, first_known, python_only = self.constants.scan(args, kwargs)  # one pass over the arguments
         kind = info.kind
         if reals or python_only or first_known or info.value_read or kind in _SCRUTINIZED \
