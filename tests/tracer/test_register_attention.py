@@ -49,23 +49,28 @@ def test_text_route_under_registered_attention_discharges_corroborated(arch, att
     assert torch._C._len_torch_function_stack() == 0
 
 
+PADDED = torch.tensor([[0, 1, 1, 1, 1, 1]])
+
+
+def logits_before_and_after(arch, attn):
+    """(all-ones, padded) logits of the plain model, then of the same model after register_attention."""
+    model = build(arch, attn)
+    before = logits(model), logits(model, PADDED)
+    register_attention(model)
+    return model, before, (logits(model), logits(model, PADDED))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_registered_over_eager_is_bit_equal_to_eager(arch):
-    model = build(arch, "eager")
-    padded = torch.tensor([[0, 1, 1, 1, 1, 1]])
-    before, before_padded = logits(model), logits(model, padded)
-    register_attention(model)
-    assert torch.equal(logits(model), before) and torch.equal(logits(model, padded), before_padded)
+    _model, before, after = logits_before_and_after(arch, "eager")
+    assert torch.equal(after[0], before[0]) and torch.equal(after[1], before[1])
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_registered_over_sdpa_is_within_the_stated_tolerance_of_sdpa(arch):
-    model = build(arch, "sdpa")
-    padded = torch.tensor([[0, 1, 1, 1, 1, 1]])
-    before, before_padded = logits(model), logits(model, padded)
-    register_attention(model)
-    assert torch.allclose(logits(model), before, rtol=0, atol=SDPA_ATOL)
-    assert torch.equal(logits(model, padded), before_padded)  # a padded mask is materialised by sdpa too
+    model, before, after = logits_before_and_after(arch, "sdpa")
+    assert torch.allclose(after[0], before[0], rtol=0, atol=SDPA_ATOL)
+    assert torch.equal(after[1], before[1])  # a padded mask is materialised by sdpa too
     eager = build(arch, "eager")
     assert torch.allclose(logits(model), logits(eager), rtol=0, atol=SDPA_ATOL)
 
