@@ -99,6 +99,7 @@ def test_fa4_interface_is_detected_from_the_search_path_without_importing_it(on_
     assert not [m for m in set(sys.modules) - before if m.startswith("flash_attn")], "detection imported flash_attn"
     row = report.row("attention.flash_attention_4")
     assert row.applies and "cute/interface.py" in row.detail and has_flash_attention_4_interface()
+    assert "distributions: none recorded" in row.detail  # the stand-in is a bare folder, no installed metadata
     assert "CPU stand-in only; GPU not run" in row.evidence
 
 

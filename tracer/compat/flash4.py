@@ -41,6 +41,14 @@ def interface_file() -> Path | None:
     return None
 
 
+def distributions() -> list[str]:
+    """The installed distributions that provide `flash_attn` (e.g. flash-attn-4, or FA2's flash-attn, which
+    may ship a `cute` folder too); read from package metadata, importing nothing."""
+    import importlib.metadata
+
+    return sorted(importlib.metadata.packages_distributions().get(PACKAGE, []))
+
+
 def has_flash_attention_4_interface() -> bool:
     """True when the FA4 interface module is on the search path (read now, not cached)."""
     return interface_file() is not None

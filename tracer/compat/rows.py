@@ -322,13 +322,14 @@ def flash_attention(model: nn.Module, inputs: Any) -> Row | None:
 
 
 def flash_attention_4(model: nn.Module, inputs: Any) -> Row | None:
-    from .flash4 import interface_file
+    from .flash4 import distributions, interface_file
 
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None) or ""
     found = interface_file()
     if impl != "flash_attention_4" and found is None:
         return None
-    where = f"interface at {found}" if found is not None else "flash_attn.cute.interface not on the search path"
+    where = (f"interface at {found} (distributions: {', '.join(distributions()) or 'none recorded'})"
+             if found is not None else "flash_attn.cute.interface not on the search path")
     return replace(FLASH4, detail=f"attn_implementation={impl or '?'}; {where}")
 
 
