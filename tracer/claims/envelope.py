@@ -21,7 +21,7 @@ from ..errors import (DischargePreflightError, EnvelopeFieldLockedError, Envelop
                      NotCorroboratedError, NotStructureOnlyError, SimulatedDeviceMismatchError,
                      StructureOnlyMeasurementsError, ValuesMissingError)
 from ..ir import Trace
-from ..store.codec import gc_paused
+from ..gc_policy import gc_paused
 from ..tensor_stats import tensor_stats
 
 HYPOTHESIS = Ladder.HYPOTHESIS.value
