@@ -203,29 +203,36 @@
   }
 
   // pan and zoom
+  // a frame shown before it has a size (an iframe in a notebook page still being laid out) fits when it
+  // gets one: a fit of a zero-size canvas is a zero zoom (issue 36: blank, "zoom 0%")
+  // and fits again when its size changes until the user pans or zooms
+  let pending = null, auto = null;
+  const sized = () => { const r = svg.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  new ResizeObserver(() => { const f = pending || auto; if (f && sized()) { pending = null; f(); } }).observe(svg);
   function apply() { vp.setAttribute("transform", `translate(${T.x},${T.y}) scale(${T.k})`); svg.classList.toggle("small", T.k * 11 < 4.5); status(); }
-  function fit() { const v = D.views[cur], r = svg.getBoundingClientRect(); T.k = Math.min(r.width / v.w, r.height / v.h, 1.5); T.x = (r.width - v.w * T.k) / 2; T.y = Math.max(0, (r.height - v.h * T.k) / 2); apply(); }
+  function fit() { auto = fit; if (!sized()) { pending = fit; return; } const v = D.views[cur], r = svg.getBoundingClientRect(); T.k = Math.min(r.width / v.w, r.height / v.h, 1.5); T.x = (r.width - v.w * T.k) / 2; T.y = Math.max(0, (r.height - v.h * T.k) / 2); apply(); }
   function start() {  // fit when labels stay legible, else the top of the graph at a readable zoom
-    fit(); if (T.k >= 0.55) return;
+    if (!sized()) { pending = start; return; }
+    fit(); auto = start; if (T.k >= 0.55) return;
     const v = D.views[cur], r = svg.getBoundingClientRect(); T.k = Math.min(0.8, r.width / v.w); T.x = (r.width - v.w * T.k) / 2; T.y = 10; apply();
   }
   function show(x0, y0, x1, y1, maxK) {
-    const r = svg.getBoundingClientRect(); T.k = Math.min(r.width / (x1 - x0 + 40), r.height / (y1 - y0 + 40), maxK);
+    auto = null; const r = svg.getBoundingClientRect(); T.k = Math.min(r.width / (x1 - x0 + 40), r.height / (y1 - y0 + 40), maxK);
     T.x = r.width / 2 - (x0 + x1) / 2 * T.k; T.y = r.height / 2 - (y0 + y1) / 2 * T.k; apply();
   }
   function focusFrame(a) { const f = D.views[cur].frames.find((f) => f[0] === a); if (f) show(f[3], f[4], f[5], f[6], 1.2); else fit(); }
   function centerOn(id) {
     const n = D.views[cur].nodes.find((n) => n[0] === id); if (!n) return;
-    const r = svg.getBoundingClientRect(); T.k = Math.max(T.k, 0.9); T.x = r.width / 2 - n[3] * T.k; T.y = r.height / 2 - n[4] * T.k; apply();
+    auto = null; const r = svg.getBoundingClientRect(); T.k = Math.max(T.k, 0.9); T.x = r.width / 2 - n[3] * T.k; T.y = r.height / 2 - n[4] * T.k; apply();
   }
   svg.addEventListener("wheel", (e) => {
-    e.preventDefault(); const r = svg.getBoundingClientRect(), mx = e.clientX - r.left, my = e.clientY - r.top;
+    e.preventDefault(); auto = null; const r = svg.getBoundingClientRect(), mx = e.clientX - r.left, my = e.clientY - r.top;
     const k2 = Math.min(8, Math.max(0.02, T.k * Math.exp(-e.deltaY * 0.0015)));
     T.x = mx - (mx - T.x) * k2 / T.k; T.y = my - (my - T.y) * k2 / T.k; T.k = k2; apply();
   }, {passive: false});
   let drag = null, moved = false;
   svg.addEventListener("pointerdown", (e) => { drag = [e.clientX, e.clientY, T.x, T.y]; moved = false; });
-  window.addEventListener("pointermove", (e) => { if (!drag) return; const dx = e.clientX - drag[0], dy = e.clientY - drag[1]; if (Math.abs(dx) + Math.abs(dy) > 3) moved = true; T.x = drag[2] + dx; T.y = drag[3] + dy; if (moved) apply(); });
+  window.addEventListener("pointermove", (e) => { if (!drag) return; const dx = e.clientX - drag[0], dy = e.clientY - drag[1]; if (Math.abs(dx) + Math.abs(dy) > 3) { moved = true; auto = null; } T.x = drag[2] + dx; T.y = drag[3] + dy; if (moved) apply(); });
   window.addEventListener("pointerup", () => { drag = null; });
   svg.addEventListener("click", () => { if (!moved) clearSel(); });
   window.addEventListener("keydown", (e) => { if (e.key === "Escape") clearSel(); });

@@ -99,3 +99,35 @@ def test_the_saved_notebook_html_opens_offline_and_expands_a_block(executed, bro
     # frame asks for nothing.
     assert not [url for frame, url in fetched if frame != saved.as_uri()], fetched
     page.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_saved_notebook_paints_a_fitted_graph_on_each_of_ten_loads(executed, browser, tmp_path):
+    """[issue 36 item 7] Ten fresh loads of the nbconvert HTML at 1366x768: each cell's explorer shows
+    boxes inside its canvas at a zoom above 0 (it once fitted to a frame that had no size yet: blank, 'zoom 0%')."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter(template_name="classic").from_notebook_node(executed)
+    saved = tmp_path / "notebook.html"
+    saved.write_text(body, encoding="utf-8")
+    shown = []
+    for _ in range(10):
+        page = browser.new_page(viewport={"width": 1366, "height": 768})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file://", "about:", "data:"))
+                   else r.abort())
+        page.goto(saved.as_uri())
+        for i in range(page.locator("iframe.tlx-explorer").count()):
+            frame = page.frame_locator("iframe.tlx-explorer").nth(i)
+            frame.locator("body[data-ready='1']").wait_for(timeout=30_000)
+            page.wait_for_timeout(300)
+            state = frame.locator("body").evaluate("""() => {
+              const c = document.getElementById('canvas').getBoundingClientRect();
+              const inside = [...document.querySelectorAll('g.node rect')].filter((r) => {
+                const b = r.getBoundingClientRect();
+                return b.width > 4 && b.right > c.left && b.left < c.right && b.bottom > c.top && b.top < c.bottom; }).length;
+              return {zoom: document.getElementById('status').textContent.match(/zoom (\\d+)%/)[1] | 0, inside}; }""")
+            shown.append(state)
+        page.close()
+    assert len(shown) == 20, shown  # two explorer cells (tracer.explore and the trace's rich display) per load
+    assert all(s["zoom"] > 0 and s["inside"] >= 3 for s in shown), shown
