@@ -18,7 +18,7 @@ import threading
 import time
 import webbrowser
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tracer.errors import TracerError
 
@@ -106,50 +106,76 @@ def main(argv: Sequence[str] | None = None) -> int:
             return export_html_main(args[1:])
         return explore(_main_parser().parse_args(args))
     except TracerError as exc:
-        print(f"torchlens-explore: refused [{exc.code}]: {exc.message}", file=sys.stderr)
-        if exc.site:
-            print(f"  at: {exc.site}", file=sys.stderr)
-        if exc.remedy:
-            print(f"  what to do: {exc.remedy}", file=sys.stderr)
+        from .startup import refusal_lines
+
+        print("\n".join(refusal_lines(exc)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug, not a refusal: one readable line, no traceback (TLX_DEBUG=1 shows it)
         if os.environ.get("TLX_DEBUG"):
             raise
-        print(f"torchlens-explore: failed unexpectedly ({type(exc).__name__}: {exc}); please report this",
-              file=sys.stderr)
+        from .startup import refusal_lines
+
+        print("\n".join(refusal_lines(exc)), file=sys.stderr)
         return 1
 
 
-def _load(path: str | None, model: str | None, shape_text: str, mesh: argparse.Namespace | None = None):
+def _load(path: str | None, model: str | None, shape_text: str, mesh: argparse.Namespace | None = None,
+          step: Callable[[str], None] | None = None):
     from .sources import Loaded, open_source, parse_shape
 
-    if mesh is not None and (mesh.tp or mesh.fsdp or mesh.world_size):  # a simulated sharded mesh (tracer.distributed)
+    step = step or (lambda key: None)
+    if mesh is not None and _meshed(mesh):  # a simulated sharded mesh (tracer.distributed)
+        step("import")
         from tracer.distributed import simulate
 
+        step("capture")
         source = path or "llama-3.1-8b"
         tp, fsdp = mesh.tp or 1, mesh.fsdp or 1
         trace = simulate(source, tp=tp, fsdp=fsdp, world_size=mesh.world_size, input_shape=parse_shape(shape_text))
         return Loaded(trace=trace, title=f"{source} (tp {tp} x fsdp {fsdp}, simulated rank 0)", origin="config",
                       source=source, input_shape=parse_shape(shape_text))
-    return open_source(path, model, parse_shape(shape_text))
+    return open_source(path, model, parse_shape(shape_text), step=step)
 
 
-def _load_step(ns: argparse.Namespace):
+def _meshed(ns: argparse.Namespace) -> bool:
+    return bool(getattr(ns, "tp", None) or getattr(ns, "fsdp", None) or getattr(ns, "world_size", None))
+
+
+def _load_step(ns: argparse.Namespace, step: Callable[[str], None] | None = None):
     """`--training-step`: a config (or the embedded default) captured as one weights-free training step."""
-    from tracer.errors import InvalidInputError
-
     from .sources import DEFAULT_CONFIG, open_config
+
+    _check_training_step(ns)
+    return open_config(ns.path or DEFAULT_CONFIG, ns.input_shape, training_step=True, step=step or (lambda key: None))
+
+
+def _check_training_step(ns: argparse.Namespace) -> None:
+    from tracer.errors import InvalidInputError
 
     if ns.model:
         raise InvalidInputError("--training-step takes a config, not --model", site="--training-step",
                                 remedy="Capture your model with tracer.trace(..., capture=CaptureOptions(backward=True), "
                                        "loss=fn), save it, and open the saved folder.")
-    if ns.tp or ns.fsdp or ns.world_size:
+    if _meshed(ns):
         raise InvalidInputError("--training-step does not combine with a simulated mesh (--tp/--fsdp/--world-size)",
                                 site="--training-step", remedy="Open the training step and the sharded mesh separately.")
-    return open_config(ns.path or DEFAULT_CONFIG, ns.input_shape, training_step=True)
+
+
+def _route(ns: argparse.Namespace) -> str:
+    """The start-up route (app.startup.ROUTE_STAGES) once the checks that need no torch pass (refused typed
+    otherwise, before any server starts): the input shape, the model spec, the path's kind, a config's values."""
+    from .sources import DEFAULT_CONFIG, check_config, check_source, parse_shape
+
+    if ns.training_step:
+        _check_training_step(ns)
+        check_config(ns.path or DEFAULT_CONFIG, ns.input_shape)
+        return "config"
+    if _meshed(ns):
+        parse_shape(ns.input_shape)
+        return "mesh"
+    return check_source(ns.path, ns.model, ns.input_shape)
 
 
 def checked_port(text: str) -> int:
@@ -174,7 +200,13 @@ def checked_port(text: str) -> int:
     return port
 
 
+REFUSAL_LINGER_S = 15.0  # a refusal found after the server started stays on the page this long, then the command exits
+
+
 def explore(ns: argparse.Namespace) -> int:
+    """Serve the explorer: the page answers at once and shows the start-up stages while the capture runs
+    on a background thread (app.startup, app.progress); a refusal found by then is printed, shown on the
+    page, and the command exits 2 after `REFUSAL_LINGER_S` (1 for a bug)."""
     from .limits import Limits, set_limits
 
     set_limits(Limits().with_overrides(ns.limit))
@@ -183,13 +215,41 @@ def explore(ns: argparse.Namespace) -> int:
         print(loaded.trace.summary())
         return 0
     port = checked_port(ns.port)
+    route = _route(ns)  # refusals that need no capture exit 2 here, before any server
+    from .startup import ROUTE_STAGES, Startup, refusal_lines
+
+    what = ns.model or ns.path or "the embedded Llama-3.1-8B-class config (weights-free)"
+    print(f"torchlens-explore: capturing {what} ...", flush=True)
     started = time.perf_counter()
-    print("torchlens-explore: capturing" + (f" {ns.model or ns.path}" if (ns.model or ns.path) else
-                                            " the embedded Llama-3.1-8B-class config (weights-free)") + " ...", flush=True)
-    loaded = _load_step(ns) if ns.training_step else _load(ns.path, ns.model, ns.input_shape, ns)
-    print(f"torchlens-explore: {loaded.title}: {len(loaded.trace.ops):,} ops, {loaded.trace.ladder_state} "
-          f"({time.perf_counter() - started:.1f} s)", flush=True)
-    from .explorer import serve
+    pools: list = []
+
+    def load(step: Callable[[str], None]):
+        loaded = _load_step(ns, step) if ns.training_step else _load(ns.path, ns.model, ns.input_shape, ns, step)
+        print(f"torchlens-explore: {loaded.title}: {len(loaded.trace.ops):,} ops, {loaded.trace.ladder_state} "
+              f"({time.perf_counter() - started:.1f} s)", flush=True)
+        step("layout")
+        from .explorer import PagePool, PageParts
+
+        pools.append(PagePool(loaded, ready=PageParts(loaded)))  # the first page's parts, built here
+        return loaded
+
+    def explorer_page(loaded):
+        from .explorer import build_app
+
+        return build_app(loaded, pools[0])
+
+    def done(startup: Startup) -> None:
+        if startup.error is not None:
+            for line in refusal_lines(startup.error):
+                print(line, file=sys.stderr, flush=True)
+            if os.environ.get("TLX_DEBUG"):
+                import traceback
+
+                traceback.print_exception(startup.error)
+            print(f"torchlens-explore: the page shows this; stopping in {REFUSAL_LINGER_S:g} s",
+                  file=sys.stderr, flush=True)
+            return
+        threading.Timer(3.0, _freeze_when_quiet).start()  # after the first page is drawn, not before it
 
     def ready(url: str) -> None:
         print(f"torchlens-explore: serving on {url}  (Ctrl+C to stop)", flush=True)
@@ -197,17 +257,28 @@ def explore(ns: argparse.Namespace) -> int:
             threading.Timer(1.0, webbrowser.open, args=(url,)).start()
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # exit cleanly: temp folders are removed at exit
-    from .heap import collect_when_idle, freeze_long_lived
+    from .heap import collect_when_idle
+    from .progress import serve_startup
 
-    freeze_long_lived()  # what lives as long as the server is never walked again by a collection on the loop
-    collect_when_idle()  # and what the sessions leave is collected while none of them waits
+    collect_when_idle()  # what the sessions leave is collected while none of them waits
+    startup = Startup(load, ROUTE_STAGES[route])
     try:
-        serve(loaded, port, on_ready=ready, allowed_hosts=ns.allow_host)
+        serve_startup(startup, what, explorer_page, port, on_ready=ready, allowed_hosts=ns.allow_host, on_done=done,
+                      linger_s=REFUSAL_LINGER_S)
     except OSError as exc:
         from .errors import PortUnavailableError
 
         raise PortUnavailableError(f"cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})", site="--port") from None
-    return 0
+    return startup.exit_code() if startup.done else 0
+
+
+def _freeze_when_quiet() -> None:
+    """What lives as long as the server is never walked again by a collection on the loop (app.heap)."""
+    from . import activity
+    from .heap import freeze_long_lived
+
+    activity.wait_until_quiet(10.0)
+    freeze_long_lived()
 
 
 def browser_available() -> bool:

@@ -19,11 +19,17 @@ from .sources import DEFAULT_INPUT_SHAPE, Loaded, parse_shape
 FACTORY_SITE = "--model"
 
 
-def import_factory(spec: str) -> Any:
-    """The callable named by `module:factory`, importable from the current folder like `python -m`."""
+def check_spec(spec: str) -> tuple[str, str]:
+    """`module:factory` split in its two names; refused typed when it is not of that form (imports nothing)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InvalidModelSpecError(f"--model {spec!r} is not module:factory", site=FACTORY_SITE)
+    return module_name, attr
+
+
+def import_factory(spec: str) -> Any:
+    """The callable named by `module:factory`, importable from the current folder like `python -m`."""
+    module_name, attr = check_spec(spec)
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
         sys.path.insert(0, here)

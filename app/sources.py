@@ -10,9 +10,8 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
 from tracer.configs import shipped_configs
 from tracer.bounded_io import open_regular, read_capped
 from tracer.errors import InputNotRegularFileError, InputTooLargeError, TraceFileCorruptError, TracerError
@@ -24,6 +23,12 @@ from .limits import current as current_limits
 
 DEFAULT_CONFIG = "llama-3.1-8b"
 DEFAULT_INPUT_SHAPE: tuple[int, ...] = (1, 8)
+
+Step = Callable[[str], None]  # told each stage as it starts (app.startup.STAGE_TEXT): import, model, capture, read
+
+
+def _no_step(key: str) -> None:
+    return None
 
 
 @dataclass
@@ -108,21 +113,34 @@ def is_config_json(path: Path) -> bool:
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
 
-def open_default(input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
+def open_default(input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE, *, step: Step = _no_step) -> Loaded:
     """The embedded default: the shipped Llama-3.1-8B-class config, captured weights-free."""
-    return open_config(DEFAULT_CONFIG, input_shape)
+    return open_config(DEFAULT_CONFIG, input_shape, step=step)
+
+
+def check_config(name_or_path: str | Path, input_shape: tuple[int, ...] | str = DEFAULT_INPUT_SHAPE) -> Path:
+    """The config's path once its file, values and the input shape pass the checks that need no torch
+    (refused typed otherwise): what `open_config` checks before it imports transformers."""
+    path = resolve_config(name_or_path)
+    token_shape(parse_shape(input_shape))
+    _require_transformers()
+    read_config(path)
+    return path
 
 
 def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE, *,
-                training_step: bool = False) -> Loaded:
+                training_step: bool = False, step: Step = _no_step) -> Loaded:
     """Build the config's model on the meta device and capture it structure-only (with `training_step`:
     one training step, forward and backward, as `tracer.bridges.transformers.trace_training_step`)."""
-    path = resolve_config(name_or_path)
+    path = check_config(name_or_path, input_shape)
     input_shape = token_shape(parse_shape(input_shape))
-    _require_transformers()
-    read_config(path)
+    step("import")
+    from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids, trace_ids
+
+    step("model")
     config = build_checked(path, "reading the config with transformers", lambda: load_config(str(path)))
     model = build_checked(path, "building the model on the meta device", lambda: build_meta_model(config))
+    step("capture")
     if training_step:
         from tracer.bridges.transformers import trace_training_step
 
@@ -136,13 +154,15 @@ def open_config(name_or_path: str | Path, input_shape: tuple[int, ...] = DEFAULT
                   input_shape=tuple(input_shape))
 
 
-def open_trace_file(path: str | Path) -> Loaded:
+def open_trace_file(path: str | Path, *, step: Step = _no_step) -> Loaded:
     """A trace saved with `Trace.save` (a folder, its trace.json, or the app's .zip of the folder).
 
     Refused typed by `tracer.load` when invalid; a zip's extraction folder is removed after loading.
     """
+    step("import")
     import tracer
 
+    step("read")
     p = Path(path)
     if p.suffix != ".zip":
         trace = tracer.load(str(p))
@@ -186,20 +206,25 @@ def unzip_trace(path: Path) -> Path:
         raise TraceFileCorruptError(f"{path.name} cannot be extracted ({type(exc).__name__}: {exc})",
                                     site=str(path)) from None
     return out
-def open_path(path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
-    """A config JSON (captured weights-free) or a saved trace, decided by the file's content."""
+def path_kind(path: str | Path) -> str:
+    """"config" or "trace" for what is at `path` (decided by the file's content), refused typed when neither."""
     p = Path(path).expanduser()
     if str(path) in shipped_configs() or is_config_json(p):
-        return open_config(path, input_shape)
+        return "config"
     if not p.exists():
         raise SourceNotFoundError(f"nothing at {str(path)!r}", site=str(path))
     kind = _file_kind(p)
     if kind == "neither":
         raise SourceNotFoundError(f"{p.name} is neither a saved trace nor a model config", site=str(p),
                                   remedy="Open a saved trace (its folder, trace.json or .trace.zip) or a config JSON.")
-    if kind == "config":
-        return open_config(p, input_shape)  # refused in a config's terms (encoding, size, values)
-    return open_trace_file(p)
+    return kind  # a "config" kind is refused in a config's terms (encoding, size, values) when opened
+
+
+def open_path(path: str | Path, input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE, *, step: Step = _no_step) -> Loaded:
+    """A config JSON (captured weights-free) or a saved trace, decided by the file's content."""
+    if path_kind(path) == "config":
+        return open_config(path, input_shape, step=step)
+    return open_trace_file(Path(path).expanduser(), step=step)
 
 
 def _file_kind(p: Path) -> str:
@@ -220,15 +245,35 @@ def _file_kind(p: Path) -> str:
 
 
 def open_source(path: str | None = None, model: str | None = None,
-                input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE) -> Loaded:
+                input_shape: tuple[int, ...] = DEFAULT_INPUT_SHAPE, *, step: Step = _no_step) -> Loaded:
     """The CLI's choice: `--model` wins, then PATH, else the embedded default."""
     if model:
         from .factory import open_factory
 
+        step("import")
+        import tracer  # noqa: F401  (torch and the tracer: the factory's stage is its own work)
+
+        step("factory")
         return open_factory(model, input_shape)
     if path:
-        return open_path(path, input_shape)
-    return open_default(input_shape)
+        return open_path(path, input_shape, step=step)
+    return open_default(input_shape, step=step)
+
+
+def check_source(path: str | None = None, model: str | None = None,
+                 input_shape: tuple[int, ...] | str = DEFAULT_INPUT_SHAPE) -> str:
+    """What `open_source` will open ("factory", "config" or "trace-file"), once the checks that need no
+    torch pass: the input shape, the `module:factory` form, the path's kind, a config's file and values."""
+    shape = parse_shape(input_shape)
+    if model:
+        from .factory import check_spec
+
+        check_spec(model)
+        return "factory"
+    if path and path_kind(path) == "trace":
+        return "trace-file"
+    check_config(path or DEFAULT_CONFIG, shape)
+    return "config"
 
 
 def _require_transformers() -> None:
