@@ -880,7 +880,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_assembly", "A finished capture's records as trace objects, in C.",
                                     -1, methods};
 
-#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (hotpath.py compares it) */
+#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (kernel/native.py compares it) */
 #define TLX_SOURCE_DIGEST ""
 #endif
 

@@ -1,8 +1,10 @@
 /* The capture's per-call loops in C (issue 18): the argument scan, the output records and the source
  * site of `CaptureSession.__torch_function__`, the tensors a module call takes and returns, and the
- * weights-free guard's scan of a call's arguments. Optional: `tracer.capture.hotpath` falls back to the
- * session's own Python when this module is not built, and every function here returns None for a
+ * weights-free guard's scan of a call's arguments. Optional: `tracer.capture.kernel.native` falls back to
+ * the session's own Python when this module is not built, and every function here returns None for a
  * case it does not handle (the Python then does the whole step), so the two paths record the same.
+ * What it reads of the session and of a guard is the contract's (`tracer/capture/kernel/contract.py`):
+ * CaptureState's and GuardFastPath's slots by offset, the raw record's fields by the contract's positions.
  *
  * No function here keeps a reference it was given beyond the containers the caller passed in.
  */
@@ -1578,7 +1580,7 @@ done:
 static PyObject *call_impl_code = NULL, *call_impl_inner_code = NULL;  /* nn.Module._call_impl's code objects */
 static PyTypeObject *stack_type = NULL;  /* ir.ModuleStack */
 static Py_ssize_t stack_offsets[5];      /* parent, entry, depth, _tuple, _hash */
-static PyObject *str_call_counts = NULL, *str_frames = NULL, *str_module_calls = NULL, *str_indices_in = NULL,
+static PyObject *str_indices_in = NULL,
     *str_depth = NULL, *str_name = NULL, *str_qualname = NULL;
 
 typedef struct {
@@ -2049,7 +2051,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", "The capture's per-call loops in C.", -1,
                                     methods};
 
-#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (hotpath.py compares it) */
+#ifndef TLX_SOURCE_DIGEST  /* the digest of this file's sources, passed by setup.py (kernel/native.py compares it) */
 #define TLX_SOURCE_DIGEST ""
 #endif
 
@@ -2106,14 +2108,11 @@ PyInit__hotpath(void)
     }
     if (str_forward == NULL)
         return NULL;
-    str_call_counts = PyUnicode_InternFromString("call_counts");
-    str_frames = PyUnicode_InternFromString("frames");
-    str_module_calls = PyUnicode_InternFromString("module_calls");
     str_indices_in = PyUnicode_InternFromString("_indices_in");
     str_depth = PyUnicode_InternFromString("depth");
     str_name = PyUnicode_InternFromString("__name__");
     str_qualname = PyUnicode_InternFromString("__qualname__");
-    if (!str_call_counts || !str_frames || !str_module_calls || !str_indices_in || !str_depth || !str_name ||
+    if (!str_indices_in || !str_depth || !str_name ||
         !str_qualname || PyType_Ready(&ScopedForwardType) < 0)
         return NULL;
     if (!str_shape || !str_dtype || !str_device || !str_requires_grad || !str_startswith || !str_is_meta || !str_type ||
