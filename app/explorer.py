@@ -1,6 +1,7 @@
-"""The explorer page: banner on top; below it the module tree (left), the graph filling the rest of
-the window (middle), the overview (minimap) and the inspector always in view above the side tabs (right). Nothing scrolls the
-page: each column scrolls on its own. Served by Panel on loopback."""
+"""The explorer page: banner on top (one line once read); below it the module tree (left), the graph filling the rest
+of the window (middle), the overview (minimap) and the inspector always in view above the side tabs (right), which
+fold to one line while an op is selected. Nothing scrolls the page: each column scrolls on its own. Served by Panel
+on loopback."""
 from __future__ import annotations
 
 import html
@@ -108,12 +109,13 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     scroll = {"overflow-y": "auto", "overflow-x": "hidden"}
     left = pn.Column(parts.tree, width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
     inspector = pn.Column(parts.inspector, sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],
-                          styles={**scroll, "flex": "0 1 auto", "max-height": "45%", "border-bottom": "1px solid #ddd"})
+                          styles={**scroll, **INSPECTOR_ROOM[False], "border-bottom": "1px solid #ddd"})
     right = pn.Column(inspector, width=RIGHT_PX, sizing_mode="stretch_height", css_classes=["tlx-right"])
+    graph.actions.on("banner", parts.banner.open)  # a click on the one-line banner shows it in full
 
     def add_tabs() -> None:  # after the graph is on screen, a piece per tick: other sessions answer between
         right.insert(0, graph.overview())
-        fill_in_steps(right, [Built(lambda: side_tabs(state, styles={**scroll, "flex": "1 1 0", "min-height": "120px"}))])
+        fill_in_steps(right, [Built(lambda: side_tools(state, inspector))])
 
     pn.state.onload(add_tabs)
     name = html.escape(loaded.title)
@@ -130,6 +132,30 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     page.tlx_graph = graph
     page.tlx_centre = centre
     return page
+
+
+TOOLS_TITLE = " \u00b7 ".join(title for title, _ in SIDE_TABS)
+# The right column's split (issue 36 item 4): with the tools folded the inspector takes what it needs of the
+# column; with them open it takes at most 45% and the tabs the rest (each part scrolls on its own).
+INSPECTOR_ROOM = {True: {"flex": "0 1 auto", "max-height": "none"}, False: {"flex": "0 1 auto", "max-height": "45%"}}
+TOOLS_ROOM = {True: {"flex": "0 0 auto", "min-height": "0"}, False: {"flex": "1 1 0", "min-height": "160px"}}
+
+
+def side_tools(state: ExplorerState, inspector: pn.Column) -> pn.Card:
+    """The side tabs in a card that folds to its title line when an op is selected (the inspector then
+    has the column) and opens again on a click on that line."""
+    tabs = side_tabs(state, styles={"overflow-y": "auto", "overflow-x": "hidden", "flex": "1 1 0", "min-height": "0"})
+    card = pn.Card(tabs, title=TOOLS_TITLE, collapsed=bool(state.selected), sizing_mode="stretch_width",
+                   css_classes=["tlx-tools"], margin=(4, 0, 0, 0), header_background="#f3f5f8")
+
+    def fold(collapsed: bool) -> None:
+        card.styles = {"overflow": "hidden", **TOOLS_ROOM[collapsed]}
+        inspector.styles = {**inspector.styles, **INSPECTOR_ROOM[collapsed]}
+
+    card.param.watch(lambda event: fold(event.new), "collapsed")
+    state.param.watch(lambda event: setattr(card, "collapsed", True) if event.new else None, "selected")
+    fold(card.collapsed)
+    return card
 
 
 def side_tabs(state: ExplorerState, styles: dict[str, str]) -> pn.Tabs:

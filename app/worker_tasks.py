@@ -38,34 +38,6 @@ def estimate_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     return asdict(twin.estimate(spec, twin.StructureFacts(**request["facts"])))
 
 
-def doctor_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
-    """The doctor on a fresh build of the session's source (a config on the meta device, or the factory)."""
-    from tracer.compat.doctor import doctor
-
-    report(0.1, f"building {request['source']} in the worker")
-    model, inputs = _model_for(request["origin"], request["source"], tuple(request["input_shape"]), request["cwd"])
-    report(0.6, "running the doctor's detectors")
-    return doctor(model, inputs).to_dict()
-
-
-def _model_for(origin: str, source: str, shape: tuple[int, ...], cwd: str) -> tuple[Any, tuple]:
-    if origin == "factory":
-        from .factory import build_factory_model, import_factory
-
-        os.chdir(cwd)  # the factory is found from the server's folder, as the server found it
-        return build_factory_model(source, import_factory(source), shape)
-    from tracer.bridges.transformers import build_meta_model, load_config, meta_input_ids
-
-    from .config_check import build_checked, read_config
-    from .sources import resolve_config
-
-    path = resolve_config(source)
-    read_config(path)
-    config = build_checked(path, "reading the config with transformers", lambda: load_config(str(path)))
-    model = build_checked(path, "building the model on the meta device", lambda: build_meta_model(config))
-    return model, (meta_input_ids(shape),)
-
-
 def memory_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     """The weights-free per-layer training-memory table of one step of the config at `request["config"]`."""
     from dataclasses import asdict
@@ -137,6 +109,6 @@ def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
 
 
 TASKS: dict[str, Callable[[dict[str, Any], Report], Any]] = {
-    "twin": twin_task, "estimate": estimate_task, "doctor": doctor_task, "export": export_task, "memory": memory_task,
+    "twin": twin_task, "estimate": estimate_task, "export": export_task, "memory": memory_task,
     "probe": probe_task,
 }

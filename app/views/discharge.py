@@ -66,6 +66,20 @@ def _claimed_fingerprint(structure: Any) -> str | None:
     return twin.claimed_twin(structure).get("config_fingerprint")
 
 
+def estimate_for_panel(spec: twin.TwinSpec, structure: Any, report: Report) -> twin.MemoryEstimate:
+    """The twin's memory estimate: here when the twin's config is the one the structure was captured from
+    (its parameter count is the structure's: reading the config is all it costs, milliseconds), in a worker
+    process otherwise (the config's model is built on the meta device to count its parameters)."""
+    from tracer.claims.twin import config_fingerprint
+
+    wanted = _claimed_fingerprint(structure)
+    if wanted and config_fingerprint(twin.checked_config(spec.config)) == wanted:
+        report(0.5, "estimating from the structure's own counts")
+        return twin.estimate(spec, structure)
+    report(0.05, "estimating in a worker process (counting the config's parameters on the meta device)")
+    return twin.estimate_isolated(spec, structure, report)
+
+
 class DischargePanel(pn.viewable.Viewer):
     """Inputs for the real twin, an estimate, a Discharge button, progress, Cancel and the per-claim report.
 
@@ -90,15 +104,17 @@ class DischargePanel(pn.viewable.Viewer):
         self.config_path = pn.widgets.TextInput(label="or a local config path", placeholder="/path/to/config.json",
                                                 css_classes=["tlx-twin-config-path"])
         dtype, attn = twin.structure_defaults(self.state.trace)
-        self.dtype = pn.widgets.Select(label="dtype", options=list(twin.DTYPES), value=dtype, css_classes=["tlx-twin-dtype"])
+        self.dtype = pn.widgets.Select(label="dtype", options=list(twin.DTYPES), value=dtype, width=110,
+                                  css_classes=["tlx-twin-dtype"])
         self.seed = pn.widgets.IntInput(label="seed (random weights)", value=0)
         self.checkpoint = pn.widgets.TextInput(label="or a local checkpoint folder", placeholder="empty: random weights")
-        self.shape = pn.widgets.TextInput(label="input shape", value=",".join(map(str, loaded.input_shape)),
+        self.shape = pn.widgets.TextInput(label="input shape", value=",".join(map(str, loaded.input_shape)), width=120,
                                           css_classes=["tlx-twin-shape"])
         self.ids = pn.widgets.TextInput(label="token ids (optional)", placeholder="1, 2, 3, ...")
         self.text = pn.widgets.TextInput(label="text (optional)", placeholder="needs a tokenizer folder")
         self.tokenizer = pn.widgets.TextInput(label="tokenizer folder", placeholder="local folder with tokenizer.json")
-        self.attn = pn.widgets.Select(label="attention", options=list(twin.ATTENTION), value=attn, css_classes=["tlx-twin-attn"])
+        self.attn = pn.widgets.Select(label="attention", options=list(twin.ATTENTION), value=attn, width=100,
+                                 css_classes=["tlx-twin-attn"])
         self.estimate_button = pn.widgets.Button(label="Estimate memory", css_classes=["tlx-estimate"])
         self.go = pn.widgets.Button(label="Discharge", color="primary", css_classes=["tlx-discharge"])
         # Cancel and the progress bar stay in the layout (disabled / at 0 when idle): showing and hiding
@@ -164,8 +180,7 @@ class DischargePanel(pn.viewable.Viewer):
         spec, structure = self.spec(), self.state.trace
 
         def work(report: Report) -> twin.MemoryEstimate:
-            report(0.05, "estimating in a worker process")
-            return twin.estimate_isolated(spec, structure, report)
+            return estimate_for_panel(spec, structure, report)
 
         return self._start("Estimating memory.", work, lambda est: self._finish(est.describe()))
 
@@ -233,12 +248,13 @@ class DischargePanel(pn.viewable.Viewer):
     def __panel__(self):
         if self.state.trace.ladder_state == "OBSERVED":  # nothing to discharge: a short note, no form
             return pn.Column(self.status, sizing_mode="stretch_width", css_classes=["tlx-discharge-observed"])
-        if not self.more.objects:
-            fill_in_steps(self.more, [self.dtype, self.seed, self.checkpoint, self.shape, self.ids, self.text,
-                                      self.tokenizer, self.attn])
+        if not self.more.objects:  # the inputs most twins leave as they are, folded (issue 36: forms collapse)
+            fill_in_steps(self.more, [self.seed, self.checkpoint, self.ids, self.text, self.tokenizer])
         return pn.Column(
             pn.pane.HTML("<b>Discharge against a real twin</b>", margin=(0, 5), styles={"font": "14px sans-serif"}),
-            self.config, self.config_path, self.more,
+            self.config, self.config_path, pn.Row(self.dtype, self.attn, self.shape, margin=0),
             pn.Row(self.estimate_button, self.go, self.cancel_button), self.progress, self.status, self.rows,
+            pn.Card(self.more, title="More twin inputs (seed, checkpoint, token ids, text)", collapsed=True,
+                    sizing_mode="stretch_width", css_classes=["tlx-twin-more"], margin=(6, 0)),
             sizing_mode="stretch_width",
         )

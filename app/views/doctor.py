@@ -1,16 +1,15 @@
 """The doctor panel: the compatibility ledger for the model (applies, status, severity, evidence),
-computed in a worker process (`app.worker`) with progress and a cancel."""
+computed on a background thread of the server with progress and a cancel."""
 from __future__ import annotations
 
 import html
-import os
 import threading
 from typing import Any
 
 import panel as pn
 import param
 
-from tracer.compat.doctor import DoctorReport, Row
+from tracer.compat.doctor import DoctorReport
 
 from ..state import ExplorerState
 from .docsync import BackgroundJob, Report, refusal_html, text_html
@@ -46,16 +45,13 @@ def rows_html(rows: list[dict[str, str]]) -> str:
     return "".join(cards)
 
 
-def doctor_isolated(loaded: Any, report: Report) -> DoctorReport:
-    """The doctor run in a child process on a fresh build of `loaded`'s source (its config on the meta
-    device, or its factory called again); the server's interpreter stays free meanwhile."""
-    from ..worker import run_task
+def doctor_here(loaded: Any) -> DoctorReport:
+    """The doctor on `loaded`'s own model, in this process: its detectors only read the module tree and
+    the installed packages (tens of milliseconds on the 8B meta model), so it needs no worker process,
+    whose start and imports cost 20-30 s on a busy machine (issue 36 item 5)."""
+    from tracer.compat.doctor import doctor
 
-    request = {"origin": loaded.origin, "source": loaded.source, "input_shape": list(loaded.input_shape),
-               "cwd": os.getcwd()}
-    data = run_task("doctor", request, report, site="doctor panel")
-    rows = [Row(**{**r, "tests": tuple(r.get("tests", ()))}) for r in data["rows"]]
-    return DoctorReport(model_class=data["model_class"], rows=rows)
+    return doctor(loaded.model, loaded.inputs)
 
 
 class DoctorPanel(pn.viewable.Viewer):
@@ -87,8 +83,8 @@ class DoctorPanel(pn.viewable.Viewer):
         loaded = self.state.loaded
 
         def work(report: Report) -> DoctorReport:
-            report(0.0, f"Running the doctor on {self.state.trace.model_class} in a worker process...")
-            return doctor_isolated(loaded, report)
+            report(0.0, f"Running the doctor on {self.state.trace.model_class}...")
+            return doctor_here(loaded)
 
         thread = self.job.start(work, self._done, self._failed)
         if thread is not None:

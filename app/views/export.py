@@ -1,8 +1,12 @@
 """Exports: the current view as SVG/PNG (ladder state as caption), the trace file, Model
 Explorer JSON, and the same graph opened in Model Explorer served on loopback.
 
-The panel writes every export in a worker process (`app.worker`, task "export") reading the
-session's trace from a saved copy, so the server's interpreter stays free for other sessions.
+Figures and the trace file are written in a worker process (`app.worker`, task "export") reading the
+session's trace from a saved copy, so the server's interpreter stays free for other sessions. The Model
+Explorer JSON of a trace up to `IN_PROCESS_MAX_OPS` ops is written here on a thread (0.2-0.3 s for the
+8B; a worker's start, the save and the reload cost 40 times that, issue 36 item 5). "Open in Model
+Explorer" serves one export per trace for every session of the process, started when a page first
+shows the Export tab, so the click mostly finds it running.
 """
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import html
 import re
 import shutil
 import tempfile
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +27,7 @@ from .. import tempdirs
 from ..ladder import caption
 from ..state import ExplorerState
 from ..worker import warm
-from .docsync import refusal_html, run_in_background, text_html
+from .docsync import is_served, refusal_html, run_in_background, text_html
 
 
 def file_stem(model_class: str) -> str:
@@ -46,10 +52,23 @@ def zip_trace(trace: Any, path: str | Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+IN_PROCESS_MAX_OPS = 10_000  # a Model Explorer export of a larger trace is written in a worker (seconds of GIL here)
+
+
 def export_isolated(state: ExplorerState, path: Path, kind: str) -> Path:
     """Write export `kind` ("svg", "png", "zip", "model-explorer") of the session's current view to
     `path` in a worker process; returns the path (refusals typed)."""
     return Path(_export_in_worker(state, path, kind)["path"])
+
+
+def export_for_download(state: ExplorerState, path: Path, kind: str) -> Path:
+    """What a download button writes: the Model Explorer graph of a trace up to IN_PROCESS_MAX_OPS ops
+    here (the file downloaded, no node data), every other export in a worker (`export_isolated`)."""
+    if kind == "model-explorer" and len(state.trace.ops) <= IN_PROCESS_MAX_OPS:
+        from exporters.model_explorer.backward import export_graphs
+
+        return Path(export_graphs(state.trace, path))
+    return export_isolated(state, path, kind)
 
 
 def model_explorer_isolated(state: ExplorerState, path: Path) -> tuple[Path, list[Path]]:
@@ -59,12 +78,65 @@ def model_explorer_isolated(state: ExplorerState, path: Path) -> tuple[Path, lis
     return Path(result["path"]), [Path(p) for p in result["node_data"]]
 
 
+def model_explorer_files(state: ExplorerState, path: Path) -> tuple[Path, list[Path]]:
+    """`model_explorer_isolated`'s files, written here for a trace up to IN_PROCESS_MAX_OPS ops."""
+    if len(state.trace.ops) > IN_PROCESS_MAX_OPS:
+        return model_explorer_isolated(state, path)
+    from exporters import overlays
+    from exporters.model_explorer import export_node_data
+    from exporters.model_explorer.backward import export_graphs
+
+    written = Path(export_graphs(state.trace, path))
+    data = export_node_data(state.trace, written, tuple(overlays.available(state.trace)))
+    return written, [Path(p) for p in data.values()]
+
+
 def _export_in_worker(state: ExplorerState, path: Path, kind: str) -> dict:
     from ..worker import run_task, saved_copy
 
     request = {"kind": kind, "path": str(path), "trace": str(saved_copy(state.trace)),
                "expanded": sorted(state.expanded or ()), "fold_repeats": bool(state.fold_repeats)}
     return run_task("export", request, lambda _f, _t: None, site=f"export {path.name}")
+
+
+_SERVED: dict[tuple[int, int, str], tuple[Any, Future]] = {}  # one Model Explorer per graph and envelope
+_SERVED_LOCK = threading.Lock()
+
+
+def shared_model_explorer(state: ExplorerState) -> Future:
+    """A future of the Model Explorer server on this session's trace, shared by every session of it
+    (keyed by its graph, envelope and name, as `app.worker.saved_copy`); started on a thread on first
+    ask, started again when the last one failed or its process has gone. It runs until the server exits."""
+    trace = state.trace
+    key = (id(trace.ops), id(trace.envelope), trace.model_class)
+    with _SERVED_LOCK:
+        hit = _SERVED.get(key)
+        if hit is not None and _usable(hit[1]):
+            return hit[1]
+        future: Future = Future()
+        _SERVED[key] = (trace, future)  # the trace is kept so its ids are not reused
+
+    def start() -> None:
+        from exporters.model_explorer.server import serve
+
+        try:
+            folder = tempdirs.make("tlx-model-explorer-")
+            graph, node_data = model_explorer_files(state, tempdirs.inside(folder, f"{file_stem(trace.model_class)}.model-explorer.json"))
+            future.set_result(serve(graph, node_data=node_data))  # every overlay, as the Python API passes them
+        except BaseException as exc:  # shown by the panel that waits on it, as a refusal
+            future.set_exception(exc)
+
+    threading.Thread(target=start, name="tlx-model-explorer", daemon=True).start()
+    return future
+
+
+def _usable(future: Future) -> bool:
+    if not future.done():
+        return True
+    if future.exception() is not None:
+        return False
+    process = getattr(future.result(), "process", None)
+    return process is not None and process.poll() is None
 
 
 class RefusableDownload(pn.widgets.FileDownload):
@@ -95,7 +167,9 @@ class ExportPanel(pn.viewable.Viewer):
         self.me_button = pn.widgets.Button(label="Open in Model Explorer", css_classes=["tlx-open-me"])
         self.me_link = pn.pane.HTML("", css_classes=["tlx-me-link"])
         self.me_button.on_click(lambda _e: self.open_model_explorer())
-        self.server: Any = None
+        self.server: Any = None  # the shared Model Explorer this page links to, once it answers
+        if is_served(pn.state.curdoc):  # started now: "Open in Model Explorer" mostly finds it running
+            shared_model_explorer(self.state)
         self.state.param.watch(lambda _e: setattr(self.caption, "object", self._caption_html()), "ladder")
         if pn.state.curdoc is not None:
             try:
@@ -110,8 +184,8 @@ class ExportPanel(pn.viewable.Viewer):
         async def callback() -> Any:  # awaited on the server's loop, which stays free while the worker writes
             try:
                 path = tempdirs.inside(self.workdir, filename)
-                self.status.object = text_html(f"Writing {filename} in a worker process...")
-                out = await asyncio.to_thread(export_isolated, self.state, path, kind)
+                self.status.object = text_html(f"Writing {filename}...")
+                out = await asyncio.to_thread(export_for_download, self.state, path, kind)
             except Exception as exc:
                 self.status.object = refusal_html(exc)
                 return None
@@ -122,30 +196,25 @@ class ExportPanel(pn.viewable.Viewer):
                                  css_classes=[css], sizing_mode="stretch_width")
 
     def open_model_explorer(self) -> None:
-        """Export, start Model Explorer on 127.0.0.1 in the background, and show its link."""
-        if self.server is not None:
-            self.me_link.object = self._link(self.server.url)
+        """Show the link to Model Explorer serving this graph on 127.0.0.1 (started on first need, shared)."""
+        future = shared_model_explorer(self.state)
+        if future.done() and future.exception() is None:
+            self._served(future.result())
             return
         self.status.object = text_html("Starting Model Explorer on 127.0.0.1 (a few seconds)...")
         self.me_button.disabled = True
-
-        def work() -> Any:
-            from exporters.model_explorer.server import serve
-
-            graph, node_data = model_explorer_isolated(self.state, tempdirs.inside(self.workdir, "graph.model-explorer.json"))
-            return serve(graph, node_data=node_data)  # every overlay, as the Python API passes them
-
-        def done(server: Any) -> None:
-            self.server = server
-            self.me_button.disabled = False
-            self.status.object = text_html("Model Explorer is serving this graph on loopback.")
-            self.me_link.object = self._link(server.url)
 
         def failed(exc: BaseException) -> None:
             self.me_button.disabled = False
             self.status.object = refusal_html(exc)
 
-        run_in_background(pn.state.curdoc, work, done, failed)
+        run_in_background(pn.state.curdoc, future.result, self._served, failed)
+
+    def _served(self, server: Any) -> None:
+        self.server = server
+        self.me_button.disabled = False
+        self.status.object = text_html("Model Explorer is serving this graph on loopback.")
+        self.me_link.object = self._link(server.url)
 
     @staticmethod
     def _link(url: str) -> str:
@@ -153,10 +222,8 @@ class ExportPanel(pn.viewable.Viewer):
                 "Open the graph in Model Explorer</a>")
 
     def close(self) -> None:
-        """Stop the Model Explorer server and remove the session's files."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        """Remove the session's files (the shared Model Explorer runs on for the other sessions)."""
+        self.server = None
         tempdirs.remove(self.workdir)
 
     def __panel__(self):

@@ -20,24 +20,39 @@ from .backward import backward_rows
 
 
 def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
-    """(field, text) rows describing op `label` in `trace`."""
+    """(field, text) rows describing op `label` in `trace`: what a reader looks for first (kind, shape, dtype,
+    parameters, source, neighbours) at the top, so a short pane shows them without scrolling (issue 36)."""
     op = trace[label]
-    rows = [("label", op.label), ("kind", op.kind), ("function", op.func or "-"),
-            ("module", op.module or "(root)"),
-            ("module path", " > ".join(f"{a}:{c}" if c else a for a, c in op.module_stack if a) or "(root)")]
+    rows = [("kind", op.kind), ("function", op.func or "-")]
     if op.out is not None:
         rows += [("shape", str(tuple(op.out.shape))), ("dtype", op.out.dtype), ("device", op.out.device)]
-    rows.append(("parents", ", ".join(f"{e.source} (arg {e.position})" for e in op.parents) or "-"))
-    kids = trace.children_of(label)
-    rows.append(("children", ", ".join(kids[:12]) + (f" ... (+{len(kids) - 12})" if len(kids) > 12 else "") or "-"))
     params = []
     for addr in op.params:
         rec = trace.params.get(addr)
         params.append(f"{addr} {tuple(rec.shape)} {rec.dtype}" if rec else addr)
     rows.append(("consumed parameters", "; ".join(params) or "-"))
     rows.append(("source", str(op.source) if op.source else "-"))
-    rows.append(("claim state", _claim_text(ladder_state)))
+    rows.append(("parents", ", ".join(f"{e.source} (arg {e.position})" for e in op.parents) or "-"))
+    kids = trace.children_of(label)
+    rows.append(("children", ", ".join(kids[:12]) + (f" ... (+{len(kids) - 12})" if len(kids) > 12 else "") or "-"))
+    rows += [("module", op.module or "(root)"),
+             ("module path", " > ".join(f"{a}:{c}" if c else a for a, c in op.module_stack if a) or "(root)"),
+             ("claim state", _claim_text(ladder_state))]
     return rows
+
+
+def param_lines(trace: Any, label: str) -> str:
+    """The op's consumed parameters as markup, one a line: the name inside the op's module (the full address
+    in the tooltip), its shape and dtype."""
+    op = trace[label]
+    lines = []
+    for addr in op.params:
+        rec = trace.params.get(addr)
+        short = addr[len(op.module) + 1:] if op.module and addr.startswith(op.module + ".") else addr
+        tail = f" {tuple(rec.shape)} {rec.dtype}" if rec else ""
+        lines.append(f'<div title="{html.escape(addr, quote=True)}"><span style="white-space:nowrap">'
+                     f'{breakable(short)}</span>{html.escape(tail)}</div>')
+    return "".join(lines) or "-"
 
 
 MAX_LINKS = 12
@@ -87,6 +102,7 @@ def rows_html(title: str, rows: list[tuple[str, str]], markup: dict[str, str] | 
 
 
 MAX_HITS = 200  # hits listed under the inspector (the count says how many there are)
+HITS_PX, HITS_PX_SELECTED = 132, 48  # the hit list's height; smaller while a hit's details are shown below it
 
 
 def hits_html(state: ExplorerState, hits: list[tuple[str, str]]) -> str:
@@ -101,15 +117,17 @@ def hits_html(state: ExplorerState, hits: list[tuple[str, str]]) -> str:
             detail = f"{op.module or '(root)'} \u00b7 {op.kind}" + (f" \u00b7 {shape}" if shape else "")
         else:
             detail = f"module \u00b7 {trace.modules[ident].class_name}"
-        rows.append(f'<div class="tlx-hit"><span class="tlx-op-link" {act_attr(kind, ident)} style="color:#1f4f8a;'
+        chosen = ident in (state.selected, state.focused)
+        rows.append(f'<div class="tlx-hit"{" data-selected=1 style=font-weight:700" if chosen else ""}><span class="tlx-op-link" {act_attr(kind, ident)} style="color:#1f4f8a;'
                     f'cursor:pointer;text-decoration:underline">{html.escape(ident)}</span> '
                     f'<span style="color:#555">{html.escape(detail)}</span></div>')
     more = f'<div style="color:#555">... and {len(hits) - MAX_HITS} more: add words or kind:, class:, shape: to narrow</div>' \
         if len(hits) > MAX_HITS else ""
+    room = HITS_PX_SELECTED if state.selected or state.focused else HITS_PX  # the selection's details come first
     return (f'<div class="tlx-hits" style="font:12px sans-serif;margin-bottom:8px;border-bottom:1px solid #ddd;'
             f'padding-bottom:4px"><b>{len(hits)} hit{"s" if len(hits) != 1 else ""} for {html.escape(repr(state.query))}</b> '
             f'<span style="color:#555">(narrow with kind:linear, class:LlamaMLP, shape:4096)</span>'
-            f'<div style="max-height:132px;overflow-y:auto">{"".join(rows)}{more}</div></div>')
+            f'<div class="tlx-hit-list" style="max-height:{room}px;overflow-y:auto">{"".join(rows)}{more}</div></div>')
 
 
 class Inspector(pn.viewable.Viewer):
@@ -148,6 +166,7 @@ class Inspector(pn.viewable.Viewer):
             rows += backward_rows(trace, s.selected)  # gradient statistics and saved-for-backward (issue 14)
             rows += ranks.inspector_rows(trace, s.selected)  # rank, placement, collective (issue 16)
             return rows_html(f"Op {s.selected}", rows, {**neighbour_links(trace, s.selected),
+                                                        "consumed parameters": param_lines(trace, s.selected),
                                                         **ranks.inspector_markup(trace, s.selected)})
         if s.focused and s.focused in trace.modules:
             mod = trace.modules[s.focused]

@@ -62,16 +62,6 @@ def test_cancel_kills_the_child_within_a_poll():
     assert pids and not _alive(pids[0])
 
 
-def test_the_doctor_in_a_worker_gives_the_rows_of_the_doctor_here(gpt2_loaded):
-    from tracer.compat.doctor import doctor
-
-    from app.views.doctor import doctor_isolated, doctor_rows
-
-    here = doctor(gpt2_loaded.model, gpt2_loaded.inputs)
-    there = doctor_isolated(gpt2_loaded, _quiet)
-    assert doctor_rows(there) == doctor_rows(here) and there.model_class == here.model_class
-
-
 def test_the_estimate_in_a_worker_equals_the_estimate_here(gpt2_loaded):
     _, attn = twin.structure_defaults(gpt2_loaded.trace)
     for spec in (twin.TwinSpec(config="gpt2", attn=attn, input_shape="2,8"), twin.TwinSpec(config="bert-base")):
