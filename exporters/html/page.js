@@ -190,7 +190,9 @@
     const ex = D.views[cur].expanded, def = D.views[0].expanded;
     const vi = go([...ex, ...chain(a)], [...def, ...chain(a)]);
     if (vi == null) { status("“" + a + "” has nothing more to open"); return; }
+    const inspected = sel && (sel.module === a || (sel.node != null && (D.views[cur].nodes.find((n) => n[0] === sel.node) || [])[7] === a));
     setView(vi); focusFrame(a); status("expanded " + a);
+    if (inspected) showOpenModule(a);
   }
   function collapse(a) {
     const ex = D.views[cur].expanded, def = D.views[0].expanded, p = parentOf(a);
@@ -218,7 +220,9 @@
   }
   function show(x0, y0, x1, y1, maxK) {
     auto = null; const r = svg.getBoundingClientRect(); T.k = Math.min(r.width / (x1 - x0 + 40), r.height / (y1 - y0 + 40), maxK);
-    T.x = r.width / 2 - (x0 + x1) / 2 * T.k; T.y = r.height / 2 - (y0 + y1) / 2 * T.k; apply();
+    T.x = r.width / 2 - (x0 + x1) / 2 * T.k; T.y = r.height / 2 - (y0 + y1) / 2 * T.k;
+    T.x = Math.max(T.x, 20 - x0 * T.k); T.y = Math.max(T.y, 20 - y0 * T.k);  // its header corner is never cut off
+    apply();
   }
   function focusFrame(a) { const f = D.views[cur].frames.find((f) => f[0] === a); if (f) show(f[3], f[4], f[5], f[6], 1.2); else fit(); }
   function centerOn(id) {
@@ -250,13 +254,26 @@
   const opLink = (i) => el("a", {on: {click: () => goOp(i)}}, O.label[i]);
   const row = (k, ...v) => el("tr", {}, el("td", {}, k), el("td", {}, ...v));
   function overlayRow(v) { const oi = +ovSel.value; return oi < 0 ? null : row(D.overlays[oi].title, fmt(v)); }
+  // an op's attributes as "key: value" lines; a recorded Python dict such as {'param': 'w'} reads "w (param)"
+  function attrText(v) {
+    if (Array.isArray(v)) return v.length ? v.map(attrText).join(", ") : "none";
+    if (v && typeof v === "object") return Object.entries(v).map(([k, x]) => k + "=" + attrText(x)).join(", ") || "none";
+    const s = String(v), m = /^\{'(\w+)': '?([^']*)'?\}$/.exec(s);
+    if (m) return m[1] === "edge" ? "input " + m[2] : m[2] + " (" + m[1] + ")";
+    return s === "{}" || s === "()" || s === "[]" ? "none" : s;
+  }
+  function attrTable(a, func) {
+    const keys = Object.keys(a).filter((k) => !(k === "call" && a[k] === func));
+    if (!keys.length) return "none";
+    return el("div", {class: "attrs"}, ...keys.map((k) => el("div", {}, el("span", {class: "k"}, k + ": "), attrText(a[k]))));
+  }
   function selectOp(i, center) {
     sel = {op: i}; const id = nodeOfOp.get(i);
     const nb = [...O.parents[i].map(([p]) => nodeOfOp.get(p)), ...children[i].map((c) => nodeOfOp.get(c))].filter(Boolean);
     mark(id, nb); if (center && id) centerOn(id);
     const list = (xs) => { const s = el("span"); xs.forEach((x, j) => { if (j) s.append(", "); s.append(x); }); return xs.length ? s : "none"; };
     const parents = list(O.parents[i].map(([p, pos]) => { const s = el("span"); s.append(opLink(p), ` (${pos}: ${O.shape[p] || "?"} ${O.dtype[p]})`); return s; }));
-    const attrs = Object.keys(O.attrs[i]).length ? JSON.stringify(O.attrs[i]) : "none";
+    const attrs = attrTable(O.attrs[i], O.func[i]);
     const ov = +ovSel.value;
     $("right").replaceChildren(el("h2", {}, O.label[i]), el("table", {},
       row("op", O.kind[i]), row("function", O.func[i]), row("output shape", O.shape[i] || "none"), row("dtype", O.dtype[i] || "none"),
@@ -276,7 +293,7 @@
     let count = 0; for (const [x, y] of n[9]) count += y - x + 1;
     mark(id, []);
     const ov = +ovSel.value;
-    const rows = [row("kind", n[1] === "io" ? "model inputs/outputs" : "module (collapsed)")];
+    const rows = [row("kind", n[1] === "io" ? "model inputs/outputs" : "module (collapsed box)")];
     if (m) rows.push(row("module", a || "(model)"), row("class", m[0]), row("parameters", fmt(m[1])), row("calls", String(m[2])),
       row("own parameters", m[3].length ? m[3].join(", ") : "none"));
     rows.push(row("ops inside", String(count)));
@@ -284,6 +301,14 @@
     if (ov >= 0) rows.push(row(D.overlays[ov].title + (D.overlays[ov].categorical ? "" : ` (${ruSel.value})`), fmt(nodeVal.get(id))));
     $("right").replaceChildren(el("h2", {}, n[2]), el("table", {}, ...rows),
       n[1] === "module" ? el("button", {id: "expand-btn", on: {click: () => expand(a)}}, "Expand") : null);
+  }
+  function showOpenModule(a) {  // a module drawn as an open frame (after Expand): no "collapsed", a Collapse button
+    const m = D.modules[a]; if (!m) return;
+    sel = {module: a}; mark(null, []);
+    $("right").replaceChildren(el("h2", {}, (a.slice(a.lastIndexOf(".") + 1) || D.model_class) + ": " + m[0]), el("table", {},
+      row("kind", "module (expanded: its frame is drawn)"), row("module", a || "(model)"), row("class", m[0]),
+      row("parameters", fmt(m[1])), row("calls", String(m[2])), row("own parameters", m[3].length ? m[3].join(", ") : "none")),
+      el("button", {id: "collapse-btn", on: {click: () => { collapse(a); clearSel(); }}}, "Collapse"));
   }
   function goOp(i) { const [vi, id] = D.where[i]; setView(vi); selectOp(i, true); }
 
@@ -341,7 +366,7 @@
   }
   $("search").addEventListener("input", search);
   $("search").addEventListener("keydown", (e) => { if (e.key === "Enter") { const h = hits.querySelector(".hit"); if (h) h.click(); } });
-  for (const s of [ovSel, scSel, ruSel]) s.addEventListener("change", () => { paint(); if (sel && sel.op != null) selectOp(sel.op, false); else if (sel) selectNode(sel.node); });
+  for (const s of [ovSel, scSel, ruSel]) s.addEventListener("change", () => { paint(); if (sel && sel.op != null) selectOp(sel.op, false); else if (sel && sel.module != null) showOpenModule(sel.module); else if (sel) selectNode(sel.node); });
 
   const m = /^#op=(.+)$/.exec(location.hash);
   setView(0); start(); search(); clearSel();

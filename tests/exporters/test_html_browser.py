@@ -182,3 +182,31 @@ def test_a_long_forward_opens_in_spans_and_its_ops_stay_searchable(browser, tmp_
     assert page.locator("#right h2").inner_text().startswith(label)  # the inspector shows the op
     assert not seen["errors"] and not seen["dialogs"] and not seen["blocked"]
     page.close()
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
+def test_inspector_follows_an_expand_reads_attributes_and_frame_headers_stay_in_view(browser, gpt2_html, size):
+    """[issue 36 item 7] After Expand the inspector no longer says "collapsed"; an op's attributes read as
+    key: value lines, not raw JSON; the opened module's frame header is inside the canvas (not cut at the left)."""
+    page, seen = open_offline(browser, gpt2_html, *size)
+    page.locator("g.node[data-id='mod:transformer.h.0']").click()
+    assert "collapsed" in page.locator("#right").inner_text()
+    page.locator("#expand-btn").click()
+    right = page.locator("#right").inner_text()
+    assert "collapsed" not in right and "expanded" in right and "GPT2Block" in right
+    for address in ("transformer.h.0", "transformer.h.0.attn"):
+        page.evaluate("() => 0")
+        if address != "transformer.h.0":
+            page.locator(f"g.node[data-id='mod:{address}']").dispatch_event("dblclick")
+        canvas = page.locator("#canvas").bounding_box()
+        header = page.evaluate("""(a) => { const t = [...document.querySelectorAll('.frame .hdr')]
+            .find((t) => t.querySelector('title').textContent === 'collapse ' + a); const b = t.getBoundingClientRect();
+            return {x: b.left, y: b.top, r: b.right}; }""", address)
+        assert header["x"] >= canvas["x"] and header["y"] >= canvas["y"], (address, header, canvas)
+    page.locator("#search").fill("addmm")
+    page.locator("#hits .hit.op").first.click()
+    attrs = page.locator("#right tr", has_text="attributes").inner_text()
+    assert "{" not in attrs and '"' not in attrs and "args:" in attrs, attrs
+    assert "transformer.h.0.attn.c_attn.bias (param)" in attrs, attrs
+    assert not seen["errors"], seen["errors"]
+    page.close()
