@@ -44,6 +44,44 @@ def test_banner_follows_the_state_after_a_discharge():
     assert 'data-state="REFUTED"' in banner._pane.object and f"ops[{position}] row differs" in banner._pane.object
 
 
+def test_the_banner_shrinks_to_one_line_once_read_and_opens_again_on_news():
+    import torch
+
+    import tracer
+    from app.sources import Loaded
+    from tests.models import tiny_gpt2
+    from tests.tracer.test_claims import IDS, SO, meta_twin
+
+    real = tiny_gpt2()
+    wrong = tracer.trace(meta_twin(real).to(torch.bfloat16), (IDS.to("meta"),), capture=SO)
+    s = ExplorerState(Loaded(trace=wrong, title="tiny gpt2", origin="factory", source="tests.models:tiny_gpt2"))
+    banner = ClaimBanner(state=s)
+    assert 'data-compact="0"' in banner._pane.object and "tlx-banner-title" in banner._pane.object
+    s.select_op(wrong.ops[3].label)  # the user has moved on: one line, the state still on it
+    assert 'data-compact="1"' in banner._pane.object and 'data-state="HYPOTHESIS"' in banner._pane.object
+    assert "tlx-banner-title" not in banner._pane.object and 'data-tlx-act="banner:open"' in banner._pane.object
+    banner.open()
+    assert 'data-compact="0"' in banner._pane.object
+    s.select_op(wrong.ops[4].label)
+    s.set_report(wrong.discharge_against(tracer.trace(real, (IDS,))))  # news: drawn in full again
+    assert 'data-compact="0"' in banner._pane.object and 'data-state="REFUTED"' in banner._pane.object
+
+
+def test_the_inspector_lists_what_a_reader_looks_for_first(default_loaded):
+    from app.views.inspector import op_rows
+
+    trace = default_loaded.trace
+    op = next(o for o in trace.ops if o.module == "model.layers.0.self_attn.q_proj")
+    s = ExplorerState(default_loaded)
+    s.select_op(op.label)
+    fields = [k for k, _ in op_rows(trace, op.label, s.ladder.state)]
+    first = ["kind", "function", "shape", "dtype", "device", "consumed parameters", "source", "parents", "children"]
+    assert fields[:len(first)] == first
+    text = Inspector(state=s)._pane.object
+    assert "weight</span> (4096, 4096) bfloat16" in text.replace("<wbr>", "")  # the name inside its module, with its shape
+    assert 'title="model.layers.0.self_attn.q_proj.weight"' in text
+
+
 def test_doctor_says_why_it_cannot_run_on_a_loaded_file(tmp_path, tiny_loaded):
     from app.sources import open_path
 
