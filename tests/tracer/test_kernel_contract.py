@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import threading
 
@@ -68,6 +69,19 @@ def test_every_entry_point_names_a_python_reference_that_exists():
         assert callable(obj), entry.reference
 
 
+def test_the_methods_the_c_hands_calls_back_to_exist_on_the_session_and_the_guard():
+    from tracer.weights_free.guard import StructureOnlyGuard
+
+    assert all(callable(getattr(session.CaptureSession, name)) for name in contract.SESSION_CALLBACKS)
+    assert all(callable(getattr(StructureOnlyGuard, name)) for name in contract.GUARD_CALLBACKS)
+    source = (native._FOLDER / "_hotpath.c").read_text()
+    for name in contract.SESSION_CALLBACKS + contract.GUARD_CALLBACKS:
+        assert f'PyUnicode_InternFromString("{name}")' in source, name
+    # no other private name: the callbacks, the guard's two flags it resets, and a tensor's `_version`
+    private = set(re.findall(r'PyUnicode_InternFromString\("(_[a-z][a-z_]*)"\)', source))
+    assert private == {*contract.SESSION_CALLBACKS, "_constant_call", "_mixed", "_version"}
+
+
 def test_the_kernel_chosen_for_a_block_turns_off_every_c_object_bound_in_the_package_and_restores_them():
     before = _bound_c_objects()
     assert bool(before) == native.ACTIVE
@@ -120,7 +134,8 @@ def test_the_c_module_wrapper_holds_the_state_it_uses_across_the_python_walk(mon
     walk = session.CaptureSession._indices_in
 
     def counted(self, *objs):
-        if any(type(o) is _Loud for o in objs) or any(type(v) is _Loud for o in objs if isinstance(o, tuple) for v in o):
+        inside = [v for o in objs for v in (o if isinstance(o, tuple) else (o,))]
+        if any(type(v) is _Loud for v in inside):
             seen.append((sys.getrefcount(self.frames), sys.getrefcount(self.records), sys.getrefcount(self.tmap)))
         return walk(self, *objs)
 

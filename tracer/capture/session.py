@@ -283,8 +283,8 @@ class CaptureSession(CaptureState, ModuleScopes, TorchFunctionMode):
         self.call_counter += 1
         idx = len(self.records)
         held = t if self.save_values else None
-        rec = _record(info=info, parents=parents, tensor=held, meta=_meta(t), call=self.call_counter, out_idx=0, n_out=1,
-                      stack=self.stack, params=params, writes=(), inplace=False, io=io)
+        rec = _record(info=info, parents=parents, tensor=held, meta=_meta(t), call=self.call_counter, out_idx=0,
+                      n_out=1, stack=self.stack, params=params, writes=(), inplace=False, io=io)
         self.records.append(rec)
         if keep_value:
             self.tmap[id(t)] = (idx, self._ref(t))
@@ -463,7 +463,8 @@ class CaptureSession(CaptureState, ModuleScopes, TorchFunctionMode):
         records = self.records
         metas = self._metas
         call_rec = _record(info=info, parents=ptuple, call=call_id, out_idx=0, n_out=n, stack=stack, params=pa,
-                           writes=writes, inplace=inplace, site=site, io="", callspec=spec, args=s_args, kwargs=s_kwargs)
+                           writes=writes, inplace=inplace, site=site, io="", callspec=spec, args=s_args,
+                           kwargs=s_kwargs)
         if _RECORD_OUTPUTS is not None and not inplace:  # the C loop (kernel/native.py), same records
             _RECORD_OUTPUTS(outs, tuple(call_rec), records, metas, tmap, param_ids, save, self._value_tables)
             if guard is not None:

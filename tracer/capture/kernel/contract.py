@@ -128,5 +128,9 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
     "configure_params": EntryPoint(_ASM, ""),
 }
 EXTENSIONS: tuple[str, ...] = (_WALK, _HOT, _ASM)  # before, during and after the forward
+# The session's methods the C hook hands a call back to (the Python kernel's entry points it does not do itself),
+# and the guard method it calls for outputs it does not check: the only way back from the kernel into Python.
+SESSION_CALLBACKS: tuple[str, ...] = ("_torch_function_py", "_other_output", "_failed", "_indices_in")
+GUARD_CALLBACKS: tuple[str, ...] = ("after_call",)
 # Module-level names an extension exposes that are data, not entry points.
 EXTENSION_DATA: frozenset[str] = frozenset({"SOURCE_DIGEST", "HOT_STATE"})

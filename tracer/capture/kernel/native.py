@@ -33,13 +33,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import source_digest
-from .contract import (ENTRY_POINTS, EXTENSION_DATA, EXTENSIONS, RECORD_FIELDS, CaptureState, GuardFastPath, guard_fast_descriptors,
-                       state_descriptors)
+from .contract import (ENTRY_POINTS, EXTENSION_DATA, EXTENSIONS, RECORD_FIELDS, CaptureState, GuardFastPath,
+                       guard_fast_descriptors, state_descriptors)
 
 ENV_PURE_PYTHON = "TORCHLENS_EXPLORE_PURE_PYTHON"
 ENV_KERNEL = "TORCHLENS_EXPLORE_KERNEL"
 KERNELS = ("c", "python")
 REMEDY = "pip install -e . (with a C compiler) rebuilds the capture's C extensions"
+
+
 class KernelFallbackWarning(RuntimeWarning):
     """The capture's C kernel is not used: captures run the Python path (the same records, more slowly)."""
 
@@ -121,7 +123,8 @@ def _bindings() -> list[tuple[dict, str, Any]]:
     top, sources = __package__.split(".")[0], {f"{_CAPTURE}.{name}" for name in EXTENSIONS}
     found = []
     for module_name, module in list(sys.modules.items()):
-        if module is not None and module_name not in sources and (module_name == top or module_name.startswith(top + ".")):
+        if module is not None and module_name not in sources and (
+                module_name == top or module_name.startswith(top + ".")):
             space = getattr(module, "__dict__", {})
             found.extend((space, key, value) for key, value in list(space.items()) if id(value) in c_objects)
     return found
