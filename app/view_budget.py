@@ -5,7 +5,7 @@ A session's layout, its Bokeh serialization and its websocket message all run on
 loop, so one session drawing a dense graph (11,626 edges: seconds of routing, then seconds of encoding)
 holds every other session's round trips for that long. Before a view is laid out, `drawn_size` counts
 what it would draw from the engine's placement alone (no edge routing, which is the cost): the ops drawn
-as boxes of their own and the edges into them and into the module boxes. A view past `MAX_DRAWN_OPS` or `MAX_DRAWN_EDGES` is not
+as boxes of their own and the edges into them and into the module boxes (one per drawn source at most). A view past `MAX_DRAWN_OPS` or `MAX_DRAWN_EDGES` is not
 laid out; the session keeps the view it had and says why (`refusal`), whichever action asked for it
 (a click, a search, a link's view, Expand all, unfolding).
 """
@@ -14,7 +14,12 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 MAX_DRAWN_OPS = 3_000
-MAX_DRAWN_EDGES = 3_000  # the default Llama expanded whole (2,458 edges) still draws
+# Edges, the cost that matters (routing and encoding grow with them). Measured with bench_sessions.py on
+# the dense-edge trace (docs/security.md): at 1,000 another session's round trips while one session opens
+# that graph were those of an idle machine (p90 983 vs 1,055 ms at load 16-19); at 3,000 they were 3.4 s.
+# So the default Llama expanded whole (2,458 edges) is refused too; its folded default view and each
+# layer opened are far below. The count is an upper bound (about 1.5-2x the edges drawn).
+MAX_DRAWN_EDGES = 1_000
 
 
 def drawn_size(engine: Any, expanded: Iterable[str], fold_repeats: bool = False) -> tuple[int, int]:
@@ -27,6 +32,7 @@ def drawn_size(engine: Any, expanded: Iterable[str], fold_repeats: bool = False)
     top = engine.sub(CANVAS, exp, fold_repeats, 2)
     trace = engine.trace
     ops = edges = 0
+    boxes: list[Any] = []
     stack = [top]
     while stack:
         sub = stack.pop()
@@ -37,9 +43,10 @@ def drawn_size(engine: Any, expanded: Iterable[str], fold_repeats: bool = False)
                 labels = placed.item if placed.kind == "iogroup" else (placed.item,)
                 ops += len(labels)
                 edges += sum(len(trace[label].parents) for label in labels)
-            elif placed.kind in ("module", "folded", "frame"):  # a box (or an unplaced frame): edges entering it
-                keys = placed.item if placed.kind == "folded" else (placed.item,)
-                edges += sum(_entering(engine, key) for key in keys)
+            elif placed.kind in ("module", "folded", "frame"):  # a box (or an unplaced frame)
+                boxes.extend(placed.item if placed.kind == "folded" else (placed.item,))
+    nodes = ops + len(boxes)  # edges into a box come one per drawn source at most
+    edges += sum(min(_entering(engine, key), nodes) for key in boxes)
     return ops, edges
 
 
