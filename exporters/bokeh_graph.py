@@ -106,6 +106,7 @@ def fit_box(box: tuple[float, float, float, float], width_px: float, height_px: 
     return cx - width_px / (2 * s), cx + width_px / (2 * s), cy - height_px / (2 * s), cy + height_px / (2 * s)
 
 
+WHEEL_SPEED = 1 / 700  # Bokeh's zoom per wheel pixel: one notch (100 px in Chromium) zooms about 14 %
 MIN_LABEL_PX = 6.0  # labels smaller than this on screen are hidden (an unreadable pile helps nobody)
 
 
@@ -259,7 +260,9 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     x0, x1, y0, y1 = fit_ranges(layout, width, height - TOOLBAR_PX)
     fig = bare_plot(width=width, height=height, x_range=Range1d(x0, x1), y_range=Range1d(y1, y0),
                     toolbar_location="above", sizing_mode=sizing_mode)
-    fig.add_tools(PanTool(), WheelZoomTool(), BoxZoomTool(), SaveTool())
+    wheel = WheelZoomTool(speed=WHEEL_SPEED)
+    fig.add_tools(PanTool(), wheel, BoxZoomTool(), SaveTool())
+    fig.toolbar.active_scroll = wheel  # the wheel zooms from the first notch (issue 36: it scrolled the page)
     data = figure_data(layout, trace)
     font = dict(text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY))
 
