@@ -45,7 +45,19 @@ def hidden_ops(trace: Trace, families: Iterable[str]) -> frozenset[str]:
     if not wanted:
         return frozenset()
     norm_modules = {a for a, m in trace.modules.items() if "norm" in m.class_name.lower()}
-    return frozenset(op.label for op in trace.ops if _family_hit(op, wanted, norm_modules))
+    hidden: set[str] = set()
+    for op in trace.ops:  # execution order: an op's inputs are decided before it
+        if _family_hit(op, wanted, norm_modules) or _fed_only_by(op, hidden):
+            hidden.add(op.label)
+    return frozenset(hidden)
+
+
+def _fed_only_by(op: Op, hidden: set[str]) -> bool:
+    """True for an op computed only from hidden ops (`add 8` on a hidden `arange`): drawn, it would be an
+    orphan with no input. Model inputs/outputs and ops holding parameters stay drawn."""
+    if op.kind in (INPUT_KIND, OUTPUT_KIND) or op.params or not op.parents:
+        return False
+    return all(edge.source in hidden for edge in op.parents)
 
 
 def _family_hit(op: Op, wanted: frozenset[str], norm_modules: set[str]) -> bool:
