@@ -111,12 +111,12 @@ def serve_startup(startup: Startup, what: str, explorer_page: Callable[[Any], An
                   linger_s: float | None = None) -> Any:
     """Serve the start-up page now and begin `startup` once the server listens (at once when `threaded`).
 
-    Not threaded: `on_done(startup)` is called (on a watcher thread) when the work is done, and a start-up
+    Not threaded: `on_ready(url)` is called once the server listens, `on_done(startup)` is called (on a watcher thread) when the work is done, and a start-up
     that did not load stops the server `linger_s` seconds later (None: it keeps serving its refusal), so
     the call returns and the command can exit with `startup.exit_code()`.
     """
     from . import activity
-    from .serving import serve_page
+    from .serving import HOST, free_loopback_port, serve_page
 
     activity.install()  # work nobody waits for gives way to a session's click (app.activity)
     if threaded:
@@ -124,7 +124,11 @@ def serve_startup(startup: Startup, what: str, explorer_page: Callable[[Any], An
     else:
         from tornado.ioloop import IOLoop
 
+        port = port or free_loopback_port()
         loop = IOLoop.current()
+        if on_ready is not None:  # the URL is printed (and a browser opened) once the server answers it
+            loop.add_callback(on_ready, f"http://{HOST}:{port}/")
+            on_ready = None
         loop.add_callback(startup.start)  # runs once the loop (and so the listening server) runs
 
         def watch() -> None:

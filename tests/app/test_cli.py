@@ -128,7 +128,7 @@ def test_session_folders_are_removed_when_the_server_is_stopped(tmp_path, page):
             except OSError:
                 time.sleep(0.2)
         page.goto(url)
-        page.wait_for_selector(".tlx-tabs", state="attached", timeout=60_000)
+        page.wait_for_selector(".tlx-tabs", state="attached", timeout=180_000)  # the capture runs after the URL answers
         page.locator(".bk-tab", has_text="Export").click()
         deadline = time.monotonic() + 30
         while not list(tmp_path.glob("tlx-export-*")) and time.monotonic() < deadline:
