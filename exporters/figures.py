@@ -154,7 +154,8 @@ def overlay_fills(trace: Trace, layout: Layout, overlay: str | Mapping[str, floa
     values = overlays.node_values(layout, ov, rollup)
     cs = overlays.color_scale(values.values(), scale)
     fills = {n.id: cs.color(values.get(n.id)) for n in layout.nodes}
-    return fills, overlays.legend(ov, cs, rollup)
+    folded = any(n.kind == "folded" and n.repeat > 1 for n in layout.nodes)
+    return fills, overlays.legend(ov, cs, rollup, folded)
 
 
 def add_overlay_arguments(parser) -> None:

@@ -212,6 +212,8 @@ def node_values(layout: "Layout", overlay: Overlay, how: str = "sum") -> dict[st
                 out[n.id] = vals[0] if len(set(vals)) == 1 else "mixed"
             continue
         v = overlay.ops.get(n.id) if n.kind == "op" and n.id in overlay.ops else rollup(vals, how)
+        if v is not None and how == "sum" and n.kind == "folded" and n.repeat > 1:
+            v = v / n.repeat  # a folded run "xN" is coloured per repetition, on the scale of one block (issue 36)
         if v is not None:
             out[n.id] = v
     return out
@@ -283,8 +285,12 @@ def format_value(value: Any) -> str:
     return f"{v:.3g}" if v != int(v) else str(int(v))
 
 
-def legend(overlay: Overlay, scale: ColorScale, how: str) -> dict[str, Any]:
-    """What a legend shows: the title (with roll-up and scale), and the colour stops with their values."""
+FOLDED_NOTE = "folded runs: per repetition"
+
+
+def legend(overlay: Overlay, scale: ColorScale, how: str, folded: bool = False) -> dict[str, Any]:
+    """What a legend shows: the title (with roll-up and scale), and the colour stops with their values;
+    `folded` (the view has a folded run and modules are summed) says that runs are coloured per repetition."""
     if overlay.categorical:
         return {"title": overlay.title, "items": [(k, c) for k, c in CLAIM_COLORS.items()]}
     stops = []
@@ -295,7 +301,8 @@ def legend(overlay: Overlay, scale: ColorScale, how: str) -> dict[str, Any]:
         else:
             v = scale.lo + t * (scale.hi - scale.lo)
         stops.append((format_value(v), palette_at(t)))
-    return {"title": f"{overlay.title} · modules: {how} · {scale.scale}", "stops": stops}
+    note = f" · {FOLDED_NOTE}" if folded and how == "sum" else ""
+    return {"title": f"{overlay.title} · modules: {how} · {scale.scale}{note}", "stops": stops}
 
 
 def _rgb(color: str) -> tuple[int, int, int]:

@@ -96,7 +96,9 @@
     for (const [a, b] of rs) for (let i = a; i <= b; i++) { const v = ov.values[i]; if (v != null) vals.push(v); }
     if (!vals.length) return null;
     if (ov.categorical) return vals.every((v) => v === vals[0]) ? vals[0] : "mixed";
-    return how === "sum" ? vals.reduce((s, v) => s + v, 0) : Math.max(...vals);
+    if (how !== "sum") return Math.max(...vals);
+    const total = vals.reduce((s, v) => s + v, 0);  // a folded run "xN": per repetition (exporters.overlays)
+    return n[1] === "folded" && n[8] > 1 ? total / n[8] : total;
   }
 
   function paint() {
@@ -125,7 +127,8 @@
       const t = pos(nodeVal.get(n[0])), c = t == null ? "#eeeeee" : palAt(t), g = nodeEls.get(n[0]);
       g.firstChild.setAttribute("fill", c); g.lastChild.setAttribute("fill", ink(c));
     }
-    legend.append(el("b", {}, ov.title), el("div", {class: "hint"}, `boxes in this view · modules: ${how} · ${scSel.value} scale`));
+    const folded = how === "sum" && view.nodes.some((n) => n[1] === "folded" && n[8] > 1);
+    legend.append(el("b", {}, ov.title), el("div", {class: "hint"}, `boxes in this view · modules: ${how} · ${scSel.value} scale` + (folded ? " · folded runs: per repetition" : "")));
     const bar = el("div", {class: "bar"}); for (let i = 0; i < 12; i++) bar.append(el("span", {style: "background:" + palAt(i / 11)}));
     const tick = (t) => fmt(log && lo > 0 ? Math.pow(10, Math.log10(lo) + t * (Math.log10(hi) - Math.log10(lo))) : lo + t * (hi - lo));
     legend.append(bar, el("div", {class: "ticks"}, el("span", {}, tick(0)), el("span", {}, tick(0.5)), el("span", {}, tick(1))),
