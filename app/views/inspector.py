@@ -42,16 +42,14 @@ def op_rows(trace: Any, label: str, ladder_state: str) -> list[tuple[str, str]]:
 
 
 def param_lines(trace: Any, label: str) -> str:
-    """The op's consumed parameters as markup, one a line: the name inside the op's module (the full address
-    in the tooltip), its shape and dtype."""
+    """The op's consumed parameters as markup, one a line: its address (breakable between its parts), then
+    its shape and dtype kept together."""
     op = trace[label]
     lines = []
     for addr in op.params:
         rec = trace.params.get(addr)
-        short = addr[len(op.module) + 1:] if op.module and addr.startswith(op.module + ".") else addr
-        tail = f" {tuple(rec.shape)} {rec.dtype}" if rec else ""
-        lines.append(f'<div title="{html.escape(addr, quote=True)}"><span style="white-space:nowrap">'
-                     f'{breakable(short)}</span>{html.escape(tail)}</div>')
+        tail = f' <span style="white-space:nowrap">{html.escape(f"{tuple(rec.shape)} {rec.dtype}")}</span>' if rec else ""
+        lines.append(f"<div>{breakable(addr)}{tail}</div>")
     return "".join(lines) or "-"
 
 

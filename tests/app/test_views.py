@@ -78,8 +78,8 @@ def test_the_inspector_lists_what_a_reader_looks_for_first(default_loaded):
     first = ["kind", "function", "shape", "dtype", "device", "consumed parameters", "source", "parents", "children"]
     assert fields[:len(first)] == first
     text = Inspector(state=s)._pane.object
-    assert "weight</span> (4096, 4096) bfloat16" in text.replace("<wbr>", "")  # the name inside its module, with its shape
-    assert 'title="model.layers.0.self_attn.q_proj.weight"' in text
+    assert "<div>model.layers.0.self_attn.q_proj.weight <span style=\"white-space:nowrap\">(4096, 4096) bfloat16</span></div>" \
+        in text.replace("<wbr>", "")  # one parameter a line, its shape and dtype together
 
 
 def test_doctor_says_why_it_cannot_run_on_a_loaded_file(tmp_path, tiny_loaded):
