@@ -9,9 +9,7 @@ set as text, never parsed as markup.
 from __future__ import annotations
 
 import base64
-import gc
 import gzip
-from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Mapping
@@ -19,6 +17,7 @@ from typing import Mapping
 from .. import markup
 from ..errors import HtmlWriteError
 from tracer.atomic_write import resolve_target, write_atomic
+from tracer.gc_policy import gc_paused
 from tracer.ir import Trace
 
 from .data import page_data, to_json
@@ -28,7 +27,7 @@ __all__ = ["HtmlWriteError", "html_document", "write_html"]
 
 def html_document(trace: Trace, *, overlay: Mapping[str, float] | None = None, title: str | None = None) -> str:
     """The whole page as a string; `overlay` adds a user overlay `{op label or module path: number}`."""
-    with _cyclic_gc_paused():  # ~10^6 short-lived acyclic tuples: the collector would only rescan the trace
+    with gc_paused():  # ~10^6 short-lived acyclic tuples: the collector would only rescan the trace
         data = page_data(trace, overlay=overlay, title=title)
         text = to_json(data)
     packed = base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)).decode("ascii")
@@ -44,18 +43,6 @@ def html_document(trace: Trace, *, overlay: Mapping[str, float] | None = None, t
         f"<script id=\"tlx-data\" type=\"application/octet-stream\">{packed}</script>"
         f"<script>{js}</script></body></html>\n"
     )
-
-
-@contextmanager
-def _cyclic_gc_paused():
-    """Pause the cyclic garbage collector (reference counting still frees everything) and restore its state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def write_html(trace: Trace, path, *, overlay: Mapping[str, float] | None = None, title: str | None = None,
