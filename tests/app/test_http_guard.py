@@ -235,11 +235,11 @@ def test_no_component_url_imports_a_module_and_the_server_keeps_answering(server
 
 
 def test_a_user_allowed_name_is_served_and_a_bad_one_refused_typed():
-    from app.explorer import serve
+    from app.serving import serve_page
     from tracer.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError) as info:
-        serve(None, 1, allowed_hosts=("evil.example/x",))  # refused before anything is read or bound
+        serve_page(lambda: pytest.fail("a page was built"), "t", 1, allowed_hosts=("evil.example/x",))  # before any page or bind
     assert info.value.code and "allowed_hosts" in info.value.site
     policy = HostPolicy.loopback(8000, ("Box.Local", "other:9000"))
     assert {"box.local:8000", "other:9000", "127.0.0.1:8000", "localhost:8000", "[::1]:8000"} == set(policy.hosts)
