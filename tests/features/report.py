@@ -89,12 +89,16 @@ def render(results: dict[str, Any]) -> str:
         "- `capture`: the plain forward, then `tracer.trace` of the same model on the same inputs (under the "
         "row's context: autocast, a grad mode, fake tensors, global hooks); `trace.output` bit-equal to the "
         "plain forward (shapes and dtypes only under FakeTensorMode).",
-        "- `validate`: `tracer.validate(trace)` passes.",
+        "- `validate`: `tracer.validate(trace)` passes (run outside the row's context, except under "
+        "FakeTensorMode: an autocast trace's replay enters autocast itself, where the recorded dtypes show an op "
+        "ran inside it, and the report lists those ops).",
         "- `save_load_validate`: `trace.save(folder)`, `tracer.load(folder)`, `tracer.validate(loaded, "
         "params=model)` passes, and the loaded trace has the same op kinds in the same order.",
         "- `weights_free`: the same case built on `meta`, `tracer.trace(..., capture=CaptureOptions("
-        "structure_only=True))`; output shapes as the meta forward's; its claims discharged against a real "
-        "capture: CORROBORATED.",
+        "structure_only=True))`; output shapes and dtypes as the meta forward's; its claims discharged against "
+        "a real capture: CORROBORATED. Under autocast the meta forward's dtypes are not the real ones (on meta "
+        "autocast casts nothing) and the capture models autocast's (disclosed in its admission record), so "
+        "there the shapes are compared with the meta forward and the dtypes proven by the discharge.",
         "",
         "**How a silent cell is found, without trusting the tracer.** Beside each column the sweep runs the "
         "row's plain eager twin (the module before `torch.compile`, `torch.export`, `torch.jit`; the same "

@@ -18,7 +18,12 @@ SAMPLE = (("eager_mlp", "capture"), ("eager_mlp", "save_load_validate"), ("eager
           ("compile_eager", "capture"), ("hop_cond", "capture"), ("sparse_coo_small", "capture"),
           ("fake_tensor_mode", "capture"), ("dispatch_subclass", "save_load_validate"),
           ("global_hooks", "capture"), ("module_hooks", "validate"), ("nested_trace", "capture"),
-          ("two_threads", "capture"))
+          ("two_threads", "capture"),
+          # cells fixed in the replay and the weights-free capture (issue 35): autocast, inference mode, fp8,
+          # jagged nested tensors, flex attention
+          ("autocast_cpu_bf16", "save_load_validate"), ("autocast_cpu_bf16", "weights_free"),
+          ("inference_mode", "save_load_validate"), ("fp8_e4m3fn", "validate"), ("nested_jagged", "validate"),
+          ("flex_attention", "validate"))
 BAD = ("untyped", "silent")
 
 
