@@ -1,6 +1,9 @@
 """From `torchlens-explore` to a painted graph, as a user meets it (issue 36 item 1).
 
-    .venv/bin/python tests/bench/bench_startup.py [--runs 5] [ARGS for torchlens-explore ...]
+    .venv/bin/python tests/bench/bench_startup.py [--runs 5] [--roots A,B] [ARGS for torchlens-explore ...]
+
+`--roots` takes checkouts (e.g. `git archive` of two commits, each with its C kernel built in place)
+and alternates their runs, so load on a shared machine falls on both alike; default: this checkout.
 
 Each run spawns the installed console script (`--no-browser --port P`, a port chosen free just
 before, plus ARGS; default: none, the embedded weights-free Llama-3.1-8B config) and times, from the
@@ -96,14 +99,14 @@ def wait_url(url: str, proc: subprocess.Popen, deadline: float) -> float:
     raise RuntimeError("the URL never answered")
 
 
-def one_run(browser, extra: list[str], timeout_s: float) -> dict[str, float]:
+def one_run(browser, root: Path, extra: list[str], timeout_s: float) -> dict[str, float]:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(root)}
     printed: dict[str, float] = {}
     t0 = time.time()
     proc = subprocess.Popen([str(SCRIPT), "--no-browser", "--port", str(port), *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+                            stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
 
     def read_output() -> None:
         for line in proc.stdout:
@@ -145,6 +148,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds one run may take")
     ap.add_argument("--pause", type=float, default=2.0, help="seconds between runs (the last server exits)")
+    ap.add_argument("--roots", default=str(ROOT), help="comma-separated checkouts to run, alternately")
     ns, extra = ap.parse_known_args()
     from playwright.sync_api import sync_playwright
 
@@ -155,24 +159,27 @@ def main() -> int:
     import panel
     import torch
 
+    roots = [Path(r).resolve() for r in ns.roots.split(",")]
     load_before = os.getloadavg()
-    rows = []
+    rows: dict[Path, list[dict[str, float]]] = {r: [] for r in roots}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         for i in range(ns.runs):
-            r = one_run(browser, extra, ns.timeout)
-            rows.append(r)
-            print(f"run {i + 1}: url {r['url']:.2f} s, printed {r['printed']:.2f} s, first paint {r['first_paint']:.2f} s, "
-                  f"painted {r['painted']:.2f} s", flush=True)
-            time.sleep(ns.pause)
+            for root in roots:
+                r = one_run(browser, root, extra, ns.timeout)
+                rows[root].append(r)
+                print(f"run {i + 1} {root}: url {r['url']:.2f} s, printed {r['printed']:.2f} s, first paint "
+                      f"{r['first_paint']:.2f} s, painted {r['painted']:.2f} s", flush=True)
+                time.sleep(ns.pause)
         browser.close()
     load_after = os.getloadavg()
     print(f"\ntorchlens-explore --no-browser {' '.join(extra) or '(embedded Llama-3.1-8B, weights-free)'}; "
-          f"{ns.runs} runs; Chromium headless 1366x768; seconds from the spawn, median (min-max)")
-    print("| URL answers 200 | URL printed | first paint (any app content) | graph painted (nodes + ink) |")
-    print("|---:|---:|---:|---:|")
-    print(f"| {spread([r['url'] for r in rows])} | {spread([r['printed'] for r in rows])} "
-          f"| {spread([r['first_paint'] for r in rows])} | {spread([r['painted'] for r in rows])} |")
+          f"{ns.runs} runs each; Chromium headless 1366x768; seconds from the spawn, median (min-max)")
+    print("| checkout | URL answers 200 | URL printed | first paint (any app content) | graph painted (nodes + ink) |")
+    print("|---|---:|---:|---:|---:|")
+    for root, rs in rows.items():
+        print(f"| {root} | {spread([r['url'] for r in rs])} | {spread([r['printed'] for r in rs])} "
+              f"| {spread([r['first_paint'] for r in rs])} | {spread([r['painted'] for r in rs])} |")
     print(f"\nconditions: {os.cpu_count()} CPUs, load average {load_before[0]:.2f} before / {load_after[0]:.2f} after "
           f"(1 min); Python {platform.python_version()}, torch {torch.__version__}, panel {panel.__version__}, "
           f"bokeh {bokeh.__version__}; {platform.platform()}")
