@@ -23,7 +23,7 @@ def free_loopback_port() -> int:
 
 def serve_page(make_page: Callable[[], Any], title: str, port: int = 0, *, threaded: bool = False,
                on_ready: Callable[[str], None] | None = None, allowed_hosts: Sequence[str] = ()) -> Any:
-    """Serve `make_page()` (one call per session) at `/` on 127.0.0.1:`port` (0: a free port).
+    """Serve `make_page()` (one call per session) at `/` on 127.0.0.1:`port` (0: a free port), titled `title`.
 
     Blocks unless `threaded` (then returns the stoppable server thread). `on_ready(url)` is called once
     the port is known, before serving. Requests must name 127.0.0.1, localhost or [::1] on the port (or
