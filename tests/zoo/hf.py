@@ -5,7 +5,6 @@ Nothing is downloaded: configs are the classes' own defaults, weights are random
 """
 from __future__ import annotations
 
-import inspect
 import os
 import tempfile
 from typing import Any
@@ -14,7 +13,8 @@ import torch
 
 from .compare import bit_equal
 from .outcome import failed, run_column, skipped
-from .shrink import IMAGE, shrink_config
+from .inputs import candidates
+from .shrink import shrink_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -30,7 +30,6 @@ HEAD_MAPPINGS = (
     "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES", "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",
     "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
 )
-SEQ = 8
 
 
 def architectures() -> list[str]:
@@ -77,40 +76,30 @@ def build(class_name: str, config: Any, device: str = "cpu") -> torch.nn.Module:
     return model.eval()
 
 
-def make_inputs(model: torch.nn.Module, config: Any) -> dict[str, torch.Tensor]:
-    """Inputs for the model's main input (ids, pixels or audio), plus decoder ids for encoder-decoders."""
-    gen = torch.Generator().manual_seed(1)
-    name = getattr(model, "main_input_name", "input_ids")
-    text = getattr(config, "text_config", None) or config
-    vision = getattr(config, "vision_config", None) or config
-    vocab = min(int(getattr(text, "vocab_size", None) or 100), 100)
-    inputs: dict[str, torch.Tensor] = {}
-    params = inspect.signature(model.forward).parameters
-    dual = {"input_ids", "pixel_values"} <= set(params) and not _has_image_tokens(config)
-    if name == "pixel_values" or dual:
-        channels = int(getattr(vision, "num_channels", 3) or 3)
-        size = getattr(vision, "image_size", IMAGE) or IMAGE
-        size = size if isinstance(size, int) else IMAGE
-        inputs["pixel_values"] = torch.randn(1, channels, size, size, generator=gen)
-    if dual:  # a dual encoder (CLIP-like): text and image together
-        inputs["input_ids"] = torch.randint(3, vocab, (1, SEQ), generator=gen)
-    elif name == "pixel_values":
-        pass
-    elif name == "input_values":
-        inputs[name] = torch.randn(1, 1600, generator=gen)
-    elif name == "input_features":
-        bins = int(getattr(config, "num_mel_bins", 80) or 80)
-        inputs[name] = torch.randn(1, bins, 64, generator=gen)
-    else:
-        inputs["input_ids"] = torch.randint(3, vocab, (1, SEQ), generator=gen)
-    if getattr(config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = torch.randint(3, vocab, (1, SEQ // 2), generator=gen)
-    return inputs
+def make_inputs(model: torch.nn.Module, config: Any) -> dict[str, Any]:
+    """The first candidate inputs (tests.zoo.inputs) for the model: its main input and required tensors."""
+    return next(candidates(model, config))
 
 
-def _has_image_tokens(config: Any) -> bool:
-    """True for models that splice image features at image-token positions (they need matched prompts)."""
-    return any(getattr(config, k, None) is not None for k in ("image_token_id", "image_token_index"))
+def fitting_inputs(model_type: str, class_name: str, attempts: int = 8) -> tuple[Any, torch.nn.Module, dict, Any]:
+    """(config, model, inputs, output) for the first candidate inputs on which the plain forward runs.
+
+    A failed attempt rebuilds the model (a forward may change it); the last error is raised."""
+    error: Exception | None = None
+    config = tiny_config(model_type)
+    model = build(class_name, config)
+    for k, inputs in enumerate(candidates(model, config)):
+        if k >= attempts:
+            break
+        if k:
+            config = tiny_config(model_type)
+            model = build(class_name, config)
+        try:
+            torch.manual_seed(0)
+            return config, model, inputs, model(**inputs)
+        except Exception as exc:  # these inputs do not fit: try the next
+            error = error or exc
+    raise error if error is not None else RuntimeError("no candidate inputs")
 
 
 def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
@@ -119,11 +108,7 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
     state: dict[str, Any] = {}
 
     def forward():
-        config = tiny_config(model_type)
-        model = build(class_name, config)
-        inputs = make_inputs(model, config)
-        torch.manual_seed(0)
-        plain = model(**inputs)
+        config, model, inputs, plain = fitting_inputs(model_type, class_name)
         # The capture gets a freshly built twin (same seed): some models change on their first call
         # (BigBird swaps its attention, others fill caches), and the weights-free capture is a first call too.
         fresh = build(class_name, tiny_config(model_type))
@@ -164,7 +149,7 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
         import tracer
 
         meta = build(class_name, tiny_config(model_type), device="meta")  # a fresh config: some models edit theirs
-        meta_inputs = {k: v.to("meta") for k, v in state["inputs"].items()}
+        meta_inputs = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in state["inputs"].items()}
         state["structure"] = tracer.trace(meta, (), meta_inputs, capture=tracer.CaptureOptions(structure_only=True, simulate_device="cpu"))  # the twin runs on the cpu
 
     def discharge():

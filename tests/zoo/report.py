@@ -107,13 +107,17 @@ def render(results: dict[str, Any]) -> str:
         f"start, {cond.get('load_average_end', '?')} at the end: the host is shared)"
         + (f"; CPU time of the sweep and its workers {cond['cpu_seconds']} s." if "cpu_seconds" in cond else "."),
         "",
+    ] + _reruns(cond) + [
         "## What each column runs",
         "",
         "transformers (one row per class; configs are the config class's own defaults shrunk by "
         "`tests/zoo/shrink.py`: width 32, 4 heads, 2 layers, vocab 256, images 32 px; random seeded weights):",
         "",
-        "- `forward`: the plain forward on CPU in eval mode on generated inputs (ids `(1, 8)`, pixels, or audio; "
-        "decoder ids for encoder-decoders). A failure here is a limit of the sweep's inputs, not a tracer result.",
+        "- `forward`: the plain forward on CPU in eval mode on the first of the candidate inputs built from the "
+        "model's forward signature and config (`tests/zoo/inputs.py`: ids `(1, 8)`, pixels or video at the config's "
+        "image size, patch and window grid, audio, mel features sized from the source positions, time-series "
+        "context, boxes, decoder ids for encoder-decoders) on which it runs. A failure here is a limit of the "
+        "sweep's inputs, not a tracer result.",
         "- `capture`: `tracer.trace` on the same inputs; `trace.output` bit-equal to the plain forward.",
         "- `validate`: `tracer.replay.validate.validation_report` passes (replay bit-exact, every edge carries data).",
         "- `reload_validate`: `trace.save`, `tracer.load`, then `tracer.validate` on the loaded trace.",
@@ -134,6 +138,22 @@ def render(results: dict[str, Any]) -> str:
     lines += _hf_section(hf_rows, hs)
     lines += _nn_section(nn_rows)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _reruns(cond: dict[str, Any]) -> list[str]:
+    """One paragraph per partial re-sweep merged into the results (tests.zoo.merge)."""
+    lines = []
+    for r in cond.get("reruns", []):
+        cut = "" if r.get("architectures") == r.get("planned_architectures") else \
+            "; the rest were not reached before the run was stopped and keep their earlier rows"
+        lines += [f"Re-sweep merged in: of the {r.get('planned_architectures')} architectures whose plain forward had "
+                  f"not run, the rows of {r.get('architectures')} ({r.get('classes')} classes{cut}) come from a later run of `python -m tests.zoo.sweep "
+                  f"--only-unavailable` with the inputs built from each model's signature and config "
+                  f"(`tests/zoo/inputs.py`): started {r.get('started_utc')}, merged {r.get('merged_utc')}, "
+                  f"{r.get('workers')} workers, {r.get('limit_s_per_task')} s limit per task, 1-minute load average "
+                  f"{r.get('load_average_start')} at the start and {r.get('load_average_end')} at the merge; every "
+                  f"other row is from the run above.", ""]
+    return lines
 
 
 def _classes_section(hf_rows: list, nn_rows: list) -> list[str]:

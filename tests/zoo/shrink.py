@@ -29,6 +29,8 @@ VOCAB_KEYS = ("vocab_size",)
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
                  "max_length")
 IMAGE_KEYS = ("image_size", "img_size")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "top_k", "num_selected_experts")
+LORA_RANK = 16
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 
 
@@ -60,25 +62,33 @@ def _set(config: Any, key: str, value: Any) -> None:
 
 
 def _int(config: Any, key: str) -> int | None:
-    value = getattr(config, key, None) if key in vars(config) else None
+    try:  # a per-layer attribute read globally raises (Gemma 4's head_dim)
+        value = getattr(config, key, None) if key in vars(config) else None
+    except Exception:
+        return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _shrink_one(config: Any) -> None:
-    heads = HEADS
+    heads, before = HEADS, None
     for key in HEAD_KEYS:
         if _int(config, key) is not None:
+            before = before or _int(config, key)
             heads = min(_int(config, key), HEADS) or 1
             _set(config, key, heads)
     for key in KV_KEYS:
         kv = _int(config, key)
-        if kv is not None:
-            _set(config, key, 2 if heads % 2 == 0 and kv > 1 else 1)
+        if kv is not None:  # latent attention (MLA) needs as many kv heads as heads; grouped stays grouped
+            mla = "kv_lora_rank" in vars(config) and before and kv >= before
+            _set(config, key, heads if mla else 2 if heads % 2 == 0 and kv > 1 else 1)
     for key in WIDTH_KEYS:
         if _int(config, key) is not None and _int(config, key) > WIDTH:
             _set(config, key, WIDTH)
-    if _int(config, "head_dim") is not None:
-        _set(config, "head_dim", WIDTH // heads)
+    head_dim = WIDTH // heads
+    if "head_dim" in vars(config) and (_int(config, "head_dim") is not None or vars(config)["head_dim"] is None):
+        _set(config, "head_dim", head_dim)
+    _shrink_latent_heads(config, head_dim)
+    _shrink_rope_sections(config, head_dim)
     for key in FFN_KEYS:
         if _int(config, key) is not None and _int(config, key) > FFN:
             _set(config, key, FFN)
@@ -103,10 +113,45 @@ def _shrink_one(config: Any) -> None:
     for key in EXPERT_KEYS:
         if _int(config, key) is not None and _int(config, key) > 4:
             _set(config, key, 4)
-    if _int(config, "num_experts_per_tok") is not None:
-        _set(config, "num_experts_per_tok", min(2, _int(config, "num_experts_per_tok")))
+    for key in ("n_group", "num_expert_group", "topk_group", "num_groups_topk"):  # one group of the 4 experts
+        if _int(config, key) is not None and _int(config, key) > 1:
+            _set(config, key, 1)
+    for key in TOP_K_KEYS:
+        if _int(config, key) is not None:
+            _set(config, key, min(2, _int(config, key)))
+    if "prediction_length" in vars(config) and vars(config)["prediction_length"] is None:
+        _set(config, "prediction_length", 4)  # a forecaster needs a horizon; its context defaults to it
+    if vars(config).get("use_timm_backbone"):  # timm is not installed: the config's own transformers backbone
+        _set(config, "use_timm_backbone", False)
     if _int(config, "sliding_window") is not None:
         _set(config, "sliding_window", 4)
+
+
+def _shrink_latent_heads(config: Any, head_dim: int) -> None:
+    """Split head widths (MLA's rope/nope/value parts, low-rank projections) shrunk to one head width each;
+    a sum field (qk_head_dim) kept the sum of its parts."""
+    for key in list(vars(config)):
+        if key.endswith("_head_dim") and key != "qk_head_dim" and _int(config, key) is not None:
+            _set(config, key, head_dim)
+        elif key.endswith("lora_rank") and _int(config, key) is not None and _int(config, key) > LORA_RANK:
+            _set(config, key, LORA_RANK)
+    if _int(config, "qk_head_dim") is not None:
+        parts = [_int(config, k) or 0 for k in ("qk_nope_head_dim", "qk_rope_head_dim")]
+        _set(config, "qk_head_dim", sum(parts) or head_dim)
+
+
+def _shrink_rope_sections(config: Any, head_dim: int) -> None:
+    """A multimodal rope's per-axis sections (mrope_section) re-split to sum to half the shrunken head width."""
+    rope = vars(config).get("rope_parameters")
+    if not isinstance(rope, dict):
+        return
+    if "mrope_section" in getattr(type(config), "ignore_keys_at_rope_validation", ()):  # its code's default is sized for 128
+        rope.setdefault("mrope_section", [0, 0, 0])
+    for key in ("mrope_section", "mrope_sections"):
+        sections = rope.get(key)
+        if isinstance(sections, (list, tuple)) and sections:
+            half, n = head_dim // 2, len(sections)
+            rope[key] = [half // n + (1 if i < half % n else 0) for i in range(n)]
 
 
 def _shrink_lists(config: Any) -> None:
@@ -125,6 +170,8 @@ def _shrink_lists(config: Any) -> None:
             _set(config, key, value[:layers])
         elif key in ("depths", "num_layers_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 1) for v in value])
+        elif key in HEAD_KEYS and all(isinstance(v, int) for v in value):  # per stage, widths doubling
+            _set(config, key, [min(v, 2 ** i) for i, v in enumerate(value)])
         elif key in ("hidden_sizes", "embed_dims", "dims", "embed_dim_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 16 * (i + 1)) for i, v in enumerate(value)])
 
