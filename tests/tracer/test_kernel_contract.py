@@ -32,7 +32,9 @@ def _c_objects() -> dict[int, str]:
     """id -> name of every public object the built extensions define (read from the modules, not the contract)."""
     found = {}
     for ext in contract.EXTENSIONS:
-        mod = sys.modules[f"tracer.capture.{ext}"]
+        mod = sys.modules.get(f"tracer.capture.{ext}")  # not imported where the process chose the Python kernel
+        if mod is None:
+            continue
         found.update({id(v): f"{ext}.{k}" for k, v in vars(mod).items() if not k.startswith("__")})
     return found
 
