@@ -158,3 +158,19 @@ def test_a_router_index_rewired_to_the_wrong_tensor_still_fails():
     assert scatter.parents[1].position == "2" and scatter.parents[1].source != weakest.label
     report = validation_report(_rewired(t, scatter, "2", weakest.label))
     assert not report.passed and report.first_failing_op == scatter.label
+
+
+def test_an_empty_output_beside_a_full_one_is_not_a_false_edge_alarm():
+    """torch.split into [8, 0] (DeepSeek-V3.2's indexer at zoo sizes): the empty chunk cannot change when the
+    parent is perturbed; the full chunk carries the edge. The check once failed the edge on the empty one."""
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x):
+            a, b = torch.split(self.proj(x).view(1, 2, 8), [8, 0], -1)
+            return a.sum(-1) + b.sum(-1)
+
+    report = validation_report(tracer.trace(Split(), (torch.randn(2, 8),)))
+    assert report.passed, report

@@ -65,6 +65,7 @@ def check_edge(replayer: ReceivingReplayer, ops: list[Op], edge: Edge, gen: torc
         "the parent is empty: it holds no values to carry" if parent.numel() == 0 else
         "the output is empty: it holds no values to change" if all(_empty_output(op) for op in needing)
         else None)
+    needing = [op for op in needing if not _empty_output(op)]  # an empty output (split's [8, 0]) cannot change
     if why:
         return EdgeVerdict("excused", ops[0], position, edge.source, why)
     trial = _Trial(replayer, needing, position, baselines)
