@@ -1,7 +1,7 @@
 """Refusals of the explorer app (its inputs and its twin), next to the app; documented in docs/errors.md."""
 from __future__ import annotations
 
-from tracer.errors import AdmissionError, CaptureError, InvalidInputError
+from tracer.errors import AdmissionError, CaptureError, InvalidInputError, TracerError
 
 
 class SourceNotFoundError(AdmissionError):
@@ -58,3 +58,8 @@ class WorkerFailedError(CaptureError):
 class NoTraceOpenError(InvalidInputError):
     code = "no_trace_open"
     default_remedy = "Open a trace first: the MCP tool open_trace with a saved trace path or a config name (llama-3.1-8b)."
+
+
+class ShuttingDownError(TracerError):
+    code = "shutting_down"
+    default_remedy = "The explorer is stopping; nothing new is started. Start it again to go on."

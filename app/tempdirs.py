@@ -12,12 +12,19 @@ from pathlib import Path
 
 _lock = threading.Lock()
 _live: set[Path] = set()
+_closed = False  # set at exit: a thread still running then (a daemon) makes no folder that would outlive it
 
 
 def make(prefix: str) -> Path:
-    """A fresh private folder (mode 0700) under the system temp folder, removed at exit at the latest."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    """A fresh private folder (mode 0700) under the system temp folder, removed at exit at the latest.
+
+    Refused (`shutting_down`) once the exit's clean-up has begun."""
     with _lock:
+        if _closed:
+            from .errors import ShuttingDownError
+
+            raise ShuttingDownError(f"no new {prefix}* folder: the process is exiting", site="tempdirs.make")
+        folder = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
         _live.add(folder)
     return folder
 
@@ -51,6 +58,9 @@ def live() -> list[Path]:
 
 @atexit.register
 def remove_all() -> None:
-    """Remove every folder made here (called at interpreter exit)."""
+    """Remove every folder made here and refuse new ones (called at interpreter exit)."""
+    global _closed
+    with _lock:
+        _closed = True
     for folder in live():
         remove(folder)

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -38,11 +39,17 @@ from .front import ModelExplorerFront
 
 _PORT_TRIES = 3
 _LIVE: "weakref.WeakSet[ModelExplorerServer]" = weakref.WeakSet()
+_LAUNCH_LOCK = threading.Lock()
+_exiting = False  # set by _stop_all: a thread still starting a server then launches none that would outlive us
 
 
 @atexit.register
 def _stop_all() -> None:
-    """Stop every server still running when the interpreter exits (its own session group is not ours)."""
+    """Stop every server still running when the interpreter exits (its own session group is not ours), and
+    launch no more."""
+    global _exiting
+    with _LAUNCH_LOCK:
+        _exiting = True
     for server in list(_LIVE):
         server.stop(timeout=5.0)
 
@@ -179,9 +186,13 @@ class ModelExplorerServer:
         if self._home is None:
             self._home = tempfile.mkdtemp(prefix="model-explorer-home-")
         env = minimal_environment(self._home)
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True)
-        _LIVE.add(self)
+        with _LAUNCH_LOCK:
+            if _exiting:
+                raise ModelExplorerServerError("the process is exiting: no Model Explorer server is started",
+                                               site=self.base_url, log="", port=self.port)
+            self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env, start_new_session=True)
+            _LIVE.add(self)
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.timeout
