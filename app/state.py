@@ -111,6 +111,8 @@ class ExplorerState(param.Parameterized):
     message = param.String(default="", doc="the last status or refusal, readable")
     query = param.String(default="", doc="the last search (kept in the URL)")
     centre_on = param.String(default="", doc='what the view centres on after a change: "module:<address>" or "op:<label>"')
+    comparison = param.Parameter(default=None, doc="a finished Compare the main graph colours by: "
+                                 "(legend title, {op label: divergence score}); None when cleared")
 
     def __init__(self, loaded: Loaded, **params: Any) -> None:
         super().__init__(**params)
