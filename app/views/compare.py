@@ -2,7 +2,9 @@
 shipped config, or a trace file / config path), diff it against the explored trace in the
 background, and show one side's graph coloured by divergence with a legend, both sides' claim
 states, the modules sorted by divergence, both values' statistics side by side, and a jump to
-the first divergence. The diff is `tracer.diff`; colours come from `exporters.diff_overlay`."""
+the first divergence. A finished comparison also colours the explorer's main graph by divergence
+(`ExplorerState.comparison`, drawn by `GraphView`) until "Clear comparison colours". The diff is
+`tracer.diff`; colours come from `exporters.diff_overlay`."""
 from __future__ import annotations
 
 import html
@@ -82,6 +84,7 @@ class ComparePanel(pn.viewable.Viewer):
                                           css_classes=["tlx-compare-rtol"])
         self.run_button = pn.widgets.Button(label="Compare", color="primary", css_classes=["tlx-compare-run"])
         self.jump = pn.widgets.Button(label="Jump to first divergence", disabled=True, css_classes=["tlx-compare-jump"])
+        self.clear = pn.widgets.Button(label="Clear comparison colours", disabled=True, css_classes=["tlx-compare-clear"])
         self.note = pn.pane.HTML(text_html("Diff the explored trace against a second side."),
                                  css_classes=["tlx-compare-note"], sizing_mode="stretch_width")
         self.sides = pn.pane.HTML("", css_classes=["tlx-compare-sides"], sizing_mode="stretch_width")
@@ -99,6 +102,8 @@ class ComparePanel(pn.viewable.Viewer):
         self.job = BackgroundJob(pn.state.curdoc, lambda _f, text: self._say(text), name="tlx-compare")
         self.run_button.on_click(lambda _e: self.run())
         self.jump.on_click(lambda _e: self.jump_to_first())
+        self.clear.on_click(lambda _e: self.state.param.update(comparison=None))
+        self.state.param.watch(lambda e: setattr(self.clear, "disabled", e.new is None), "comparison")
         self.rtol.param.watch(lambda e: self.set_tolerance(e.new), "value")
 
     def _say(self, text: str) -> None:
@@ -134,6 +139,7 @@ class ComparePanel(pn.viewable.Viewer):
         self.jump.disabled = self._first_label() is None
         self._draw()
         self._say(diff_caption(diff))
+        self._publish()
         self.modules.object = self._modules_html()
         first = self._first_label()
         self.stats.object = self._stats_html(first) if first else ""
@@ -166,6 +172,12 @@ class ComparePanel(pn.viewable.Viewer):
         self.legend.object = _legend_html(legend)
         self.recolour_ms = (time.perf_counter() - started) * 1000
 
+    def _publish(self) -> None:
+        """Hand the explored side's divergence to the explorer's main graph (`ExplorerState.comparison`),
+        which colours by it until cleared."""
+        scores = divergence_scores(self.diff, "a", beyond_only=True)
+        self.state.comparison = (f"{TITLE}, beyond the tolerance only", scores)
+
     def _annotate(self, fig: Any) -> None:
         """Each box's hover gains a `diff` line: an op's match, distance or change (both shapes when they
         differ), a module's roll-up."""
@@ -191,6 +203,8 @@ class ComparePanel(pn.viewable.Viewer):
             return
         self.diff = self.diff.with_tolerance(rtol=float(rtol))
         self._recolour()
+        if self.state.comparison is not None:
+            self._publish()  # the main graph follows the new tolerance (unless its colours were cleared)
         self.modules.object = self._modules_html()
         self.jump.disabled = self._first_label() is None
         self._say(f"{diff_caption(self.diff)} (recoloured in {self.recolour_ms:.0f} ms)")
@@ -287,7 +301,7 @@ class ComparePanel(pn.viewable.Viewer):
         return f'<table class="tlx-compare-stats-table" style="font:12px sans-serif">{head}{body}</table>'
 
     def __panel__(self):
-        return pn.Column(self.against, self.path, pn.Row(self.rtol), pn.Row(self.run_button, self.jump), self.note,
+        return pn.Column(self.against, self.path, pn.Row(self.rtol), pn.Row(self.run_button, self.jump), self.clear, self.note,
                          self.sides, self.legend, self.pane, self.stats, self.modules, sizing_mode="stretch_width")
 
 

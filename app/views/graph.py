@@ -134,6 +134,8 @@ def legend_html(trace: Any = None) -> str:
 
 
 OP_KIND = "op kind"  # the default colouring: boxes by op family, the legend above
+COMPARE = "compare"  # colour by the Compare tab's finished comparison (`ExplorerState.comparison`)
+COMPARE_LABEL = "divergence (Compare)"
 
 
 def overlay_choices(trace: Any) -> dict[str, str]:
@@ -141,13 +143,14 @@ def overlay_choices(trace: Any) -> dict[str, str]:
     return {OP_KIND: OP_KIND, **{overlays.TITLES.get(n, n): n for n in overlays.available(trace)}}
 
 
-def overlay_legend_html(legend: dict) -> str:
-    """An overlay's legend: its title, then its colour stops (numbers) or categories (claim states)."""
+def overlay_legend_html(legend: dict, tail: str = "") -> str:
+    """An overlay's legend: its title, then its colour stops (numbers) or categories (claim states),
+    then `tail` (markup, e.g. a link that clears it)."""
     rows = legend.get("stops") or legend.get("items") or []
     items = "".join(swatch_html(c, v) for v, c in rows)
     title = html.escape(str(legend.get("title", "")))
     return (f'<div class="tlx-legend tlx-overlay-legend" style="font:12px sans-serif;color:#333;line-height:18px">'
-            f'<b>{title}</b>: {items}{swatch_html(overlays.NO_VALUE, "no value")}</div>')
+            f'<b>{title}</b>: {items}{swatch_html(overlays.NO_VALUE, "no value")}{tail}</div>')
 
 
 def breadcrumb_steps(state: ExplorerState) -> list[tuple[str, str]]:
@@ -220,6 +223,7 @@ class GraphView(pn.viewable.Viewer):
         self._status_pending = False
         self._overview: tuple[Any, Any] | None = None  # (pane, fit source), made on first use
         self._in_event = False  # handling a page event: the document is ours, changes apply at once
+        self._before_compare = OP_KIND  # the colouring a cleared comparison returns to
         self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
                                    width=self.width, height=self.height, sizing_mode="stretch_both")
         self._name_sources(self.figure)
@@ -244,6 +248,7 @@ class GraphView(pn.viewable.Viewer):
         self.state.param.watch(lambda *_e: self._soon(self._recaption), ["ladder"])
         self.state.param.watch(lambda *_e: self._soon(self._highlight), ["selected"])
         self.state.param.watch(self._on_centre, ["centre_on"])
+        self.state.param.watch(lambda e: self._on_comparison(e.new), ["comparison"])
         self.state.param.watch(lambda *_e: self._restatus(), ["message", "focused", "selected"])
         self._highlight()
 
@@ -276,13 +281,43 @@ class GraphView(pn.viewable.Viewer):
     def _overlay(self, data: dict) -> str:
         """Recolour the node rows by the chosen overlay (modules rolled up); the legend that explains them."""
         name = self.colour_by.value
-        if name == OP_KIND:
+        if name == OP_KIND or (name == COMPARE and self.state.comparison is None):
             return legend_html(self.state.trace)
+        if name == COMPARE:
+            return self._compare_overlay(data)
         fills, legend = overlay_fills(self.state.trace, self.state.layout, name, self.overlay_scale.value,
                                       self.overlay_rollup.value)
         nodes = data["nodes"]
         nodes["fill"] = [fills.get(i, overlays.NO_VALUE) for i in nodes["id"]]
         return overlay_legend_html(legend)
+
+    def _compare_overlay(self, data: dict) -> str:
+        """Recolour the node rows by the comparison's divergence (a module by its worst op); its legend
+        ends with a link that clears the comparison colours."""
+        title, scores = self.state.comparison
+        trace = self.state.trace
+        fills, legend = overlay_fills(trace, self.state.layout, {k: v for k, v in scores.items() if k in trace},
+                                      "linear", "max")
+        nodes = data["nodes"]
+        nodes["fill"] = [fills.get(i, overlays.NO_VALUE) for i in nodes["id"]]
+        clear = f'<span {TOOL_LINK} {act_attr("view", "clear-compare")}>Clear comparison colours</span>'
+        return overlay_legend_html({**legend, "title": f"{title} · modules: worst op"}, tail=clear)
+
+    def _on_comparison(self, comparison: Any) -> None:
+        """A finished comparison selects "Colour by: divergence" (the colouring before it is kept); a
+        cleared one removes that choice and returns to the colouring before it."""
+        if comparison is not None:
+            self.colour_by.options = {**overlay_choices(self.state.trace), COMPARE_LABEL: COMPARE}
+            if self.colour_by.value == COMPARE:
+                self.redraw()  # a new comparison or tolerance: same choice, new colours
+            else:
+                self._before_compare = self.colour_by.value
+                self.colour_by.value = COMPARE
+            return
+        back = self._before_compare if self.colour_by.value == COMPARE else self.colour_by.value
+        self.colour_by.value = back
+        self.colour_by.options = overlay_choices(self.state.trace)
+        self.state.message = "Comparison colours cleared."
 
     def overview(self) -> Any:
         """The minimap pane: the whole graph small, the main view's rectangle on it (click or drag it to pan)."""
@@ -460,6 +495,8 @@ class GraphView(pn.viewable.Viewer):
             self.state.expand_all()
         elif what == "collapse-all":
             self.state.collapse_all()
+        elif what == "clear-compare":
+            self.state.comparison = None
 
     def clear_selection(self, how: str = "blank click") -> None:
         """Drop the selected op and focused module (Esc, or a click on empty canvas)."""

@@ -89,3 +89,36 @@ def test_refusals_are_readable(loaded, tmp_path):
     assert err.value.code == "compare_twin_unsupported"
     panel._failed(err.value)
     assert "compare_twin_unsupported" in panel.note.object
+
+
+def test_a_finished_comparison_colours_the_main_graph_until_cleared(loaded):
+    """Issue 36 item 7: the explorer's own graph (not only the tab's) takes the divergence colours and
+    legend; clearing (the tab's button or the legend's link) returns the colouring chosen before."""
+    from exporters import overlays
+    from app.views.graph import COMPARE, OP_KIND, GraphView
+
+    state = ExplorerState(loaded)
+    graph, panel = GraphView(state=state), ComparePanel(state=state)
+
+    def fills() -> dict[str, str]:
+        data = graph._node_source().data
+        return dict(zip(data["id"], data["fill"]))
+
+    before = fills()
+    assert panel.clear.disabled and "divergence" not in graph.legend.object
+    panel.show(second_side(state, "bfloat16 twin of this model", "", 1e-3))
+    assert graph.colour_by.value == COMPARE and not panel.clear.disabled
+    assert "divergence" in graph.legend.object and "Clear comparison colours" in graph.legend.object
+    after = fills()
+    palette = {overlays.palette_at(i / 100_000) for i in range(100_001)} | {overlays.NO_VALUE}
+    assert after.keys() == before.keys() and after != before and set(after.values()) <= palette
+    panel.rtol.value = 10.0  # nothing beyond: the main graph follows the tolerance too
+    assert len(set(fills().values())) == 1 and fills() != after
+    panel.clear.clicks += 1
+    assert state.comparison is None and graph.colour_by.value == OP_KIND and fills() == before
+    assert COMPARE not in graph.colour_by.options.values() and panel.clear.disabled
+    graph.colour_by.value = "flops"  # a colouring chosen before the comparison is the one it returns to
+    flops = fills()
+    panel.show(second_side(state, "bfloat16 twin of this model", "", 1e-3))
+    graph._view_action("clear-compare")  # the legend's link
+    assert graph.colour_by.value == "flops" and fills() == flops
