@@ -144,6 +144,13 @@ def _reruns(cond: dict[str, Any]) -> list[str]:
     """One paragraph per partial re-sweep merged into the results (tests.zoo.merge)."""
     lines = []
     for r in cond.get("reruns", []):
+        if r.get("selection"):  # a rerun of named model types (`--only`), not of the unavailable ones
+            lines += [f"Rerun merged in: the rows of {r.get('architectures')} architectures ({r.get('classes')} classes) "
+                      f"come from a later run of `python -m tests.zoo.sweep --only {r['selection']}` ({r.get('why', '')}): "
+                      f"started {r.get('started_utc')}, merged {r.get('merged_utc')}, {r.get('workers')} workers, "
+                      f"{r.get('limit_s_per_task')} s limit per task, 1-minute load average {r.get('load_average_start')} "
+                      f"at the start and {r.get('load_average_end')} at the merge.", ""]
+            continue
         cut = "" if r.get("architectures") == r.get("planned_architectures") else \
             "; the rest were not reached before the run was stopped and keep their earlier rows"
         lines += [f"Re-sweep merged in: of the {r.get('planned_architectures')} architectures whose plain forward had "
