@@ -153,7 +153,12 @@ def side_tools(state: ExplorerState, inspector: pn.Column) -> pn.Card:
         inspector.styles = {**inspector.styles, **INSPECTOR_ROOM[collapsed]}
 
     card.param.watch(lambda event: fold(event.new), "collapsed")
-    state.param.watch(lambda event: setattr(card, "collapsed", True) if event.new else None, "selected")
+    def selected(event: Any) -> None:
+        keep, state.keep_tools_open = state.keep_tools_open, False  # asked for this one selection only
+        if event.new and not keep:
+            card.collapsed = True
+
+    state.param.watch(selected, "selected")
     fold(card.collapsed)
     return card
 

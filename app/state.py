@@ -116,6 +116,7 @@ class ExplorerState(param.Parameterized):
 
     def __init__(self, loaded: Loaded, **params: Any) -> None:
         super().__init__(**params)
+        self.keep_tools_open = False  # set by select_op(keep_tools_open=True): the side tools stay open
         # Each session discharges its own copy: the envelope changes, the shared ops do not.
         self.loaded = loaded
         # The session's own layout engine: its caches are never shared with another session. A new
@@ -171,8 +172,10 @@ class ExplorerState(param.Parameterized):
             self.expanded = self.expanded | opened
 
     # -- selection ------------------------------------------------------------------------
-    def select_op(self, label: str) -> None:
-        """Show op `label` in the inspector and open the modules around it."""
+    def select_op(self, label: str, *, keep_tools_open: bool = False) -> None:
+        """Show op `label` in the inspector and open the modules around it. `keep_tools_open`: asked by a side
+        tool (Compare's jump), whose panel stays open to show what it found, instead of folding away."""
+        self.keep_tools_open = keep_tools_open
         op = self.trace[label]
         self.centre_on = f"op:{label}"
         opened = path_entries(op.module, op.module_stack, self.trace.modules)  # only the call it ran in

@@ -121,6 +121,7 @@ class ComparePanel(pn.viewable.Viewer):
         thread = self.job.start(work, self.show, self._failed)
         if thread is not None:
             self.run_button.disabled = True
+            self.jump.disabled = True
         return thread
 
     def _failed(self, exc: BaseException) -> None:
@@ -136,7 +137,6 @@ class ComparePanel(pn.viewable.Viewer):
         self.engine = LayoutEngine(side_trace)
         self.expanded = frozenset(self.engine.default_expansion())
         self.sides.object = self._sides_html()
-        self.jump.disabled = self._first_label() is None
         self._draw()
         self._say(diff_caption(diff))
         self._publish()
@@ -145,6 +145,7 @@ class ComparePanel(pn.viewable.Viewer):
         self.stats.object = self._stats_html(first) if first else ""
         if diff.tolerance.rtol != self.rtol.value:
             self.rtol.value = diff.tolerance.rtol  # a dtype twin suggests its own tolerance
+        self.jump.disabled = first is None  # only now: a jump while this ran had its note overwritten
 
     # -- drawing ---------------------------------------------------------------------------
     def _side(self) -> str:
@@ -201,6 +202,8 @@ class ComparePanel(pn.viewable.Viewer):
         """Judge the diff under a new relative tolerance and recolour (nothing is recomputed from values)."""
         if self.diff is None or self.figure is None or rtol is None or not math.isfinite(rtol) or rtol < 0:
             return
+        if math.isclose(float(rtol), self.diff.tolerance.rtol, rel_tol=1e-6, abs_tol=1e-12):
+            return  # the browser echoing the value set here (a run's suggested tolerance): nothing to judge again
         self.diff = self.diff.with_tolerance(rtol=float(rtol))
         self._recolour()
         if self.state.comparison is not None:
@@ -251,7 +254,7 @@ class ComparePanel(pn.viewable.Viewer):
         self._centre_on(label)
         self.stats.object = self._stats_html(label)
         if self._side() == "a" and label in self.state.trace:
-            self.state.select_op(label)  # the main graph and inspector follow
+            self.state.select_op(label, keep_tools_open=True)  # the main graph and inspector follow; this tab stays
         self._say(f"First divergence: {label} in {op.module or '(root)'}.")
         return label
 
