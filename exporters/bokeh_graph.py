@@ -222,7 +222,7 @@ if (v != null && typeof v._move_exit === "function") v._move_exit();
 """
 
 DIMMED = 0.3  # the alpha of boxes outside a selection (the app selects an op's neighbours)
-DIMMED_TEXT = 0.65  # ... and of their labels: faded, still readable (issue 36: 0.1 left them illegible)
+DIMMED_TEXT = 0.8  # ... and of their labels: faded, still readable (issue 36: 0.1 left them illegible; at 0.65 OCR missed some)
 
 
 def add_glyph(fig: Any, source: Any, glyph: Any, name: str | None = None, dim: bool = False) -> Any:

@@ -74,8 +74,10 @@ def test_exports_stay_in_the_session_folder_and_remove_nothing_outside(tiny_load
     assert all(p.parent == panel.workdir and p.stat().st_size > 0 for p in written)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert (target / "NAME.trace" / "keep.txt").read_text() == "mine"
-    extra = {p.name for p in panel.workdir.iterdir()} - {p.name for p in written}  # no staging left: only the
-    assert extra and all(re.fullmatch(r"NAME\.model-explorer\.\w+\.nodedata\.json", n) for n in extra)  # overlays
+    # no staging left: at most the overlays written beside a Model Explorer file made in a worker (above
+    # 10,000 ops; a small trace's download is written in the server, the graph file alone)
+    extra = {p.name for p in panel.workdir.iterdir()} - {p.name for p in written}
+    assert all(re.fullmatch(r"NAME\.model-explorer\.\w+\.nodedata\.json", n) for n in extra), extra
     panel.close()
     assert not panel.workdir.exists()
 
