@@ -8,6 +8,7 @@ import atexit
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 _lock = threading.Lock()
@@ -36,7 +37,23 @@ def remove(folder: Path) -> None:
         if folder not in _live:
             return
         _live.discard(folder)
-    shutil.rmtree(folder, ignore_errors=True)
+    for _ in range(20):  # a thread still writing into it (the Export tab's Model Explorer files at exit) can add a
+        shutil.rmtree(folder, ignore_errors=True)  # file between rmtree's listing and its rmdir: try again
+        if not folder.exists():
+            break
+        time.sleep(0.05)
+
+
+def check_open(folder: Path) -> None:
+    """Refuse (`shutting_down`) once the exit's clean-up has begun, removing `folder` again first: a writer that
+    recreated it (atomic writes make their parent folder) leaves nothing behind."""
+    with _lock:
+        closed = _closed
+    if closed:
+        shutil.rmtree(folder, ignore_errors=True)
+        from .errors import ShuttingDownError
+
+        raise ShuttingDownError(f"{Path(folder).name} was removed: the process is exiting", site="tempdirs.check_open")
 
 
 def inside(folder: Path, name: str) -> Path:
