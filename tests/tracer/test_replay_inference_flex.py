@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import tracer
+from tests.features.cases import FlexAttention
 from tracer.replay.interpreter import dependence_declared_absent
 
 
@@ -24,23 +25,11 @@ def test_inference_mode_trace_replays_offline(tmp_path):
     assert report.ops_exact == report.ops_replayed > 0
 
 
-class Flex(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(16, 48)
-
-    def forward(self, x):
-        from torch.nn.attention.flex_attention import flex_attention
-
-        q, k, v = self.qkv(x).view(1, 8, 3, 2, 8).permute(2, 0, 3, 1, 4)
-        return flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s + (qi - ki) * 0.1)
-
-
 def test_flex_attention_value_edge_is_excused_only_for_its_score_outputs():
     torch.manual_seed(0)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trace = tracer.trace(Flex().eval(), (torch.randn(1, 8, 16),))
+        trace = tracer.trace(FlexAttention().eval(), (torch.randn(1, 8, 16),))
         report = tracer.validate(trace)
     assert report.passed, report.to_text()
     flex = [op for op in trace.ops if op.kind == "flex_attention"]
