@@ -70,3 +70,12 @@ def noop_forward_wrapper(module: Any) -> Callable[..., Any]:
         finally:
             pass
     return forward
+
+
+def spread(values: list[float], fmt: str = ".2f", unit: str = "", scale: float = 1.0, count: bool = False) -> str:
+    """"median{unit} (min-max[, n=N])" of `values` times `scale`, NaNs left out; "n/a" when none is left."""
+    vals = [v * scale for v in values if v == v]
+    if not vals:
+        return "n/a"
+    n = f", n={len(vals)}" if count else ""
+    return f"{format(statistics.median(vals), fmt)}{unit} ({format(min(vals), fmt)}-{format(max(vals), fmt)}{n})"

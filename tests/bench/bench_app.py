@@ -35,6 +35,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from tests.app import pagekit  # noqa: E402
 from tests.app.conftest import served  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS  # noqa: E402
+from tests.bench._timing import spread  # noqa: E402
 
 # Record the timestamp of the next pointerdown / Enter keydown, then poll every frame until `ready()`
 # holds, wait two more frames, and keep performance.now() as the painted time.
@@ -184,9 +185,6 @@ def measure(browser, url: str, box: str, frame: str, op_label: str, pages: int, 
     COSTS.clear()
     return got
 
-
-def spread(values: list[float], fmt: str) -> str:
-    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
 def layer_picks(box: str, frame: str):

@@ -22,9 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.2f} s ({min(xs):.2f}-{max(xs):.2f})"
+from tests.bench._timing import spread  # noqa: E402
 
 
 def main() -> None:
@@ -56,7 +54,7 @@ def main() -> None:
     bare, captured = bare[1:], captured[1:]
     ratio = statistics.median(captured) / statistics.median(bare)
     print(f"load average {os.getloadavg()[0]:.1f}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"| GPT-2 small fwd+bwd, 1x128 | bare {spread(bare)} | captured {spread(captured)} | ratio {ratio:.2f}x |")
+    print(f"| GPT-2 small fwd+bwd, 1x128 | bare {spread(bare, unit=' s')} | captured {spread(captured, unit=' s')} | ratio {ratio:.2f}x |")
     trace_training_step("llama-3.1-8b", (1, 64))
     for ck in (False, True):
         xs = []
@@ -64,7 +62,7 @@ def main() -> None:
             t0 = time.perf_counter()
             mem = training_memory(trace_training_step("llama-3.1-8b", (1, 4096), checkpointing=ck))
             xs.append(time.perf_counter() - t0)
-        print(f"| Llama-3.1-8B weights-free step, 1x4096, checkpointing {ck} | {spread(xs)} | "
+        print(f"| Llama-3.1-8B weights-free step, 1x4096, checkpointing {ck} | {spread(xs, unit=' s')} | "
               f"saved {mem.total_saved_bytes / 2**30:.2f} GiB, parameters {mem.total_param_bytes / 2**30:.2f} GiB |")
 
 

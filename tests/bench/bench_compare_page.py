@@ -15,7 +15,6 @@ import argparse
 import os
 import platform
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.app.conftest import served  # noqa: E402
+from tests.bench._timing import spread  # noqa: E402
 
 FILLS_JS = """() => { const d = Bokeh.documents[Bokeh.documents.length - 1];
   const r = [...d._all_models.values()].filter(m => m.name === 'nodes' && m.data_source.data.fill);
@@ -37,9 +37,6 @@ WAIT_CHANGE_JS = """([before, t0]) => new Promise(resolve => {
     else { setTimeout(tick, 5); } };
   tick(); })"""
 
-
-def spread(xs: list[float], digits: int = 0) -> str:
-    return f"{statistics.median(xs):.{digits}f} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
 
 
 def main() -> None:
@@ -77,7 +74,7 @@ def main() -> None:
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f}, {args.pages} fresh pages, {args.model}")
     print("| Compare click -> coloured graph painted (twin capture + diff + draw), ms | tolerance change -> recoloured, ms |")
     print("|---|---|")
-    print(f"| {spread(compare_ms)} | {spread(recolour_ms)} |")
+    print(f"| {spread(compare_ms, '.0f')} | {spread(recolour_ms, '.0f')} |")
 
 
 def gpt2_small():

@@ -13,7 +13,6 @@ import argparse
 import itertools
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,11 +25,8 @@ sys.path.insert(0, str(ROOT))
 import tracer  # noqa: E402
 from tracer.bridges.transformers import trace_config  # noqa: E402
 from tracer.differ import twin_traces  # noqa: E402
-from tests.bench._timing import sample_seconds  # noqa: E402
+from tests.bench._timing import sample_seconds, spread  # noqa: E402
 
-
-def spread(times: list[float]) -> str:
-    return f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f}, n={len(times)})"
 
 
 def main() -> None:
@@ -63,12 +59,12 @@ def main() -> None:
     print("| diff | sizes | median (min-max) | target |")
     print("|---|---|---|---|")
     print(f"| structure: Llama-3.1-8B weights-free, eager vs sdpa | {len(a8.ops):,} vs {len(b8.ops):,} ops, "
-          f"{len(d8.pairs):,} matched, +{len(d8.added_ops)} -{len(d8.removed_ops)} | {spread(structure)} | <= 0.2 s |")
+          f"{len(d8.pairs):,} matched, +{len(d8.added_ops)} -{len(d8.removed_ops)} | {spread(structure, '.3f', ' s', count=True)} | <= 0.2 s |")
     print(f"| numeric: GPT-2 small fp32 vs bf16, {args.tokens} tokens, all values | {len(ga.ops):,} ops, "
           f"{len(dg.divergences):,} compared, {sum(v.numel() for v in ga.values.values()):,} elements per side "
-          f"| {spread(numeric)} | <= 0.5 s |")
+          f"| {spread(numeric, '.3f', ' s', count=True)} | <= 0.5 s |")
     print(f"| Compare tab recolour on a tolerance change (same GPT-2 diff, default view) | "
-          f"{recolour[1]} boxes | {spread(recolour[0])} | <= 0.2 s |")
+          f"{recolour[1]} boxes | {spread(recolour[0], '.3f', ' s', count=True)} | <= 0.2 s |")
 
 
 def recolour_times(model, ids, result, repeats: int) -> tuple[list[float], int]:

@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bench._timing import spread  # noqa: E402
+
 SIMULATE_405B = """
 import resource, time, transformers
 import tracer.distributed as td
@@ -36,9 +38,6 @@ print(f"RESULT {seconds:.2f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
       f"{d['collectives']} {d['parameter_bytes_per_rank']}")
 """
 
-
-def spread(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.3f} s ({min(xs):.3f}-{max(xs):.3f})"
 
 
 def main() -> None:
@@ -56,8 +55,8 @@ def main() -> None:
         t = r["times"]
         ratio = statistics.median(t["capture"]) / statistics.median(t["bare"])
         ratio_none = statistics.median(t["capture_save_none"]) / statistics.median(t["bare"])
-        print(f"rank {r['rank']} ({r['threads']} thread): bare {spread(t['bare'])}; capture {spread(t['capture'])} "
-              f"= {ratio:.2f}x; capture save=none {spread(t['capture_save_none'])} = {ratio_none:.2f}x")
+        print(f"rank {r['rank']} ({r['threads']} thread): bare {spread(t['bare'], '.3f', ' s')}; capture {spread(t['capture'], '.3f', ' s')} "
+              f"= {ratio:.2f}x; capture save=none {spread(t['capture_save_none'], '.3f', ' s')} = {ratio_none:.2f}x")
     if args.skip_405b:
         return
     out = subprocess.run([sys.executable, "-c", SIMULATE_405B], cwd=ROOT, capture_output=True, text=True,

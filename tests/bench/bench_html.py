@@ -13,7 +13,6 @@ import argparse
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -28,15 +27,12 @@ import tracer  # noqa: E402
 from exporters.html import write_html  # noqa: E402
 from tests.models import tiny_gpt2  # noqa: E402
 from tracer.bridges.transformers import trace_config  # noqa: E402
+from tests.bench._timing import spread  # noqa: E402
 
 PAINT_JS = """([selector, event]) => new Promise(r => { const t0 = performance.now();
   document.querySelector(selector).dispatchEvent(new MouseEvent(event, {bubbles: true}));
   requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now() - t0))); })"""
 
-
-def spread(xs: list[float], unit: float = 1.0, digits: int = 2) -> str:
-    xs = [x * unit for x in xs]
-    return f"{statistics.median(xs):.{digits}f} ({min(xs):.{digits}f}-{max(xs):.{digits}f})"
 
 
 def browser_figures(path: Path, pages: int, layers: int) -> dict[str, list[float]]:
@@ -112,7 +108,7 @@ def main() -> None:
             last, last_trace = path, trace
         fig = browser_figures(last, args.pages, 8)
         print(f"\n8B page in Chromium: load to ready {spread(fig['load_s'])} s over {args.pages} fresh pages; "
-              f"expand a layer {spread(fig['expand_ms'], digits=0)} ms, collapse {spread(fig['collapse_ms'], digits=0)} ms "
+              f"expand a layer {spread(fig['expand_ms'], '.0f')} ms, collapse {spread(fig['collapse_ms'], '.0f')} ms "
               f"(8 layers, click to second animation frame)")
         cell = notebook_figures(last_trace, args.pages)
         print(f"8B notebook cell (tracer.explore(trace) to the inline explorer ready in Chromium): "

@@ -42,6 +42,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 from tests.app import pagekit  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS  # noqa: E402
+from tests.bench._timing import spread  # noqa: E402
 
 ACTIONS = ("doctor", "estimate", "download", "open", "expand")
 # The first element matching a selector (through shadow roots): its box, whether it lies inside the window,
@@ -173,12 +174,6 @@ def in_process_export_s(runs: int) -> list[float]:
     return times[1:]  # the first includes one-off imports
 
 
-def spread(values: list[float]) -> str:
-    vals = [v for v in values if v == v]
-    if not vals:
-        return "n/a"
-    return f"{statistics.median(vals):.2f} s ({min(vals):.2f}-{max(vals):.2f}, n={len(vals)})"
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -231,10 +226,10 @@ def main() -> int:
           f"{os.getloadavg()[0]:.2f}; window {args.width}x{args.height}; root {args.root}; default 8B config")
     for action in actions:
         seen = sum(views[action])
-        print(f"{action:>9}: {spread(results[action])}; result in view {seen}/{len(views[action])}")
+        print(f"{action:>9}: {spread(results[action], unit=' s', count=True)}; result in view {seen}/{len(views[action])}")
     if reference:
         ratio = statistics.median(results["download"]) / statistics.median(reference)
-        print(f"in-process export: {spread(reference)}; download / in-process = {ratio:.1f}x")
+        print(f"in-process export: {spread(reference, unit=' s', count=True)}; download / in-process = {ratio:.1f}x")
     if said:
         print(f"Expand all said: {said[-1]!r}")
     return 0

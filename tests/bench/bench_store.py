@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import tracer  # noqa: E402
 from tracer.ir import ModuleStack, Op  # noqa: E402
 from tracer.store import save_trace  # noqa: E402
-from tests.bench._timing import Times  # noqa: E402
+from tests.bench._timing import Times, spread  # noqa: E402
 from tests.models import TanhLoop  # noqa: E402  (bench_store.TanhLoop: the --ab script imports it from here)
 
 
@@ -55,10 +55,9 @@ def timed(fn: Callable[[], object], repeats: int, before: Callable[[], object] |
     return times
 
 
-def spread(times: Times) -> str:
+def wall_and_cpu(times: Times) -> str:
     """Wall and CPU medians, each with (min-max)."""
-    return (f"{statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f}); CPU "
-            f"{statistics.median(times.cpu):.3f} s ({min(times.cpu):.3f}-{max(times.cpu):.3f}), n={len(times)}")
+    return f"{spread(times, '.3f', ' s')}; CPU {spread(times.cpu, '.3f', ' s', count=True)}"
 
 
 def _op_dict(op: Op) -> dict:
@@ -200,7 +199,7 @@ def main() -> None:
         print("| structure file | save | load | folder size |")
         print("|---|---|---|---|")
         for name, s, l, size in rows:
-            print(f"| {name} | {spread(s)} | {spread(l)} | {size / 1e6:.1f} MB |")
+            print(f"| {name} | {wall_and_cpu(s)} | {wall_and_cpu(l)} | {size / 1e6:.1f} MB |")
         if not args.no_json_compare:
             print()
             print("| JSON library (ops only) | encode | decode into IR | bytes |")
@@ -209,7 +208,7 @@ def main() -> None:
                 if not enc:
                     print(f"| {name} | not installed | | |")
                 else:
-                    print(f"| {name} | {spread(enc)} | {spread(dec)} | {size / 1e6:.1f} MB |")
+                    print(f"| {name} | {wall_and_cpu(enc)} | {wall_and_cpu(dec)} | {size / 1e6:.1f} MB |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

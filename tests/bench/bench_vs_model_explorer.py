@@ -39,6 +39,7 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from tests.app.conftest import served  # noqa: E402
 from tests.bench.bench_app import ARM_JS, page_load_s, search_ms  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS  # noqa: E402
+from tests.bench._timing import spread  # noqa: E402
 
 ME_READY_JS = """(count) => { const t = document.body ? document.body.innerText : '';
   return t.includes(count + ' nodes') && !!document.querySelector('canvas')
@@ -73,9 +74,6 @@ def shot(page, folder: Path | None, name: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(folder / name))
 
-
-def spread(values: list[float], fmt: str) -> str:
-    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
 def main() -> None:
