@@ -5,6 +5,7 @@ node's data coordinates into page pixels through the live plot view, so a click 
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -129,10 +130,11 @@ def banner_state(page) -> str:
 
 
 def shot(page, artifacts_dir: Path, name: str, docs: bool = True) -> Path:
-    """Screenshot to the artifacts folder, copied into docs/images/ for docs/explorer.md."""
+    """Screenshot to the artifacts folder; copied into docs/images/ (for docs/explorer.md) only when
+    TLX_UPDATE_DOC_IMAGES=1, so a test run leaves the checkout as it found it."""
     out = Path(artifacts_dir) / f"{name}.png"
     page.screenshot(path=str(out))
-    if docs:
+    if docs and os.environ.get("TLX_UPDATE_DOC_IMAGES") == "1":
         images = Path(__file__).resolve().parents[2] / "docs" / "images"
         images.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out, images / out.name)
