@@ -5,6 +5,7 @@ in transformers is shrunk the same way.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 WIDTH = 32
@@ -29,7 +30,7 @@ VOCAB_KEYS = ("vocab_size",)
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx",
                  "max_length")
 IMAGE_KEYS = ("image_size", "img_size")
-TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "top_k", "num_selected_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k", "moe_topk", "top_k", "num_selected_experts")
 LORA_RANK = 16
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 
@@ -37,15 +38,78 @@ EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_
 def shrink_config(config: Any) -> Any:
     """Shrink `config` in place (and its sub-configs at every depth: a vision config's own encoder
     config too); returns it."""
-    pending, seen = [config], set()
+    pending, seen, parents = [config], set(), {id(config): None}
+    order = []
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
+        order.append(current)
         _shrink_one(current)
-        pending.extend(getattr(current, name) for name in _sub_config_names(current))
+        for name in _sub_config_names(current):
+            child = getattr(current, name)
+            parents.setdefault(id(child), current)
+            pending.append(child)
+    for current in order:
+        _borrow_missing(current, parents, order)
     return config
+
+
+# Attributes some models read from a config whose default class does not define them (DBRX's attention
+# config and rope_theta, Musicgen's and T5Gemma2's dropout, Moonshine Streaming's kv heads, BLT's depth).
+BORROWED = ("rope_theta", "dropout", "dropout_rate", "num_key_value_heads", "num_hidden_layers")
+
+
+def _has(config: Any, key: str) -> bool:
+    try:
+        getattr(config, key)
+    except AttributeError:
+        return False
+    except Exception:  # a per-layer attribute read globally: it is defined
+        return True
+    return True
+
+
+def _borrow_missing(config: Any, parents: dict[int, Any], configs: list) -> None:
+    """Each BORROWED attribute the config lacks, from its nearest ancestor that has it, else a
+    sub-config's (the deepest relative last); rope_theta also from a rope_parameters table."""
+    ancestors, up = [], parents.get(id(config))
+    while up is not None:
+        ancestors.append(up)
+        up = parents.get(id(up))
+    below = [c for c in configs if c is not config and config in _ancestors_of(c, parents)]
+    for key in BORROWED:
+        if _has(config, key):
+            continue
+        if key == "num_key_value_heads" and _int(config, "num_attention_heads"):  # transformers' own default
+            _set(config, key, _int(config, "num_attention_heads"))
+            continue
+        for relative in [config, *ancestors, *below]:
+            value = _borrowable(relative, key, relative is not config)
+            if value is not None:
+                _set(config, key, value)
+                break
+        else:
+            if "dropout" in key:  # no relative has one: no dropout (the sweep runs in eval mode)
+                _set(config, key, 0.0)
+
+
+def _ancestors_of(config: Any, parents: dict[int, Any]) -> list:
+    found, up = [], parents.get(id(config))
+    while up is not None:
+        found.append(up)
+        up = parents.get(id(up))
+    return found
+
+
+def _borrowable(config: Any, key: str, other: bool) -> Any:
+    if other and key in vars(config) and vars(config)[key] is not None:
+        return vars(config)[key]
+    rope = vars(config).get("rope_parameters")
+    if key == "rope_theta" and isinstance(rope, dict) and isinstance(rope.get("rope_theta"), (int, float)):
+        return rope["rope_theta"]
+    return None
 
 
 def _sub_config_names(config: Any) -> list[str]:
@@ -70,6 +134,7 @@ def _int(config: Any, key: str) -> int | None:
 
 
 def _shrink_one(config: Any) -> None:
+    defaults = dict(vars(config))
     heads, before = HEADS, None
     for key in HEAD_KEYS:
         if _int(config, key) is not None:
@@ -89,13 +154,21 @@ def _shrink_one(config: Any) -> None:
         _set(config, "head_dim", head_dim)
     _shrink_latent_heads(config, head_dim)
     _shrink_rope_sections(config, head_dim)
+    if _int(config, "rotary_dim") is not None:  # the rotated part of a head fits in the head
+        _set(config, "rotary_dim", min(_int(config, "rotary_dim"), _int(config, "head_dim") or head_dim))
     for key in FFN_KEYS:
         if _int(config, key) is not None and _int(config, key) > FFN:
             _set(config, key, FFN)
+    for key in list(vars(config)):  # a width named for what it feeds (encoder_hidden_size, cross_hidden_size)
+        if key.endswith("_hidden_size") and key not in FFN_KEYS and (_int(config, key) or 0) > WIDTH:
+            _set(config, key, WIDTH)
+    _shrink_width_valued(config, defaults, before)
+    _shrink_state_heads(config, heads)
     for key in LAYER_KEYS:
         if _int(config, key) is not None and _int(config, key) > LAYERS:
             _set(config, key, LAYERS)
     _shrink_lists(config)
+    _shrink_stages(config, defaults)
     for key in VOCAB_KEYS:
         if _int(config, key) is not None and _int(config, key) > VOCAB:
             _set(config, key, VOCAB)
@@ -124,6 +197,85 @@ def _shrink_one(config: Any) -> None:
     if vars(config).get("use_timm_backbone"):  # timm is not installed: the config's own transformers backbone
         _set(config, "use_timm_backbone", False)
     if _int(config, "sliding_window") is not None:
+        _set(config, "sliding_window", 4)
+    if "clip_qkv" in vars(config) and vars(config)["clip_qkv"] is None:  # DBRX clamps by it unconditionally
+        _set(config, "clip_qkv", 8.0)
+    _fill_layer_type_defaults(config)
+
+
+NORM_GROUPS = 4
+
+
+def _width_of(values: dict) -> int | None:
+    return next((v for k in WIDTH_KEYS if isinstance(v := values.get(k), int) and not isinstance(v, bool)), None)
+
+
+def _shrink_width_valued(config: Any, defaults: dict, heads_before: int | None) -> None:
+    """Fields whose default is the model's width (or one head's width) under another name (Mimi's
+    upsample_groups, xLSTM's embedding_dim, WavTokenizer's codebook_dim, Bros's dim_bbox_projection)
+    follow the width; GroupNorm group counts (num_groups) divide the shrunken channels."""
+    width_before, width = _width_of(defaults), _width_of(vars(config))
+    if not width_before or not width or width_before < 64 or width_before == width:
+        return
+    head_before = defaults.get("head_dim") if isinstance(defaults.get("head_dim"), int) else (
+        width_before // heads_before if heads_before else None)
+    handled = set(WIDTH_KEYS + HEAD_KEYS + KV_KEYS + FFN_KEYS + LAYER_KEYS + VOCAB_KEYS + POSITION_KEYS + IMAGE_KEYS)
+    for key, value in defaults.items():
+        if key in handled or key.startswith("_") or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        if not any(part in key for part in ("group", "dim", "size", "channels")) or _int(config, key) != value:
+            continue
+        if value == width_before:
+            _set(config, key, width)
+        elif head_before and head_before >= 16 and value == head_before and "head_dim" not in key:
+            _set(config, key, _int(config, "head_dim") or width // HEADS)
+    if (_int(config, "num_groups") or 0) > NORM_GROUPS:
+        _set(config, "num_groups", NORM_GROUPS)
+
+
+def _shrink_state_heads(config: Any, heads: int) -> None:
+    """A state-space mixer (Mamba-2) splits expand x width into heads x head_dim, in n_groups groups
+    dividing the heads: head_dim follows the shrunken width, n_groups the shrunken heads."""
+    expand, width = vars(config).get("expand"), _width_of(vars(config))
+    if isinstance(expand, (int, float)) and width and _int(config, "head_dim") is not None and \
+            _int(config, "num_heads") is not None:
+        _set(config, "head_dim", max(1, int(expand * width) // _int(config, "num_heads")))
+        groups = _int(config, "n_groups")
+        if groups is not None and _int(config, "num_heads") % groups:
+            _set(config, "n_groups", math.gcd(groups, _int(config, "num_heads")))
+
+
+def _shrink_stages(config: Any, defaults: dict) -> None:
+    """A hierarchical vision model (Swin) with its stage count in a layer key: the per-stage lists cut
+    to the shrunken count, and a final width derived as embed_dim x 2^(stages-1) re-derived."""
+    stages_before = _int_of(defaults.get("num_layers"))
+    stages = _int(config, "num_layers")
+    depths = vars(config).get("depths")
+    if not stages_before or not stages or not isinstance(depths, (list, tuple)) or len(depths) != stages_before:
+        return
+    for key, value in list(vars(config).items()):
+        if isinstance(value, (list, tuple)) and len(value) == stages_before and key != "stage_names":
+            _set(config, key, list(value[:stages]))
+    embed, hidden = _int_of(defaults.get("embed_dim")), _int_of(defaults.get("hidden_size"))
+    if embed and hidden == embed * 2 ** (stages_before - 1) and _int(config, "embed_dim"):
+        _set(config, "hidden_size", _int(config, "embed_dim") * 2 ** (stages - 1))
+
+
+def _int_of(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _fill_layer_type_defaults(config: Any) -> None:
+    """Per-layer-type settings a default config leaves unset: an empty per-type rope table
+    (Cohere Compass) gets the default rope for each type; an unset window gets one (Step3p7 builds a
+    sliding mask whatever its layer types)."""
+    kinds = vars(config).get("layer_types")
+    if not isinstance(kinds, (list, tuple)) or not kinds:
+        return
+    rope = vars(config).get("rope_parameters")
+    if isinstance(rope, dict) and "rope_type" not in rope and not set(kinds) & set(rope):
+        _set(config, "rope_parameters", {k: {"rope_type": "default", "rope_theta": 10000.0, **rope} for k in set(kinds)})
+    if "sliding_window" in vars(config) and vars(config)["sliding_window"] is None:  # some build a sliding mask anyway
         _set(config, "sliding_window", 4)
 
 
@@ -158,7 +310,7 @@ def _shrink_lists(config: Any) -> None:
     """Per-layer lists (layer_types, depths, hidden_sizes) cut to the shrunken depth; widths capped."""
     layers = next((_int(config, k) for k in LAYER_KEYS if _int(config, k) is not None), None)
     for key, value in list(vars(config).items()):
-        if not isinstance(value, list) or not value:
+        if not isinstance(value, (list, tuple)) or not value:
             continue
         if key in ("layer_types", "block_types") and layers is not None:
             kept = _keep_each_kind(value, layers)
