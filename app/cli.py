@@ -36,6 +36,8 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--training-step", action="store_true",
                    help="a config: capture one training step (forward and backward, weights-free) for the Backward view")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser (servers); the URL is printed")
+    p.add_argument("--fresh", action="store_true",
+                   help="the embedded default: capture it again instead of reading the start-up cache (app.default_cache)")
     p.add_argument("--summary", nargs="?", const="", default=None, metavar="SOURCE",
                    help="print the trace summary and exit (SOURCE: a shipped config name or path, e.g. gpt2)")
     p.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
@@ -139,6 +141,11 @@ def _load(path: str | None, model: str | None, shape_text: str, mesh: argparse.N
     return open_source(path, model, parse_shape(shape_text), step=step)
 
 
+def _is_default(ns: argparse.Namespace) -> bool:
+    """The launch opens the embedded default's forward (the start-up cache's case: app.default_cache)."""
+    return not (ns.path or ns.model or ns.training_step or _meshed(ns))
+
+
 def _meshed(ns: argparse.Namespace) -> bool:
     return bool(getattr(ns, "tp", None) or getattr(ns, "fsdp", None) or getattr(ns, "world_size", None))
 
@@ -218,13 +225,27 @@ def explore(ns: argparse.Namespace) -> int:
     route = _route(ns)  # refusals that need no capture exit 2 here, before any server
     from .startup import ROUTE_STAGES, Startup, refusal_lines
 
+    default = _is_default(ns)
+    if default and not ns.fresh:
+        from .default_cache import present
+        from .sources import parse_shape
+
+        route = "default-cached" if present(parse_shape(ns.input_shape)) else route  # checked when read
     what = ns.model or ns.path or "the embedded Llama-3.1-8B-class config (weights-free)"
-    print(f"torchlens-explore: capturing {what} ...", flush=True)
+    print(f"torchlens-explore: {'opening' if route == 'default-cached' else 'capturing'} {what} ...", flush=True)
     started = time.perf_counter()
     pools: list = []
 
     def load(step: Callable[[str], None]):
-        loaded = _load_step(ns, step) if ns.training_step else _load(ns.path, ns.model, ns.input_shape, ns, step)
+        if default:
+            from .default_cache import open_default
+            from .sources import parse_shape
+
+            opened = open_default(parse_shape(ns.input_shape), step, fresh=ns.fresh)
+            print(f"torchlens-explore: {opened.note}", flush=True)
+            loaded = opened.loaded
+        else:
+            loaded = _load_step(ns, step) if ns.training_step else _load(ns.path, ns.model, ns.input_shape, ns, step)
         print(f"torchlens-explore: {loaded.title}: {len(loaded.trace.ops):,} ops, {loaded.trace.ladder_state} "
               f"({time.perf_counter() - started:.1f} s)", flush=True)
         step("layout")
@@ -249,7 +270,8 @@ def explore(ns: argparse.Namespace) -> int:
             print(f"torchlens-explore: the page shows this; stopping in {REFUSAL_LINGER_S:g} s",
                   file=sys.stderr, flush=True)
             return
-        threading.Timer(3.0, _freeze_when_quiet).start()  # after the first page is drawn, not before it
+        warm = getattr(startup.loaded, "warm", None)  # a cached default builds its meta model now (the Doctor's)
+        threading.Timer(3.0, _freeze_when_quiet, args=(warm,)).start()  # after the first page is drawn, not before it
 
     def ready(url: str) -> None:
         print(f"torchlens-explore: serving on {url}  (Ctrl+C to stop)", flush=True)
@@ -272,12 +294,16 @@ def explore(ns: argparse.Namespace) -> int:
     return startup.exit_code() if startup.done else 0
 
 
-def _freeze_when_quiet() -> None:
-    """What lives as long as the server is never walked again by a collection on the loop (app.heap)."""
+def _freeze_when_quiet(warm: Callable[[], None] | None = None) -> None:
+    """What lives as long as the server is never walked again by a collection on the loop (app.heap);
+    `warm()` first, when given: work that lives as long (a cached default's model), done while nobody waits."""
     from . import activity
     from .heap import freeze_long_lived
 
     activity.wait_until_quiet(10.0)
+    if warm is not None:
+        warm()
+        activity.wait_until_quiet(10.0)
     freeze_long_lived()
 
 

@@ -18,6 +18,8 @@ from tracer.errors import TracerError
 
 STAGE_TEXT = {
     "import": "importing torch, transformers and the tracer",
+    "import-tracer": "importing torch and the tracer",
+    "cache": "reading the default's capture from the start-up cache (made by an earlier launch)",
     "model": "building the model on the meta device (no weights)",
     "capture": "capturing the forward, structure only",
     "factory": "building your model and capturing its forward",
@@ -28,6 +30,7 @@ STAGE_TEXT = {
 # the stages each route goes through, in order (what the page lists before they are reached)
 ROUTE_STAGES: dict[str, tuple[str, ...]] = {
     "config": ("import", "model", "capture", "layout"),
+    "default-cached": ("import-tracer", "cache", "layout"),  # app.default_cache: an entry is there (checked on reading)
     "factory": ("import", "factory", "layout"),
     "trace-file": ("import", "read", "layout"),
     "mesh": ("import", "capture", "layout"),

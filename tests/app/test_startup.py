@@ -199,3 +199,98 @@ def test_the_command_serves_first_then_prints_a_refusal_found_in_the_capture_and
     refused = re.search(r"refused \[config_invalid\]", text)
     assert served and refused and served.start() < refused.start(), text
     assert "what to do:" in text
+
+
+# -- the start-up cache of the embedded default (app.default_cache) ------------------------------------------
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "torchlens-explore"
+
+
+def _open(fresh=False):
+    from app.default_cache import open_default
+
+    steps = []
+    return open_default((1, 8), steps.append, fresh=fresh), steps
+
+
+def test_a_cached_start_yields_the_same_trace_as_a_fresh_capture_and_says_so(cache_home):
+    from app.default_cache import CachedDefault, present
+    from tracer.claims.seal import structure_digest
+
+    assert not present((1, 8))
+    first, steps = _open()
+    assert not isinstance(first.loaded, CachedDefault) and "no cached entry yet" in first.note
+    assert steps == ["import", "model", "capture"] and present((1, 8))
+    assert [p.name for p in cache_home.iterdir()] == [first.note.rsplit("/", 1)[1]]
+    second, steps = _open()
+    cached = second.loaded
+    assert isinstance(cached, CachedDefault) and steps == ["import-tracer", "cache"]
+    assert structure_digest(cached.trace, fresh=True) == structure_digest(first.loaded.trace, fresh=True)
+    assert cached.trace.ladder_state == first.loaded.trace.ladder_state == "HYPOTHESIS"
+    assert cached.trace.provenance.config_source == first.loaded.trace.provenance.config_source
+    assert "read from the start-up cache: the same capture" in cached.title  # disclosed on the page
+    assert cached.config_path == first.loaded.config_path and cached.input_shape == (1, 8)
+    assert type(cached.model).__name__ == type(first.loaded.model).__name__ == "LlamaForCausalLM"
+    assert cached.inputs[0].device.type == "meta" and tuple(cached.inputs[0].shape) == (1, 8)
+    again, _ = _open(fresh=True)  # --fresh captures again and replaces the entry
+    assert not isinstance(again.loaded, CachedDefault) and "--fresh" in again.note
+
+
+def _entry(cache_home):
+    (folder,) = [p for p in cache_home.iterdir() if p.name.startswith("default-")]
+    return folder
+
+
+def _flip_a_byte(path):
+    raw = bytearray(path.read_bytes())
+    middle = len(raw) // 2
+    raw[middle] = ord("x") if raw[middle] != ord("x") else ord("y")
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage", ["trace-bytes", "entry-key", "entry-json", "recorded-versions"])
+def test_a_corrupted_or_mismatched_entry_is_rebuilt_not_trusted(cache_home, damage):
+    from app.default_cache import CachedDefault, entry_key, read, write
+    from tracer.claims.seal import structure_digest
+
+    first, _ = _open()
+    folder = _entry(cache_home)
+    if damage == "trace-bytes":
+        _flip_a_byte(folder / "trace" / "trace.json")
+        expected = "the saved trace is refused"
+    elif damage == "entry-key":
+        entry = json.loads((folder / "entry.json").read_text())
+        entry["key"]["torch"] = "0.0.1"
+        (folder / "entry.json").write_text(json.dumps(entry))
+        expected = "names another key"
+    elif damage == "entry-json":
+        (folder / "entry.json").write_text("{not json")
+        expected = "entry.json is unreadable"
+    else:  # a trace captured under other versions, filed under this key
+        prov = first.loaded.trace.provenance
+        write(entry_key(), first.loaded.trace.with_provenance(versions={**prov.versions, "torch": "0.0.1"}))
+        expected = "captured under torch 0.0.1"
+    assert expected in read(entry_key()).reason
+    rebuilt, steps = _open()
+    assert not isinstance(rebuilt.loaded, CachedDefault), rebuilt.note
+    assert "the cached entry was not used: " in rebuilt.note and expected in rebuilt.note
+    assert steps[:2] == ["import-tracer", "cache"] and "capture" in steps
+    then, _ = _open()  # the rebuilt entry holds
+    assert isinstance(then.loaded, CachedDefault)
+    assert structure_digest(then.loaded.trace, fresh=True) == structure_digest(first.loaded.trace, fresh=True)
+
+
+def test_entries_of_other_keys_are_pruned_to_the_newest(cache_home):
+    from app.default_cache import KEPT_ENTRIES, entry_folder, entry_key, read, write
+
+    first, _ = _open()
+    trace = first.loaded.trace
+    key = entry_key()
+    for n in range(KEPT_ENTRIES + 1):  # as if other checkouts or versions had written theirs
+        write({**key, "package": f"other-{n}"}, trace)
+    names = sorted(p.name for p in cache_home.iterdir())
+    assert len(names) == KEPT_ENTRIES and entry_folder({**key, "package": f"other-{KEPT_ENTRIES}"}).name in names
+    assert entry_folder(key).name not in names and read(key).trace is None  # the oldest went first
