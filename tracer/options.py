@@ -30,6 +30,10 @@ class CaptureOptions:
     save_grads: which op-output gradients the backward keeps: "all", "none" or a callable `op -> bool`.
     backward_replay: keep the autograd graph and every node's incoming and outgoing gradients, so
         `tracer.backward.validate_backward(trace)` can replay each node (memory: the graph stays alive).
+    kernel: which capture kernel records the forward, for debugging: "auto" (the C kernel where it is
+        built, else the Python reference), "python" or "c" (refused typed where the C kernel is off). A
+        chosen kernel holds for the whole process while this capture runs (`tracer.capture.kernel.use_kernel`)
+        and is recorded in the trace's options; both kernels record the same trace.
     """
 
     save: SavePolicy = "all"
@@ -41,6 +45,7 @@ class CaptureOptions:
     backward: bool = False
     save_grads: SavePolicy = "all"
     backward_replay: bool = False
+    kernel: str = "auto"
 
     def __post_init__(self) -> None:
         if not (self.save in ("all", "none") or callable(self.save)):
@@ -51,6 +56,11 @@ class CaptureOptions:
                 remedy="CaptureOptions(save='all'), save='none' or save=lambda op: op.kind == 'linear'",
             )
 
+        if self.kernel not in ("auto", "python", "c"):
+            from .errors import InvalidInputError
+
+            raise InvalidInputError(f"kernel must be 'auto', 'python' or 'c', not {self.kernel!r}",
+                                    site="CaptureOptions(kernel=...)", remedy="CaptureOptions(kernel='python')")
         if self.simulate_device != "cpu":  # normalized ("cuda" -> "cuda:0"); refused typed when not a device
             from .weights_free.simulated_device import parse_simulated_device
 
@@ -66,6 +76,7 @@ class CaptureOptions:
             **({"simulate_device": self.simulate_device} if self.structure_only else {}),
             "record_source": self.record_source,
             "witness": self.witness,
+            **({"kernel": self.kernel} if self.kernel != "auto" else {}),
             **({"backward": True, "backward_replay": self.backward_replay, "save_grads": self.save_grads if isinstance(self.save_grads, str) else
                 f"callable:{getattr(self.save_grads, '__name__', 'fn')}"} if self.backward else {}),
         }

@@ -6,7 +6,7 @@ import platform
 import sys
 import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -52,8 +52,17 @@ def trace(
         from .bridges.transformers import text_trace
 
         return text_trace(model, args, tokenizer, capture, loss, input_kwargs)
-    with outer_suspended():
+    with outer_suspended(), _kernel(capture):
         return _trace(model, args, input_kwargs, capture, loss)
+
+
+def _kernel(capture: CaptureOptions) -> ContextManager[Any]:
+    """The capture kernel `capture.kernel` asks for, held while the capture runs ("auto": as configured)."""
+    if not isinstance(capture, CaptureOptions) or capture.kernel == "auto":
+        return contextlib.nullcontext()
+    from .capture.kernel import use_kernel
+
+    return use_kernel(capture.kernel)
 
 
 def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, capture: CaptureOptions,

@@ -96,7 +96,7 @@ def test_the_kernel_chosen_for_a_block_turns_off_every_c_object_bound_in_the_pac
         assert _bound_c_objects() == []
     assert _bound_c_objects() == before
     assert kernel.current() == ("c" if native.ACTIVE else "python")
-    with pytest.raises(ValueError, match="kernel must be one of"):
+    with pytest.raises(tracer.errors.InvalidInputError, match="kernel must be one of"):
         with kernel.use_kernel("cython"):
             pass
 
@@ -201,3 +201,33 @@ def test_two_captures_describing_the_same_calls_at_once_record_what_one_alone_re
     for t in results:
         assert t is not None and [(op.label, op.parents, op.params, op.module_stack) for op in t.ops] == reference
     assert all(info == describe(func) for func, info in functions.INFO_CACHE.items() if func not in saved)
+
+
+class _SeesKernel(nn.Module):
+    """Notes which kernel records its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.seen = nn.Linear(3, 3), []
+
+    def forward(self, x):
+        self.seen.append(kernel.current())
+        return torch.relu(self.fc(x))
+
+
+def test_the_kernel_is_chosen_per_capture_and_recorded():
+    model, x = _SeesKernel(), torch.randn(2, 3)
+    default = kernel.current()
+    in_python = tracer.trace(model, (x,), capture=tracer.CaptureOptions(kernel="python"))
+    plain = tracer.trace(model, (x,))
+    assert model.seen == ["python", default] and kernel.current() == default  # held for that capture only
+    assert in_python.provenance["options"]["kernel"] == "python" and "kernel" not in plain.provenance["options"]
+    assert [(op.label, op.kind, op.parents) for op in in_python.ops] == [(op.label, op.kind, op.parents)
+                                                                         for op in plain.ops]
+    with pytest.raises(tracer.errors.InvalidInputError, match="kernel must be"):
+        tracer.CaptureOptions(kernel="cython")
+    if not native.ACTIVE:
+        with pytest.raises(tracer.errors.InvalidInputError, match="not active"):
+            tracer.trace(model, (x,), capture=tracer.CaptureOptions(kernel="c"))
+    else:
+        assert tracer.trace(model, (x,), capture=tracer.CaptureOptions(kernel="c")).provenance["options"]["kernel"] == "c"

@@ -148,12 +148,18 @@ _SWITCH = threading.RLock()
 def use_kernel(name: str) -> Iterator[str]:
     """Run the block's captures with kernel `name` ("python" or "c"), for debugging: "python" sets every C entry
     point to None in this package for the block (process-wide: every thread's captures in it) and puts them back
-    after. "c" where the C kernel is off raises ValueError. Yields the kernel the block runs."""
+    after. An unknown name, or "c" where the C kernel is off, is refused (`invalid_input`). Yields the kernel
+    the block runs."""
+    from ...errors import InvalidInputError
+
     if name not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, not {name!r}")
+        raise InvalidInputError(f"kernel must be one of {KERNELS}, not {name!r}", site="use_kernel",
+                                remedy='use_kernel("python") or use_kernel("c")')
     if name == "c":
         if not ACTIVE:
-            raise ValueError("the C kernel is not active in this process (see KernelFallbackWarning)")
+            raise InvalidInputError("the C kernel is not active in this process (see KernelFallbackWarning)",
+                                    site="use_kernel", remedy='Use the Python kernel ("python"), or rebuild the '
+                                    "extension: pip install -e . (a compiler is needed)")
         yield "c"
         return
     with _SWITCH:
