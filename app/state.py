@@ -16,7 +16,7 @@ from exporters.layout import LayoutEngine
 from exporters.layout.calls import path_entries, toggle_module
 from tracer.module_tree import module_param_counts
 
-from . import view_budget
+from . import offloop, view_budget
 from .ladder import LadderView, ladder_view
 from .search_index import SearchIndex
 from exporters.search_terms import rank
@@ -111,11 +111,16 @@ class ExplorerState(param.Parameterized):
     message = param.String(default="", doc="the last status or refusal, readable")
     query = param.String(default="", doc="the last search (kept in the URL)")
     centre_on = param.String(default="", doc='what the view centres on after a change: "module:<address>" or "op:<label>"')
+    layout_pending = param.String(default="", doc="what a layout still running off the loop is laying out; '' when none")
     comparison = param.Parameter(default=None, doc="a finished Compare the main graph colours by: "
                                  "(legend title, {op label: divergence score}); None when cleared")
 
     def __init__(self, loaded: Loaded, **params: Any) -> None:
         super().__init__(**params)
+        self._jobs = offloop.OffLoop()  # this session's layouts off the loop (one at a time, the newest wins)
+        # How a layout laid out off the loop reaches this session: None is the served document's next tick
+        # (`offloop.served_deliverer`), and inline outside a served session; a notebook or a test may set its own.
+        self.deliver_layouts: offloop.Deliver | None = None
         self.keep_tools_open = False  # set by select_op(keep_tools_open=True): the side tools stay open
         # Each session discharges its own copy: the envelope changes, the shared ops do not.
         self.loaded = loaded
@@ -136,21 +141,62 @@ class ExplorerState(param.Parameterized):
     # -- layout ---------------------------------------------------------------------
     @param.depends("expanded", "fold_repeats", watch=True)
     def relayout(self) -> None:
+        """Lay out the view asked for: a view past `view_budget`'s bound is refused (the view drawn stays); in
+        a served session a view past its off-loop size is laid out on a worker thread (`app.offloop`) and
+        applied on the session's next tick, unless a newer request came first; others here and now."""
         if getattr(self, "_keep_layout", False):  # back to the view already drawn (below): nothing to lay out
             self._keep_layout = False
             return
-        too_big = view_budget.refusal(self.engine, self.expanded, self.fold_repeats)
+        jobs = self._jobs
+        ops, edges = view_budget.drawn_size(self.engine, self.expanded, self.fold_repeats)
+        too_big = view_budget.refusal_for(ops, edges)
         drawn = getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats)
         if too_big and drawn != (self.expanded, self.fold_repeats):  # past the bound: back to the view drawn
-            self._keep_layout = self.layout is not None and drawn == getattr(self, "_drawn", None)
-            self.param.update(expanded=drawn[0], fold_repeats=drawn[1])
+            self._back_to_drawn(drawn)
             view_budget.say_after_the_action(self, too_big)
             return
-        started = time.perf_counter()
-        computed = self.engine.layout(self.expanded, fold_repeats=self.fold_repeats)
-        self.layout_ms = (time.perf_counter() - started) * 1000
-        self._drawn = (self.expanded, self.fold_repeats)
+        deliver = (self.deliver_layouts or offloop.served_deliverer()) if self.layout is not None else None  # the first: inline
+        if deliver is None or not view_budget.off_loop(ops, edges):
+            jobs.supersede()
+            started = time.perf_counter()
+            computed = self.engine.layout(self.expanded, fold_repeats=self.fold_repeats)
+            self._apply_layout(computed, (self.expanded, self.fold_repeats), time.perf_counter() - started)
+            return
+        view = (self.expanded, self.fold_repeats)
+        engine = copy.copy(self.engine)  # its own `_calls` (set per layout); the caches are the session's, shared
+        self.layout_pending = f"laying out {ops:,} ops and {edges:,} edges in the background"
+        jobs.submit(lambda: engine.layout(view[0], fold_repeats=view[1]),
+                    done=lambda computed, took: self._apply_layout(computed, view, took),
+                    over=lambda took: self._layout_over(took, ops, edges), failed=self._layout_failed,
+                    deliver=deliver)
+
+    def _apply_layout(self, computed: Any, view: tuple[frozenset, bool], seconds: float) -> None:
+        self.layout_ms = seconds * 1000
+        self._drawn = view
+        self.layout_pending = ""
         self.layout = computed
+
+    def _back_to_drawn(self, drawn: tuple[frozenset, bool]) -> None:
+        """Return the expansion and folding to the view drawn (nothing is laid out again when it is drawn)."""
+        self._jobs.supersede()
+        self.layout_pending = ""
+        self._keep_layout = self.layout is not None and drawn == getattr(self, "_drawn", None)
+        if drawn == (self.expanded, self.fold_repeats):
+            self._keep_layout = False
+            return
+        self.param.update(expanded=drawn[0], fold_repeats=drawn[1])
+
+    def _layout_over(self, seconds: float, ops: int, edges: int) -> None:
+        """A background layout ran past its bound: it was stopped; the view drawn stays, and the status line says so."""
+        self._back_to_drawn(getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats))
+        self.message = (f"Not drawn: laying out that view ({ops:,} ops, {edges:,} edges) took over "
+                        f"{seconds:.0f} s and was stopped; the view stays as it was. Open fewer modules at once.")
+
+    def _layout_failed(self, error: BaseException) -> None:
+        from .views.docsync import refusal_text
+
+        self._back_to_drawn(getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats))
+        self.message = f"Not drawn: {refusal_text(error)}"
 
     def toggle(self, address: str, call: int | None = None) -> None:
         """Expand a collapsed module or collapse an expanded one (the root stays open); for a module called

@@ -20,6 +20,10 @@ MAX_DRAWN_OPS = 3_000
 # So the default Llama expanded whole (2,458 edges) is refused too; its folded default view and each
 # layer opened are far below. The count is an upper bound (about 1.5-2x the edges drawn).
 MAX_DRAWN_EDGES = 1_000
+# Past these a served session's layout runs on a worker thread, off the loop (`app.offloop`); below them it
+# is laid out at once (the dense trace's default view, 121 edges, in about 50 ms; a stage opened, 640, in 20-40).
+OFF_LOOP_OPS = 500
+OFF_LOOP_EDGES = 500
 
 
 def drawn_size(engine: Any, expanded: Iterable[str], fold_repeats: bool = False) -> tuple[int, int]:
@@ -64,12 +68,21 @@ def _entering(engine: Any, key: Any) -> int:
 
 def refusal(engine: Any, expanded: Iterable[str], fold_repeats: bool = False) -> str | None:
     """A readable refusal when the view for `expanded` is past the bounds, else None."""
-    ops, edges = drawn_size(engine, expanded, fold_repeats)
+    return refusal_for(*drawn_size(engine, expanded, fold_repeats))
+
+
+def refusal_for(ops: int, edges: int) -> str | None:
+    """A readable refusal for a view of `ops` drawn ops and `edges` edges past the bounds, else None."""
     if ops <= MAX_DRAWN_OPS and edges <= MAX_DRAWN_EDGES:
         return None
     return (f"Not drawn: that view has {ops:,} ops and {edges:,} edges (at most {MAX_DRAWN_OPS:,} ops and "
             f"{MAX_DRAWN_EDGES:,} edges are drawn at once, so that other sessions are not held); "
             f"the view stays as it was. Close some modules first, or open fewer at once.")
+
+
+def off_loop(ops: int, edges: int) -> bool:
+    """Whether a served session lays a view of this size out on a worker thread (`app.offloop`)."""
+    return ops > OFF_LOOP_OPS or edges > OFF_LOOP_EDGES
 
 
 def say_after_the_action(state: Any, text: str) -> None:

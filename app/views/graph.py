@@ -46,8 +46,9 @@ def view_summary(state: ExplorerState) -> str:
         elif n.kind in ("op", "io"):
             ops += 1
     parts = [f"{c} \u00d7 {name}" for name, c in classes.most_common()]
+    pending = f"; {state.layout_pending}\u2026" if state.layout_pending else ""
     return (f"{len(lay.nodes)} boxes: {ops} ops" + (", " + ", ".join(parts) if parts else "")
-            + f"; {len(lay.frames)} open frames; layout {state.layout_ms:.0f} ms")
+            + f"; {len(lay.frames)} open frames; layout {state.layout_ms:.0f} ms{pending}")
 
 
 def _column(glyph: Any, name: str) -> str | None:
@@ -239,7 +240,7 @@ class GraphView(pn.viewable.Viewer):
         self.pane = pn.pane.Bokeh(self.figure, sizing_mode="stretch_both", min_height=240, css_classes=["tlx-graph"])
         self.search.param.watch(self._on_search, "enter_pressed")
         self.fold.param.watch(lambda e: setattr(self.state, "fold_repeats", e.new), "value")
-        self.state.param.watch(lambda e: self.fold.param.update(value=e.new), "fold_repeats")
+        self.state.param.watch(lambda _e: self._soon(self._sync_fold), "fold_repeats")
         self.fit.on_click(lambda *_e: self._soon(self._fit_all))
         self.reset.on_click(self._on_reset)
         for w in (self.colour_by, self.overlay_scale, self.overlay_rollup):
@@ -249,7 +250,7 @@ class GraphView(pn.viewable.Viewer):
         self.state.param.watch(lambda *_e: self._soon(self._highlight), ["selected"])
         self.state.param.watch(self._on_centre, ["centre_on"])
         self.state.param.watch(lambda e: self._on_comparison(e.new), ["comparison"])
-        self.state.param.watch(lambda *_e: self._restatus(), ["message", "focused", "selected"])
+        self.state.param.watch(lambda *_e: self._restatus(), ["message", "focused", "selected", "layout_pending"])
         self._highlight()
 
     # -- drawing ----------------------------------------------------------------------
@@ -393,6 +394,13 @@ class GraphView(pn.viewable.Viewer):
             if f is not None and ident:
                 return (f.x0 - 8, f.y0 - 8, f.x1 + 8, f.y1 + 8)
         return whole
+
+    def _sync_fold(self) -> None:
+        """Show the state's folding on the checkbox: read when applied, not from the event, since a view refused
+        after (un)folding puts the folding back inside that event (issue 39); on the next tick when served,
+        so that the page's checkbox, which sent the change, is told the value it returned to."""
+        if self.fold.value != self.state.fold_repeats:
+            self.fold.value = self.state.fold_repeats
 
     def _fit_all(self) -> None:
         lay = self.state.layout

@@ -144,3 +144,203 @@ def test_a_link_past_the_bound_opens_the_default_view_and_says_so(dense_loaded):
     s = ExplorerState(dense_loaded, expanded=everything)
     assert s.expanded == frozenset(s.engine.default_expansion()) and s.layout is not None
     assert s.message.startswith("Not drawn") and "the view stays as it was" in s.message, s.message
+
+
+# -- layouts off the loop (app/offloop.py) -----------------------------------------------------
+def _on_a_loop(main) -> None:
+    """Run coroutine function `main` on an asyncio loop of its own thread (a browser test may hold this one's)."""
+    import asyncio
+    import threading
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            failure.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    runner.join(300)
+    assert not runner.is_alive(), "the loop never finished"
+    if failure:
+        raise failure[0]
+
+
+def test_the_loop_serves_another_callback_while_a_layout_runs_off_it(dense_loaded):
+    """The dense graph laid out whole, cold, on `OffLoop`'s thread: the layout waits for another loop callback
+    before it starts (it could never start were it on the loop), loop callbacks run while it computes, and its
+    result is applied on the loop after it finished."""
+    import asyncio
+    import copy
+    import threading
+
+    from app.offloop import OffLoop
+
+    s = ExplorerState(dense_loaded)
+    engine = copy.copy(s.engine)
+    engine.cache, engine.placements, engine.shapes = {}, {}, {}  # cold: the whole layout is computed
+    everything = frozenset(s.trace.modules) | {""}
+    events: list[str] = []
+    computing = threading.Event()
+    seen_while_computing: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        applied = asyncio.Event()
+        go = threading.Event()
+
+        def other_session() -> None:
+            events.append("another callback")
+            go.set()
+
+        def work():
+            events.append("layout asked")
+            loop.call_soon_threadsafe(other_session)
+            assert go.wait(60), "the loop did not run while the layout waited"
+            computing.set()
+            try:
+                return engine.layout(everything)
+            finally:
+                computing.clear()
+                events.append("layout finished")
+
+        def done(layout, _seconds) -> None:
+            events.append("applied")
+            assert len(layout.edges) == sum(len(op.parents) for op in s.trace.ops)
+            applied.set()
+
+        OffLoop().submit(work, done, over=lambda _s: events.append("over"), failed=lambda e: events.append(repr(e)),
+                         deliver=loop.call_soon_threadsafe)
+        while not applied.is_set():  # a callback per loop turn: counts those run while the layout computes
+            await asyncio.sleep(0)
+            if computing.is_set():
+                seen_while_computing.append(1)
+
+    _on_a_loop(main)
+    assert events == ["layout asked", "another callback", "layout finished", "applied"], events
+    assert seen_while_computing, "no loop callback ran while the layout computed"
+
+
+def test_a_superseded_job_is_stopped_and_a_late_result_is_dropped():
+    """A newer request stops the job in flight (its `done` never runs); a result handed over before a newer
+    request came is dropped when the loop gets to it; the newest is applied."""
+    import threading
+
+    from app.offloop import OffLoop
+
+    queued: list = []  # the loop's next ticks, run here by hand
+    got: list[str] = []
+    jobs = OffLoop()
+    release = threading.Event()
+
+    def waits_forever() -> str:
+        while not release.wait(0.01):  # bytecode between waits: a stop is raised here
+            pass
+        return "first"
+
+    for_ = dict(over=lambda _s: got.append("over"), failed=lambda e: got.append(repr(e)), deliver=queued.append)
+    jobs.submit(waits_forever, lambda r, _s: got.append(r), **for_)
+    first = jobs._job
+    jobs.submit(lambda: "second", lambda r, _s: got.append(r), **for_)
+    jobs.join(60)
+    first.thread.join(60)
+    assert not first.thread.is_alive() and first.reason == "superseded"
+    assert len(queued) == 1  # the first was stopped: nothing of it was handed over
+    jobs.submit(lambda: "third", lambda r, _s: got.append(r), **for_)  # newer than "second", handed over already
+    jobs.join(60)
+    for fn in queued:
+        fn()
+    assert got == ["third"] and jobs.dropped == 1 and not jobs.pending
+
+
+def test_a_job_past_its_bound_is_stopped_and_says_so():
+    import threading
+
+    from app.offloop import OffLoop
+
+    queued: list = []
+    got: list[str] = []
+    never = threading.Event()
+
+    def waits_forever() -> None:
+        while not never.wait(0.01):
+            pass
+
+    jobs = OffLoop(bound_s=0.0)
+    jobs.submit(waits_forever, lambda r, _s: got.append("done"), over=lambda _s: got.append("over"),
+                failed=lambda e: got.append(repr(e)), deliver=queued.append)
+    jobs.join(60)
+    for fn in queued:
+        fn()
+    assert got == ["over"] and jobs._job.reason == "bound"
+
+
+def _background(s) -> list:
+    """Have `s` hand its background layouts to a list (the loop's next ticks, run by the test)."""
+    queued: list = []
+    s.deliver_layouts = queued.append
+    return queued
+
+
+def test_a_session_lays_a_big_view_out_off_the_loop_and_the_newest_view_wins(dense_loaded, monkeypatch):
+    """Two big views asked one after the other: neither is laid out inline (the view drawn stays until the
+    result is applied, the status line says a layout is running); the first is superseded, the second is
+    drawn; then a small view, drawn inline, supersedes a big one still in flight."""
+    from app import view_budget
+
+    monkeypatch.setattr(view_budget, "MAX_DRAWN_EDGES", 50_000)
+    s = ExplorerState(dense_loaded)
+    queued = _background(s)
+    graph = GraphView(state=s)
+    drawn = s.layout
+    first = s.expanded | _stage(s.trace, 0) | _stage(s.trace, 1) | {"stages"}
+    second = frozenset(s.trace.modules) | {""}
+    s.expanded = first
+    assert s.layout is drawn and s.layout_pending.startswith("laying out") and "in the background" in graph._summary_html()
+    s.expanded = second
+    s._jobs.join(120)
+    for fn in queued:
+        fn()
+    assert s.layout.expanded == second and not s.layout_pending and s._drawn == (second, s.fold_repeats)
+    queued.clear()
+    s.expanded = first  # big again: in flight ...
+    s.collapse_all()  # ... and a small view drawn inline at once
+    s._jobs.join(120)
+    for fn in queued:
+        fn()
+    assert s.layout.expanded == frozenset({""}) and not s.layout_pending
+
+
+def test_a_layout_past_its_time_bound_keeps_the_view_and_says_so(dense_loaded, monkeypatch):
+    from app import view_budget
+    from app.offloop import OffLoop
+
+    monkeypatch.setattr(view_budget, "MAX_DRAWN_EDGES", 50_000)
+    s = ExplorerState(dense_loaded)
+    queued = _background(s)
+    s._jobs = OffLoop(bound_s=0.0)  # every background layout is past it (the whole graph, cold, takes far longer)
+    drawn, before = s.layout, s.expanded
+    s.expanded = frozenset(s.trace.modules) | {""}
+    s._jobs.join(120)
+    for fn in queued:
+        fn()
+    assert s.layout is drawn and s.expanded == before and not s.layout_pending
+    assert s.message.startswith("Not drawn: laying out that view") and "was stopped" in s.message, s.message
+
+
+def test_a_view_refused_after_unfolding_checks_the_fold_box_again(monkeypatch):
+    """The 126-layer config starts folded; with the bound just under its view, unfolding is refused: the
+    state goes back to folded and so does the checkbox (they disagreed, and outside a server they fed each
+    other until the recursion limit)."""
+    from app import view_budget
+    from app.sources import open_config
+
+    s = ExplorerState(open_config("llama-3.1-405b"))
+    graph = GraphView(state=s)
+    assert s.fold_repeats and graph.fold.value
+    monkeypatch.setattr(view_budget, "MAX_DRAWN_EDGES", view_budget.drawn_size(s.engine, s.expanded, True)[1] - 1)
+    graph.fold.value = False  # what unchecking the box in the page does
+    assert s.fold_repeats and graph.fold.value, (s.fold_repeats, graph.fold.value)
+    assert s.message.startswith("Not drawn")
