@@ -209,3 +209,6 @@ def test_gptq_awq_near_misses_do_not_fire():
     bnb = tiny_gpt2()
     bnb.config.quantization_config = {"quant_method": "bitsandbytes"}
     assert not doctor(bnb).row("quant.gptq_awq").applies
+    own = tiny_gpt2()
+    own.lm_head = foreign_class("gptq.layers")(32, 100)  # a user's own module named gptq: no GPTQ package
+    assert not doctor(own).row("quant.gptq_awq").applies

@@ -65,7 +65,6 @@ def quantization_method(model: nn.Module) -> str | None:
     return None
 
 
-_QUANT_PACKAGES: dict[str, Any] = {
-    "bitsandbytes": "bitsandbytes", "auto_gptq": "gptq", "gptqmodel": "gptq",
-    "awq": "awq", "gptq": "gptq",
+_QUANT_PACKAGES: dict[str, Any] = {  # the quantizing packages' own top-level names (a user's gptq.py is none)
+    "bitsandbytes": "bitsandbytes", "auto_gptq": "gptq", "gptqmodel": "gptq", "awq": "awq",
 }
