@@ -143,9 +143,8 @@ def _shrink_one(config: Any) -> None:
             _set(config, key, heads)
     for key in KV_KEYS:
         kv = _int(config, key)
-        if kv is not None:  # latent attention (MLA) needs as many kv heads as heads; grouped stays grouped
-            mla = "kv_lora_rank" in vars(config) and before and kv >= before
-            _set(config, key, heads if mla else 2 if heads % 2 == 0 and kv > 1 else 1)
+        if kv is not None:  # as many kv heads as heads stays so (latent attention, ESM-C's k_norm); grouped stays grouped
+            _set(config, key, heads if before and kv >= before else 2 if heads % 2 == 0 and kv > 1 else 1)
     for key in WIDTH_KEYS:
         if _int(config, key) is not None and _int(config, key) > WIDTH:
             _set(config, key, WIDTH)
@@ -196,6 +195,7 @@ def _shrink_one(config: Any) -> None:
         _set(config, "prediction_length", 4)  # a forecaster needs a horizon; its context defaults to it
     if vars(config).get("use_timm_backbone"):  # timm is not installed: the config's own transformers backbone
         _set(config, "use_timm_backbone", False)
+    _replace_timm_backbone(config)
     if _int(config, "sliding_window") is not None:
         _set(config, "sliding_window", 4)
     if "clip_qkv" in vars(config) and vars(config)["clip_qkv"] is None:  # DBRX clamps by it unconditionally
@@ -253,6 +253,10 @@ def _shrink_stages(config: Any, defaults: dict) -> None:
     depths = vars(config).get("depths")
     if not stages_before or not stages or not isinstance(depths, (list, tuple)) or len(depths) != stages_before:
         return
+    names, outputs = vars(config).get("stage_names"), getattr(config, "out_features", None)
+    if names and outputs and list(outputs) != [names[-1]]:  # a backbone: its stages are named outputs
+        stages = stages_before
+        _set(config, "num_layers", stages)
     for key, value in list(vars(config).items()):
         if isinstance(value, (list, tuple)) and len(value) == stages_before and key != "stage_names":
             _set(config, key, list(value[:stages]))
@@ -279,6 +283,27 @@ def _fill_layer_type_defaults(config: Any) -> None:
         _set(config, "sliding_window", 4)
 
 
+TIMM_FAMILIES = ("resnet", "swin")  # timm backbone names with a transformers backbone of the same family
+
+
+def _replace_timm_backbone(config: Any) -> None:
+    """A timm backbone (DETR's resnet50, OmDet-Turbo's swin) replaced by transformers' backbone of the
+    same family with the same output stages: timm is not installed beside this torch."""
+    backbone = vars(config).get("backbone_config")
+    if getattr(backbone, "model_type", None) != "timm_backbone":
+        return
+    family = next((f for f in TIMM_FAMILIES if str(getattr(backbone, "backbone", "")).startswith(f)), None)
+    if family is None:
+        return
+    from transformers import AutoConfig
+
+    stages = [f"stage{i}" for i in getattr(backbone, "out_indices", None) or (1, 2, 3, 4)]
+    _set(config, "backbone_config", AutoConfig.for_model(family, out_features=stages,
+                                                         num_channels=getattr(backbone, "num_channels", 3)))
+    if vars(config).get("timm_kwargs"):  # timm's own constructor arguments (OmDet-Turbo's img_size)
+        _set(config, "timm_kwargs", {})
+
+
 def _shrink_latent_heads(config: Any, head_dim: int) -> None:
     """Split head widths (MLA's rope/nope/value parts, low-rank projections) shrunk to one head width each;
     a sum field (qk_head_dim) kept the sum of its parts."""
@@ -293,17 +318,50 @@ def _shrink_latent_heads(config: Any, head_dim: int) -> None:
 
 
 def _shrink_rope_sections(config: Any, head_dim: int) -> None:
-    """A multimodal rope's per-axis sections (mrope_section) re-split to sum to half the shrunken head width."""
+    """A multimodal rope's per-axis sections (mrope_section) re-split to sum to half the rotated part of the
+    shrunken head (head_dim x partial_rotary_factor), in the proportions of the default; where the model's
+    code holds the default (`rope_parameters.get("mrope_section", [16, 24, 24])`), that default is set first."""
     rope = vars(config).get("rope_parameters")
     if not isinstance(rope, dict):
         return
-    if "mrope_section" in getattr(type(config), "ignore_keys_at_rope_validation", ()):  # its code's default is sized for 128
-        rope.setdefault("mrope_section", [0, 0, 0])
+    coded = _coded_mrope_section(config)
+    if coded or "mrope_section" in getattr(type(config), "ignore_keys_at_rope_validation", ()):
+        rope.setdefault("mrope_section", coded or [0, 0, 0])
+    partial = rope.get("partial_rotary_factor") or vars(config).get("partial_rotary_factor") or 1.0
+    total = int((_int(config, "head_dim") or head_dim) * partial) // 2
     for key in ("mrope_section", "mrope_sections"):
         sections = rope.get(key)
-        if isinstance(sections, (list, tuple)) and sections:
-            half, n = head_dim // 2, len(sections)
-            rope[key] = [half // n + (1 if i < half % n else 0) for i in range(n)]
+        if isinstance(sections, (list, tuple)) and sections and all(isinstance(v, int) for v in sections):
+            rope[key] = _split_like(total, list(sections))
+
+
+def _coded_mrope_section(config: Any) -> list[int] | None:
+    """The mrope_section default written in the model's modeling module, if any."""
+    import importlib.util
+    import re
+
+    name = type(config).__module__.replace(".configuration_", ".modeling_")
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    with open(spec.origin) as f:
+        found = re.search(r'"mrope_section",\s*\[([\d,\s]+)\]', f.read())
+    return [int(v) for v in found.group(1).split(",") if v.strip()] if found else None
+
+
+def _split_like(total: int, defaults: list[int]) -> list[int]:
+    """`total` split into len(defaults) parts in their proportions; the remainder goes first to parts
+    whose default is unique, so parts equal by default (Ernie's height and width) stay equal."""
+    weights = defaults if sum(defaults) > 0 else [1] * len(defaults)
+    exact = [total * w / sum(weights) for w in weights]
+    parts = [int(x) for x in exact]
+    order = sorted(range(len(parts)), key=lambda i: (weights.count(weights[i]) > 1, -(exact[i] - parts[i]), i))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
 
 
 def _shrink_lists(config: Any) -> None:
