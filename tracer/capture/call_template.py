@@ -242,7 +242,7 @@ class _Encoder:
             return {"size": list(a)}
         if type(a) in _SEQ:
             nested = position is not None and "." not in position and position.isdigit() and bool(a) \
-                and (isinstance(a[0], _Tensor) or a[0] is TENSOR)
+                and (isinstance(a[0], (_Tensor, _Inline, _Before)) or a[0] is TENSOR)  # walked as capture did
             items = [self.value(b, f"{position}.{j}" if nested else None) for j, b in enumerate(a)]
             return items if type(a) is list else {"tuple": items}
         return _atom(a)
