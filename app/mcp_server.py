@@ -34,13 +34,6 @@ class AgentSession:
         self.index: Any = None
         self.shipped: dict[tuple, Any] = {}  # (name, input shape) -> Loaded, for shipped configs only
         self.lock = threading.Lock()
-        self.warming: threading.Thread | None = None  # `warm_imports` running; an open waits for it
-
-    def warm(self) -> None:
-        """Start `warm_imports` on a daemon thread (an `open` joins it: transformers' lazy module refuses names
-        while another thread is importing it)."""
-        self.warming = threading.Thread(target=warm_imports, name="mcp-warm-imports", daemon=True)
-        self.warming.start()
 
     @property
     def trace(self) -> Any:
@@ -56,8 +49,6 @@ class AgentSession:
 
     # -- the tools' work (plain dicts; refusals raise TracerError) ------------------------------
     def open(self, source: str, input_shape: str = "1,8") -> dict[str, Any]:
-        if self.warming is not None:
-            self.warming.join()
         from tracer.configs import shipped_configs
 
         from .search_index import SearchIndex
@@ -248,15 +239,18 @@ def build_server(session: AgentSession | None = None) -> Any:
 
 
 def warm_imports() -> list[str]:
-    """Import, while the server waits for its first call, what opening a shipped config needs: transformers,
-    the modeling module of every shipped config's model type, the sources and the search index. The first
-    `open_trace` of a config then pays its capture, not about 2-3 s of imports (docs/agent.md). A module
-    that fails to import is skipped (the open that needs it refuses typed, as it would have). Returns the
-    modules imported."""
+    """Import what opening a shipped config needs (torch, transformers, the modeling module of every shipped
+    config's model type, the sources and the search index), so that the first `open_trace` of a config pays
+    its capture only. `main` runs it before the server answers `initialize`: every tool then answers from
+    the moment the server is up, and the imports count as startup (docs/agent.md). A module that fails to
+    import is skipped (the open that needs it refuses typed, as it would have). Returns the modules imported."""
     import importlib
     import json as _json
 
-    names = ["transformers", "tracer.bridges.transformers", "app.sources", "app.search_index"]
+    names = ["torch", "transformers", "tracer.tracing", "tracer.replay.validate", "tracer.bridges.transformers",
+             "tracer.bridges.accelerate", "tracer.bridges.bitsandbytes", "tracer.bridges.peft", "tracer.compat.doctor",
+             "tracer.compat.rows", "tracer.compat.zoo",
+             "app.sources", "app.search_index"]
     try:
         from tracer.configs import shipped_configs
 
@@ -284,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("source", nargs="?", help="a saved trace or config to open before serving (default: none)")
     p.add_argument("--input-shape", default="1,8", help="batch,sequence for a config (default 1,8)")
     p.add_argument("--no-warm-imports", action="store_true",
-                   help="do not import transformers and the shipped models' modules while waiting (benchmarks)")
+                   help="serve before importing transformers and the shipped models' modules; the first open "
+                        "pays them (benchmarks)")
     ns = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         import mcp  # noqa: F401
@@ -297,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.source:
         session.open(ns.source, ns.input_shape)
     elif not ns.no_warm_imports:
-        session.warm()
+        warm_imports()  # before `initialize` is answered: startup, not the first call, pays the imports
     build_server(session).run("stdio")
     return 0
 

@@ -140,14 +140,28 @@ def test_a_saved_trace_opened_at_start_over_python_m(tmp_path):
     run_client(sys.executable, ["-m", "app.mcp_server", str(folder)], scenario)
 
 
-def test_the_import_warm_up_finishes_before_an_open_uses_transformers():
-    """A server that opens nothing imports transformers and the shipped models' modules on a thread; an open
-    waits for it (transformers' lazy module refused `AutoConfig` to an open racing that import)."""
-    from app.mcp_server import AgentSession, warm_imports
+WARM_THEN_OPEN = """
+import json, sys
+from app.mcp_server import AgentSession, warm_imports
+done = warm_imports()
+before = set(sys.modules)
+session = AgentSession()
+classes = [session.open(name)["summary"]["model_class"] for name in sys.argv[1:]]
+session.doctor()
+heavy = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "transformers", "tracer"))
+print(json.dumps({"done": done, "classes": classes, "imported_by_the_opens": heavy}))
+"""
 
-    session = AgentSession()
-    session.warm()
-    opened = session.open("gpt2")  # at once: the racing case
-    assert not session.warming.is_alive() and opened["summary"]["model_class"] == "GPT2LMHeadModel"
-    done = warm_imports()
-    assert {"transformers", "transformers.models.llama.modeling_llama", "transformers.models.gpt2.modeling_gpt2"} <= set(done)
+
+def test_the_warm_up_leaves_the_first_opens_no_torch_transformers_or_tracer_module_to_import():
+    """`main` runs `warm_imports` before answering `initialize`; the first opens (and the doctor) after it import
+    nothing more from torch, transformers or the tracer, so they pay their capture only. A fresh process:
+    this one has imported them already."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", WARM_THEN_OPEN, "llama-3.1-8b", "gpt2"], cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["classes"] == ["LlamaForCausalLM", "GPT2LMHeadModel"]
+    assert {"torch", "transformers", "transformers.models.llama.modeling_llama"} <= set(result["done"])
+    assert result["imported_by_the_opens"] == []
