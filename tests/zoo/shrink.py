@@ -221,6 +221,10 @@ def _shrink_width_valued(config: Any, defaults: dict, heads_before: int | None) 
         width_before // heads_before if heads_before else None)
     handled = set(WIDTH_KEYS + HEAD_KEYS + KV_KEYS + FFN_KEYS + LAYER_KEYS + VOCAB_KEYS + POSITION_KEYS + IMAGE_KEYS)
     for key, value in defaults.items():
+        if isinstance(value, (list, tuple)) and value and all(v == width_before for v in value) and \
+                key not in handled and "channels" in key and vars(config).get(key) == value:
+            _set(config, key, [width] * len(value))  # per-level widths (D-FINE's decoder_in_channels)
+            continue
         if key in handled or key.startswith("_") or not isinstance(value, int) or isinstance(value, bool):
             continue
         if not any(part in key for part in ("group", "dim", "size", "channels")) or _int(config, key) != value:
@@ -382,6 +386,8 @@ def _shrink_lists(config: Any) -> None:
             _set(config, key, [min(v, 1) for v in value])
         elif key in HEAD_KEYS and all(isinstance(v, int) for v in value):  # per stage, widths doubling
             _set(config, key, [min(v, 2 ** i) for i, v in enumerate(value)])
+        elif key == "hidden_sizes" and "stage_out_channels" in vars(config):
+            continue  # HGNetV2: the stage widths live in stage_*_channels; hidden_sizes reports them
         elif key in ("hidden_sizes", "embed_dims", "dims", "embed_dim_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 16 * (i + 1)) for i, v in enumerate(value)])
 
