@@ -7,7 +7,8 @@ on the loop, load 5-7 on 2 cores): inline, the loop stalled 0.7-1.7 s; in a thre
 10 ms (max 135-249 ms); in `app.worker`'s child process, 10-13 s per layout (the child loads the trace
 and builds its engine cold) and then 0.8-2 s on the loop to parse the 14 MB JSON result. So a thread.
 
-`OffLoop` runs one job at a time per session: a newer `submit` (or `supersede`) stops the job in flight
+`OffLoop` runs one job at a time per session, on that session's one thread (starting a thread per job
+had the loop wait for it to be scheduled: seen in the loop log under load); a newer `submit` (or `supersede`) stops the job in flight
 (`Stopped` is raised in its thread at its next bytecode) and its result, should one still arrive, is
 dropped on the loop (the generation check is made there, where results are applied). A job past its
 bound is stopped the same way and `over` is called instead of `done`. `done`, `over` and `failed` run
@@ -16,6 +17,7 @@ through `deliver`: for a served session, the document's next tick under its lock
 from __future__ import annotations
 
 import ctypes
+import heapq
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,22 +36,29 @@ class Stopped(BaseException):
 @dataclass
 class _Job:
     gen: int
-    thread: threading.Thread | None = None
+    work: Callable[[], Any]
+    done: Callable[[Any, float], None]
+    over: Callable[[float], None]
+    failed: Callable[[BaseException], None]
+    deliver: Deliver
     finished: bool = False
     reason: str = ""  # why it was stopped: "superseded" or "bound"
-    timer: threading.Timer | None = field(default=None, repr=False)
+    ended: threading.Event = field(default_factory=threading.Event, repr=False)
 
 
 class OffLoop:
-    """At most one background job per owner (a session); the newest request wins."""
+    """At most one background job per owner (a session), on a thread of its own started once (a thread
+    started per job would have the loop wait for it to be scheduled); the newest request wins."""
 
     def __init__(self, bound_s: float | None = None, name: str = "tlx-layout") -> None:
         self.bound_s = LAYOUT_BOUND_S if bound_s is None else bound_s
         self.name = name
         self.dropped = 0  # results that arrived after a newer request (counted on the loop)
         self._gen = 0
-        self._job: _Job | None = None
-        self._lock = threading.Lock()
+        self._job: _Job | None = None  # the latest job (waiting, running or ended)
+        self._running: _Job | None = None
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
 
     @property
     def pending(self) -> bool:
@@ -59,74 +68,87 @@ class OffLoop:
 
     def submit(self, work: Callable[[], Any], done: Callable[[Any, float], None], over: Callable[[float], None],
                failed: Callable[[BaseException], None], deliver: Deliver) -> int:
-        """Run `work()` on a new thread, stopping the job before it; deliver `done(result, seconds)`, or
-        `over(seconds)` past the bound, or `failed(error)`, unless a newer request came first."""
+        """Run `work()` on this owner's thread, stopping the job before it; deliver `done(result, seconds)`,
+        or `over(seconds)` past the bound, or `failed(error)`, unless a newer request came first."""
         with self._lock:
             self._gen += 1
-            job = _Job(self._gen)
-            self._stop(self._job, "superseded")
-            self._job = job
-        job.thread = threading.Thread(target=self._body, args=(job, work, done, over, failed, deliver),
-                                      name=f"{self.name}-{job.gen}", daemon=True)
-        job.timer = threading.Timer(self.bound_s, self._overdue, (job,))
-        job.timer.daemon = True
-        job.thread.start()
-        job.timer.start()
+            self._stop(self._running, "superseded")
+            if self._job is not None and self._job is not self._running:
+                self._job.finished = True  # waiting, never started: replaced
+                self._job.ended.set()
+            job = self._job = _Job(self._gen, work, done, over, failed, deliver)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                self._thread.start()  # once per owner
+            self._lock.notify_all()
         return job.gen
 
     def supersede(self) -> None:
         """A newer view was drawn another way (inline, or refused): drop and stop whatever is in flight."""
         with self._lock:
             self._gen += 1
-            self._stop(self._job, "superseded")
+            self._stop(self._running, "superseded")
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait until the latest job's thread has ended (its outcome handed to `deliver`)."""
+        """Wait until the latest job has ended (its outcome handed to `deliver`)."""
         job = self._job
-        if job is not None and job.thread is not None:
-            job.thread.join(timeout)
+        if job is not None:
+            job.ended.wait(timeout)
 
     def _overdue(self, job: _Job) -> None:
         with self._lock:
-            if job.gen == self._gen:
+            if job.gen == self._gen and job is self._running:
                 self._stop(job, "bound")
 
     def _stop(self, job: _Job | None, reason: str) -> None:
-        """Raise `Stopped` in `job`'s thread (the lock is held: the job has not finished)."""
-        if job is None or job.finished or job.reason or job.thread is None or job.thread.ident is None:
+        """Raise `Stopped` in the thread running `job` (the lock is held: the job has not finished)."""
+        if job is None or job.finished or job.reason or self._thread is None or self._thread.ident is None:
             return
         job.reason = reason
-        if job.timer is not None:
-            job.timer.cancel()
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(job.thread.ident), ctypes.py_object(Stopped))
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident), ctypes.py_object(Stopped))
 
-    def _body(self, job: _Job, work: Callable[[], Any], done: Callable[[Any, float], None],
-              over: Callable[[float], None], failed: Callable[[BaseException], None], deliver: Deliver) -> None:
+    def _serve(self) -> None:
+        while True:
+            job: _Job | None = None
+            try:
+                with self._lock:
+                    while self._job is None or self._job.finished:
+                        self._lock.wait()
+                    job = self._job
+                    self._running = job  # from here a stop may be sent
+                WATCHDOG.watch(self.bound_s, lambda job=job: self._overdue(job))
+                self._run(job)
+            except Stopped:  # sent before the job began, or as it was handing over: it is over either way
+                if job is not None:
+                    with self._lock:
+                        job.finished = True
+                        if self._running is job:
+                            self._running = None
+                    job.ended.set()
+
+    def _run(self, job: _Job) -> None:
         started = time.perf_counter()
         try:
-            try:
-                result = work()
-                with self._lock:  # a stop sent before this fires by the end of this block, in this try
-                    job.finished = True
-                    if job.timer is not None:
-                        job.timer.cancel()
+            result = job.work()
+            with self._lock:  # a stop sent before this fires by the end of this block, in this try
+                job.finished = True
+                self._running = None
+            took = time.perf_counter() - started
+            job.deliver(lambda: self._apply(job, lambda: job.done(result, took)))
+        except Stopped:
+            with self._lock:
+                job.finished = True
+                self._running = None
+            if job.reason == "bound":
                 took = time.perf_counter() - started
-                deliver(lambda: self._apply(job, lambda: done(result, took)))
-            except Stopped:
-                with self._lock:
-                    job.finished = True
-                if job.reason == "bound":
-                    took = time.perf_counter() - started
-                    deliver(lambda: self._apply(job, lambda: over(took)))
-            except Exception as exc:  # noqa: BLE001 - the work's refusal, shown on the page
-                with self._lock:
-                    job.finished = True
-                    if job.timer is not None:
-                        job.timer.cancel()
-                error = exc
-                deliver(lambda: self._apply(job, lambda: failed(error)))
-        except Stopped:  # sent while the job was already handing over: it was finished, nothing more to do
-            pass
+                job.deliver(lambda: self._apply(job, lambda: job.over(took)))
+        except Exception as exc:  # noqa: BLE001 - the work's refusal, shown on the page
+            with self._lock:
+                job.finished = True
+                self._running = None
+            job.deliver(lambda: self._apply(job, lambda: job.failed(exc)))
+        finally:
+            job.ended.set()
 
     def _apply(self, job: _Job, fn: Callable[[], None]) -> None:
         """On the loop: apply a job's outcome unless a newer request came after it."""
@@ -134,6 +156,36 @@ class OffLoop:
             self.dropped += 1
             return
         fn()
+
+
+class _Watchdog:
+    """One thread for every owner's bounds: calls each `fn` once its deadline has passed."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._count = 0
+
+    def watch(self, seconds: float, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._count += 1
+            heapq.heappush(self._due, (time.monotonic() + seconds, self._count, fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="tlx-layout-bounds", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def _serve(self) -> None:
+        while True:
+            with self._lock:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._lock.wait(None if not self._due else self._due[0][0] - time.monotonic())
+                _at, _n, fn = heapq.heappop(self._due)
+            fn()  # a stale entry (its job ended) does nothing
+
+
+WATCHDOG = _Watchdog()
 
 
 def served_deliverer() -> Deliver | None:

@@ -93,6 +93,22 @@ def zip_folder(folder: Path, path: Path) -> Path:
     return path
 
 
+def layout_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
+    """The layout of the saved trace at `request["trace"]` for `request["expanded"]`, as plain lists (the
+    alternative to a thread that tests/bench/bench_offloop.py measures; the app lays out on a thread)."""
+    import tracer
+    from exporters.layout import LayoutEngine
+
+    report(0.1, "reading the trace")
+    lay = LayoutEngine(tracer.load(request["trace"])).layout(request["expanded"],
+                                                             fold_repeats=bool(request.get("fold_repeats")))
+    return {"nodes": [[n.id, n.kind, n.label, n.x, n.y, n.width, n.height, n.op_label, n.module, n.repeat,
+                       list(n.members)] for n in lay.nodes],
+            "frames": [[f.address, f.label, f.depth, f.x0, f.y0, f.x1, f.y1, f.call] for f in lay.frames],
+            "edges": [[e.source, e.target, e.points, e.back_edge] for e in lay.edges],
+            "width": lay.width, "height": lay.height, "visible": dict(lay.visible)}
+
+
 def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     """The facility's own check (used by its tests): report, then sleep, refuse, crash or answer as asked."""
     report(0.5, f"probing in {os.getpid()}")
@@ -110,5 +126,5 @@ def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
 
 TASKS: dict[str, Callable[[dict[str, Any], Report], Any]] = {
     "twin": twin_task, "estimate": estimate_task, "export": export_task, "memory": memory_task,
-    "probe": probe_task,
+    "layout": layout_task, "probe": probe_task,
 }

@@ -233,9 +233,10 @@ def test_a_superseded_job_is_stopped_and_a_late_result_is_dropped():
     queued: list = []  # the loop's next ticks, run here by hand
     got: list[str] = []
     jobs = OffLoop()
-    release = threading.Event()
+    release, running = threading.Event(), threading.Event()
 
     def waits_forever() -> str:
+        running.set()
         while not release.wait(0.01):  # bytecode between waits: a stop is raised here
             pass
         return "first"
@@ -243,10 +244,10 @@ def test_a_superseded_job_is_stopped_and_a_late_result_is_dropped():
     for_ = dict(over=lambda _s: got.append("over"), failed=lambda e: got.append(repr(e)), deliver=queued.append)
     jobs.submit(waits_forever, lambda r, _s: got.append(r), **for_)
     first = jobs._job
+    assert running.wait(60)
     jobs.submit(lambda: "second", lambda r, _s: got.append(r), **for_)
+    assert first.ended.wait(60) and first.reason == "superseded"
     jobs.join(60)
-    first.thread.join(60)
-    assert not first.thread.is_alive() and first.reason == "superseded"
     assert len(queued) == 1  # the first was stopped: nothing of it was handed over
     jobs.submit(lambda: "third", lambda r, _s: got.append(r), **for_)  # newer than "second", handed over already
     jobs.join(60)

@@ -9,7 +9,8 @@ console script (a separate server process, as a user runs it).
 as it goes one module at a time: for each module at depth 2 (`stages.K`), A searches it and clicks
 "Expand all" under it, waiting for its status line each time (an answer, or "Not drawn" where a view
 past app/view_budget.py's bound is refused), until every module is open or refused (without that bound
-the last layouts are of the whole 11,626-edge graph).
+the last layouts are of the whole 11,626-edge graph). A step laid out off the loop (app/offloop.py) is done
+once its status line no longer says "in the background".
 
 Session B's round trip: from Enter in the search box (an op label) to B's inspector showing that op,
 read at an animation frame in B's page (`performance.now()`); the server selects the op, opens its
@@ -160,7 +161,7 @@ def _expand_stepper(page, modules: list[str]) -> callable:
     def done() -> bool:
         if pending:
             status = _summary(page)
-            if not any(w in status for w in pending[0]):
+            if not any(w in status for w in pending[0]) or "in the background" in status:  # its layout still running
                 return False
             pending.clear()
         if not steps:
