@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 WIDTH = 32
+LAYOUT_WIDTH = 48
 HEADS = 4
 FFN = 64
 LAYERS = 2
@@ -145,10 +146,15 @@ def _shrink_one(config: Any) -> None:
         kv = _int(config, key)
         if kv is not None:  # as many kv heads as heads stays so (latent attention, ESM-C's k_norm); grouped stays grouped
             _set(config, key, heads if before and kv >= before else 2 if heads % 2 == 0 and kv > 1 else 1)
+    # A 2-D layout model (LiLT, LayoutLMv3) splits its width into six box embeddings: a multiple of 6 and of the heads.
+    width = LAYOUT_WIDTH if "max_2d_position_embeddings" in vars(config) else WIDTH
     for key in WIDTH_KEYS:
-        if _int(config, key) is not None and _int(config, key) > WIDTH:
-            _set(config, key, WIDTH)
-    head_dim = WIDTH // heads
+        if _int(config, key) is not None and _int(config, key) > width:
+            _set(config, key, width)
+    if _int(config, "coordinate_size") and _int(config, "shape_size"):  # 4 coordinates + 2 shapes make the width
+        _set(config, "coordinate_size", width // 6)
+        _set(config, "shape_size", width // 6)
+    head_dim = width // heads
     if "head_dim" in vars(config) and (_int(config, "head_dim") is not None or vars(config)["head_dim"] is None):
         _set(config, "head_dim", head_dim)
     _shrink_latent_heads(config, head_dim)
@@ -159,8 +165,8 @@ def _shrink_one(config: Any) -> None:
         if _int(config, key) is not None and _int(config, key) > FFN:
             _set(config, key, FFN)
     for key in list(vars(config)):  # a width named for what it feeds (encoder_hidden_size, cross_hidden_size)
-        if key.endswith("_hidden_size") and key not in FFN_KEYS and (_int(config, key) or 0) > WIDTH:
-            _set(config, key, WIDTH)
+        if key.endswith("_hidden_size") and key not in FFN_KEYS and (_int(config, key) or 0) > width:
+            _set(config, key, width)
     _shrink_width_valued(config, defaults, before)
     _shrink_state_heads(config, heads)
     for key in LAYER_KEYS:
@@ -182,15 +188,25 @@ def _shrink_one(config: Any) -> None:
     for key in IMAGE_KEYS:
         if _int(config, key) is not None and _int(config, key) > IMAGE:
             _set(config, key, IMAGE)
-    for key in EXPERT_KEYS:
-        if _int(config, key) is not None and _int(config, key) > 4:
-            _set(config, key, 4)
+    if _int(config, "max_img_size") is not None:  # TVP pads frames to it: a ResNet backbone needs 64 px at least
+        _set(config, "max_img_size", min(_int(config, "max_img_size"), 2 * IMAGE))
+    if _int(config, "visual_prompt_size") is not None:  # TVP's frame pad: well inside the image
+        _set(config, "visual_prompt_size", min(_int(config, "visual_prompt_size"), IMAGE // 4))
+    moe = _int(config, "moe_intermediate_size") is not None
+    for key in EXPERT_KEYS + ("n_routed_experts",):
+        if _int(config, key) is not None and _int(config, key) > 4 or moe and key in vars(config) and vars(config)[key] is None:
+            _set(config, key, 4)  # a mixture whose default leaves its expert count unset (dots1) gets 4
+    for key in ("n_shared_experts", "num_shared_experts"):
+        if moe and key in vars(config) and vars(config)[key] is None:
+            _set(config, key, 1)
     for key in ("n_group", "num_expert_group", "topk_group", "num_groups_topk"):  # one group of the 4 experts
         if _int(config, key) is not None and _int(config, key) > 1:
             _set(config, key, 1)
     for key in TOP_K_KEYS:
         if _int(config, key) is not None:
             _set(config, key, min(2, _int(config, key)))
+        elif moe and key in vars(config) and vars(config)[key] is None:
+            _set(config, key, 2)
     if "prediction_length" in vars(config) and vars(config)["prediction_length"] is None:
         _set(config, "prediction_length", 4)  # a forecaster needs a horizon; its context defaults to it
     if vars(config).get("use_timm_backbone"):  # timm is not installed: the config's own transformers backbone

@@ -1,0 +1,75 @@
+"""The zoo's config shrink (tests/zoo/shrink.py) on real transformers default configs: the rules that
+keep a shrunken config self-consistent. Configs only; no model is built."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from transformers import AutoConfig  # noqa: E402
+
+from tests.zoo.shrink import _split_like, shrink_config  # noqa: E402
+
+
+def tiny(model_type: str):
+    return shrink_config(AutoConfig.for_model(model_type))
+
+
+def test_rotary_dim_fits_in_the_head():
+    config = tiny("gptj")
+    assert config.rotary_dim <= config.n_embd // config.n_head
+
+
+def test_swin_stage_lists_follow_the_stage_count_and_the_final_width_is_rederived():
+    config = tiny("swin")
+    assert len(config.depths) == len(config.num_heads) == config.num_layers
+    assert config.hidden_size == config.embed_dim * 2 ** (config.num_layers - 1)
+    assert all(config.embed_dim * 2 ** i % h == 0 for i, h in enumerate(config.num_heads))
+
+
+def test_kv_heads_equal_to_heads_by_default_stay_equal():
+    config = tiny("esmc")
+    assert config.num_key_value_heads == config.num_attention_heads < 40
+
+
+def test_attribute_a_default_sub_config_lacks_is_borrowed_from_its_parent():
+    assert AutoConfig.for_model("dbrx").attn_config.__dict__.get("rope_theta") is None
+    assert tiny("dbrx").attn_config.rope_theta == 10000.0
+
+
+def test_mrope_sections_sum_to_half_the_rotated_head():
+    config = tiny("glm4v_moe_text")
+    rope = config.rope_parameters
+    head_dim = config.hidden_size // config.num_attention_heads
+    assert sum(rope["mrope_section"]) == int(head_dim * rope["partial_rotary_factor"]) // 2
+
+
+def test_split_like_keeps_parts_equal_by_default_equal():
+    assert _split_like(4, [22, 22, 20]) == [1, 1, 2]
+    assert sum(_split_like(7, [16, 24, 24])) == 7
+    assert _split_like(3, [0, 0, 0]) == [1, 1, 1]
+
+
+def test_width_valued_fields_follow_the_width():
+    mimi = tiny("mimi")
+    assert mimi.upsample_groups == mimi.hidden_size == 32
+    wavtokenizer = tiny("wavtokenizer")
+    assert wavtokenizer.codebook_dim == wavtokenizer.hidden_size
+
+
+def test_timm_backbone_is_replaced_by_the_transformers_family_with_the_same_stages():
+    config = tiny("detr")
+    assert config.backbone_config.model_type == "resnet"
+    assert config.backbone_config.out_features == ["stage1", "stage2", "stage3", "stage4"]
+
+
+def test_layout_width_splits_into_six_box_embeddings():
+    config = tiny("layoutlmv3")
+    assert 4 * config.coordinate_size + 2 * config.shape_size == config.hidden_size
+    assert config.hidden_size % config.num_attention_heads == 0
+
+
+def test_group_norm_groups_divide_the_shrunken_channels():
+    config = tiny("bit")
+    mids = [c // 4 for c in config.hidden_sizes]  # BiT's bottleneck: a quarter of the stage width
+    assert all(c % config.num_groups == 0 for c in mids + [config.embedding_size])
