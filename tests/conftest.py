@@ -52,6 +52,20 @@ def pytest_xdist_make_scheduler(config, log):
     return ByWorkUnit(config, log)
 
 
+# Playwright's `expect` waits 5 s by default for what it asserts, a window a busy host (two workers, a
+# subprocess starting beside them) can miss while the page is right; the assertion is the same, only the
+# wait for it is longer (an action's own wait is Playwright's 30 s).
+EXPECT_TIMEOUT_MS = 30_000
+
+
+def pytest_configure(config):
+    try:
+        from playwright.sync_api import expect
+    except ImportError:  # the browser tests then fail on their own import, with their own message
+        return
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+
+
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
     """pytest-playwright launches Debian's Chromium (no browser download is possible here)."""
