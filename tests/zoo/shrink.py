@@ -40,13 +40,14 @@ def shrink_config(config: Any) -> Any:
     """Shrink `config` in place (and its sub-configs at every depth: a vision config's own encoder
     config too); returns it."""
     pending, seen, parents = [config], set(), {id(config): None}
-    order = []
+    order, defaults = [], {}
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
         order.append(current)
+        defaults[id(current)] = dict(vars(current))
         _shrink_one(current)
         for name in _sub_config_names(current):
             child = getattr(current, name)
@@ -54,7 +55,25 @@ def shrink_config(config: Any) -> Any:
             pending.append(child)
     for current in order:
         _borrow_missing(current, parents, order)
+        _follow_sibling_widths(current, defaults)
     return config
+
+
+def _follow_sibling_widths(config: Any, defaults: dict[int, dict]) -> None:
+    """A sub-config's *channels field whose default is a sibling's default width (SAM's vision
+    output_channels, the mask decoder's hidden_size) follows that sibling's shrunken width; so does
+    a position embedding's num_pos_feats, half of it."""
+    subs = [getattr(config, name) for name in _sub_config_names(config)]
+    for a in subs:
+        for b in subs:
+            before, after = _width_of(defaults.get(id(b), {})), _width_of(vars(b))
+            if a is b or not before or not after or before == after:
+                continue
+            for key, value in defaults.get(id(a), {}).items():
+                if "channels" in key and value == before and vars(a).get(key) == value:
+                    _set(a, key, after)
+                elif key == "num_pos_feats" and value == before // 2 and vars(a).get(key) == value:
+                    _set(a, key, after // 2)  # a sine position embedding: half the width per axis
 
 
 # Attributes some models read from a config whose default class does not define them (DBRX's attention
@@ -188,6 +207,9 @@ def _shrink_one(config: Any) -> None:
     for key in IMAGE_KEYS:
         if _int(config, key) is not None and _int(config, key) > IMAGE:
             _set(config, key, IMAGE)
+    image, patch = _int_of(defaults.get("image_size")), _int_of(defaults.get("patch_size"))
+    if image and patch and defaults.get("image_embedding_size") == image // patch and _int(config, "image_size"):
+        _set(config, "image_embedding_size", _int(config, "image_size") // _int(config, "patch_size"))  # SAM's grid
     if _int(config, "max_img_size") is not None:  # TVP pads frames to it: a ResNet backbone needs 64 px at least
         _set(config, "max_img_size", min(_int(config, "max_img_size"), 2 * IMAGE))
     if _int(config, "visual_prompt_size") is not None:  # TVP's frame pad: well inside the image
