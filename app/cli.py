@@ -337,7 +337,7 @@ def snapshot(ns: argparse.Namespace) -> int:
         from .diff_cli import snapshot_diff
 
         return snapshot_diff(ns)
-    from exporters import figures
+    from exporters import figure_detail, figures
     from exporters.layout import LayoutEngine
     from exporters.layout.dag import COMPACT
     from exporters.layout.hiding import PLUMBING, hidden_ops
@@ -346,20 +346,57 @@ def snapshot(ns: argparse.Namespace) -> int:
     figures.paper_width(ns.width)  # refuse a bad width before the capture
     loaded = _load(ns.path, ns.model, ns.input_shape)
     captured = time.perf_counter()
-    engine = LayoutEngine(loaded.trace, hidden_ops(loaded.trace, hide), COMPACT, transposed=ns.direction == "LR")
-    expanded = engine.default_expansion() | set(ns.expand or ())
-    caption = False if ns.no_caption else ns.caption
-    scene = figures.build_scene(loaded.trace, expanded=expanded, fold_repeats=ns.fold, caption=caption, hide=hide,
-                                engine=engine, direction=ns.direction,
-                                **figures.snapshot_overlay_options(loaded.trace, ns.overlay,
-                                                                                   ns.overlay_scale, ns.rollup))
-    size = figures.figure_size(scene, ns.width, ns.max_height, ns.font_pt)
-    written = figures.write_scene(scene, out, size, fmt, ns.dpi, follow_symlinks=ns.follow_symlinks)
+    trace = loaded.trace
+    options = dict(fold_repeats=ns.fold, caption=False if ns.no_caption else ns.caption, hide=hide,
+                   **figures.snapshot_overlay_options(trace, ns.overlay, ns.overlay_scale, ns.rollup))
+    engines = {ns.direction: LayoutEngine(trace, hidden_ops(trace, hide), COMPACT, transposed=ns.direction == "LR")}
+
+    def build(expanded: frozenset[str], direction: str = ns.direction) -> figures.Scene:
+        if direction not in engines:
+            engines[direction] = LayoutEngine(trace, engines[ns.direction].hidden, COMPACT, transposed=direction == "LR")
+        return figures.build_scene(trace, expanded=expanded, engine=engines[direction], direction=direction, **options)
+
+    default = engines[ns.direction].default_expansion()
+    start = default | set(ns.expand or ())
+    detail = figure_detail.choose(build, start, ns.width, ns.max_height, ns.font_pt, adapt=not ns.expand)
+    size = detail.size
+    written = figures.write_scene(detail.scene, out, size, fmt, ns.dpi, follow_symlinks=ns.follow_symlinks)
     done = time.perf_counter()
     print(f"torchlens-explore: wrote {written}: {size.width_in:.2f} x {size.height_in:.2f} in, labels {size.font_pt:.1f} pt"
-          f"{'' if size.legible else ' (small: try --width page, --hide, or fewer expanded modules)'}; "
-          f"{loaded.trace.ladder_state}; trace {captured - started:.1f} s, figure {done - captured:.2f} s")
+          f"{_snapshot_notes(ns, detail, build, start, default)}; "
+          f"{trace.ladder_state}; trace {captured - started:.1f} s, figure {done - captured:.2f} s")
     return 0
+
+
+def _snapshot_notes(ns: argparse.Namespace, detail, build, start: frozenset[str], default: frozenset[str]) -> str:
+    """What `snapshot` opened or closed to suit the print size, and, for labels under the legible floor,
+    only the options that would raise them to it (each with the size it gives)."""
+    from exporters import figure_detail, figures
+
+    notes = []
+    if detail.opened:
+        notes.append(f"opened {', '.join(detail.opened)} to use the width")
+    if detail.closed:
+        notes.append(f"closed {', '.join(detail.closed)} to keep labels >= {figures.MIN_FONT_PT:g} pt")
+    if detail.opened or detail.closed:
+        notes[-1] += " (--expand to choose)"
+    elif not ns.expand and detail.size.width_in <= figures.COLUMN_IN < figures.paper_width(ns.width) \
+            and detail.size.font_pt >= ns.font_pt - 1e-6:  # the same figure as at column width: say why
+        notes.append(f"as at column width: no module opens within {figures.paper_width(ns.width):g} x {ns.max_height:g} in"
+                     f" at {ns.font_pt:g} pt")
+    if not detail.size.legible:
+        def sized(expanded: frozenset[str], direction: str = ns.direction, adapt: bool = not ns.expand):
+            return figure_detail.choose(lambda e: build(e, direction), expanded, ns.width, ns.max_height, ns.font_pt,
+                                        adapt=adapt).size
+
+        other = "TB" if ns.direction == "LR" else "LR"
+        alternatives = {f"--direction {other}": sized(start, other)}
+        if ns.expand:
+            alternatives["without --expand"] = sized(default, adapt=True)
+        hints = figure_detail.advice(detail.scene, detail.size, ns.width, ns.max_height, alternatives)
+        floor = f"under the {figures.MIN_FONT_PT:g} pt floor"
+        notes.append(f"{floor}: try {' or '.join(hints)}" if hints else floor)
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 if __name__ == "__main__":
