@@ -56,7 +56,38 @@ def shrink_config(config: Any) -> Any:
     for current in order:
         _borrow_missing(current, parents, order)
         _follow_sibling_widths(current, defaults)
+        _follow_backbone_lists(current, defaults)
     return config
+
+
+def _follow_backbone_lists(config: Any, defaults: dict[int, dict]) -> None:
+    """A list in a config that mirrors a sub-config's per-stage list (SAM 2's backbone_channel_list, the
+    Hiera stage widths reversed) follows it; feature sizes derived from the image and stride re-derived."""
+    for sub in (getattr(config, name) for name in _sub_config_names(config)):
+        sub_defaults = defaults.get(id(sub), {})
+        for key, value in defaults.get(id(config), {}).items():
+            if not isinstance(value, list) or not value or vars(config).get(key) != value:
+                continue
+            for sub_key, sub_value in sub_defaults.items():
+                now = vars(sub).get(sub_key)
+                if isinstance(sub_value, (list, tuple)) and isinstance(now, (list, tuple)) and now != sub_value:
+                    if list(sub_value)[::-1] == value:
+                        _set(config, key, list(now)[::-1])
+                    elif list(sub_value) == value:
+                        _set(config, key, list(now))
+        image, stride = _first_int(sub_defaults.get("image_size")), _first_int(sub_defaults.get("patch_stride"))
+        sizes = vars(config).get("backbone_feature_sizes")
+        if image and stride and isinstance(sizes, list) and _first_int(vars(sub).get("image_size")):
+            derived = [[image // (stride * 2 ** i)] * 2 for i in range(len(sizes))]
+            if sizes == derived:
+                new = _first_int(vars(sub).get("image_size"))
+                _set(config, "backbone_feature_sizes", [[max(1, new // (stride * 2 ** i))] * 2 for i in range(len(sizes))])
+
+
+def _first_int(value: Any) -> int | None:
+    if isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return _int_of(value)
 
 
 def _follow_sibling_widths(config: Any, defaults: dict[int, dict]) -> None:
@@ -168,6 +199,8 @@ def _shrink_one(config: Any) -> None:
     # A 2-D layout model (LiLT, LayoutLMv3) splits its width into six box embeddings: a multiple of 6 and of the heads.
     width = LAYOUT_WIDTH if "max_2d_position_embeddings" in vars(config) else WIDTH
     for key in WIDTH_KEYS:
+        if key == "hidden_dim" and "width_coefficient" in vars(config):
+            continue  # EfficientNet: the top width is round_filters(1280), derived from the coefficient
         if _int(config, key) is not None and _int(config, key) > width:
             _set(config, key, width)
     if _int(config, "coordinate_size") and _int(config, "shape_size"):  # 4 coordinates + 2 shapes make the width
@@ -207,6 +240,14 @@ def _shrink_one(config: Any) -> None:
     for key in IMAGE_KEYS:
         if _int(config, key) is not None and _int(config, key) > IMAGE:
             _set(config, key, IMAGE)
+        elif isinstance(vars(config).get(key), (list, tuple)) and all(isinstance(v, int) for v in vars(config)[key]):
+            _set(config, key, [min(v, IMAGE) for v in vars(config)[key]])  # [height, width]
+    stage_widths = vars(config).get("embed_dim_per_stage")
+    width_before = _width_of(defaults)
+    if isinstance(stage_widths, list) and stage_widths and (defaults.get("embed_dim_per_stage") or [None])[0] == width_before:
+        for key in WIDTH_KEYS:  # the width is the first stage's (SAM 2's Hiera)
+            if defaults.get(key) == width_before:
+                _set(config, key, stage_widths[0])
     image, patch = _int_of(defaults.get("image_size")), _int_of(defaults.get("patch_size"))
     if image and patch and defaults.get("image_embedding_size") == image // patch and _int(config, "image_size"):
         _set(config, "image_embedding_size", _int(config, "image_size") // _int(config, "patch_size"))  # SAM's grid
