@@ -277,6 +277,11 @@ def _shrink_one(config: Any) -> None:
     _replace_timm_backbone(config)
     if _int(config, "sliding_window") is not None:
         _set(config, "sliding_window", 4)
+    languages = vars(config).get("languages")
+    if "default_language" in vars(config) and vars(config)["default_language"] is None and languages:
+        _set(config, "default_language", list(languages)[0])  # X-MOD refuses an input without a language
+    if "vocab_size" in vars(config) and vars(config)["vocab_size"] is None:  # a CTC head needs a vocabulary
+        _set(config, "vocab_size", VOCAB)
     if "clip_qkv" in vars(config) and vars(config)["clip_qkv"] is None:  # DBRX clamps by it unconditionally
         _set(config, "clip_qkv", 8.0)
     _fill_layer_type_defaults(config)
