@@ -10,6 +10,7 @@ from typing import Any
 
 WIDTH = 32
 LAYOUT_WIDTH = 48
+HEADLESS_WIDTH = 64
 HEADS = 4
 FFN = 64
 LAYERS = 2
@@ -198,6 +199,8 @@ def _shrink_one(config: Any) -> None:
             _set(config, key, heads if before and kv >= before else 2 if heads % 2 == 0 and kv > 1 else 1)
     # A 2-D layout model (LiLT, LayoutLMv3) splits its width into six box embeddings: a multiple of 6 and of the heads.
     width = LAYOUT_WIDTH if "max_2d_position_embeddings" in vars(config) else WIDTH
+    if before is None and "patch_size" in vars(config) and _int(config, "num_hidden_layers") is not None:
+        width = HEADLESS_WIDTH  # a vision tower with no head count derives it as width // 64 (BridgeTower)
     for key in WIDTH_KEYS:
         if key == "hidden_dim" and "width_coefficient" in vars(config):
             continue  # EfficientNet: the top width is round_filters(1280), derived from the coefficient
@@ -210,6 +213,8 @@ def _shrink_one(config: Any) -> None:
     if "head_dim" in vars(config) and (_int(config, "head_dim") is not None or vars(config)["head_dim"] is None):
         _set(config, "head_dim", head_dim)
     _shrink_latent_heads(config, head_dim)
+    if _int_of(defaults.get("head_dim")) and defaults.get("head_dim") == defaults.get("qk_head_dim"):
+        _set(config, "head_dim", _int(config, "qk_head_dim"))  # Mistral 4: its rope part is head_dim x partial
     _shrink_rope_sections(config, head_dim)
     if _int(config, "rotary_dim") is not None:  # the rotated part of a head fits in the head
         _set(config, "rotary_dim", min(_int(config, "rotary_dim"), _int(config, "head_dim") or head_dim))
