@@ -4,7 +4,9 @@
 page listing the stages (`app.startup.STAGE_TEXT`: done with its seconds, the current one, those to
 come), refreshed by a periodic callback on the session's own loop; when the work is done the same
 callback puts the explorer's page (`app.explorer.build_app`) in its place, or a refusal's code, site
-and remedy. A session opened after that gets the explorer (or the refusal) directly. Nothing here
+and remedy; a session no browser has connected to yet (a bare GET of the URL) keeps waiting, so it
+neither builds an explorer nobody sees nor takes the page built ahead for the first browser. A session
+opened after that gets the explorer (or the refusal) directly. Nothing here
 imports torch or the explorer's views until the work has finished.
 """
 from __future__ import annotations
@@ -73,10 +75,13 @@ class StartupPages:
         if snap.done:
             return holder
         callback: list[Any] = []
+        doc = pn.state.curdoc
 
         def tick() -> None:
             now = self.startup.snapshot()
             if now.done and now.error is None:
+                if not connected(doc):
+                    return  # built when a browser connects (the callback keeps ticking until then)
                 callback[0].stop()
                 page = self.explorer_page(now.loaded)
                 holder.objects = [page]
@@ -88,6 +93,13 @@ class StartupPages:
 
         callback.append(pn.state.add_periodic_callback(tick, period=POLL_MS))
         return holder
+
+
+def connected(doc: Any) -> bool:
+    """Whether a browser holds `doc`'s session websocket (True where Bokeh does not tell)."""
+    session = getattr(getattr(doc, "session_context", None), "_session", None)
+    count = getattr(session, "connection_count", None)
+    return True if count is None else count > 0
 
 
 def _retitle(loaded: Any) -> None:

@@ -146,6 +146,45 @@ def test_the_progress_page_comes_first_and_the_graph_replaces_it(page):
 
 
 @pytest.mark.browser
+def test_a_session_no_browser_connected_to_builds_no_explorer(page):
+    """A bare GET of the URL (a script polling it) makes a session that never connects: it must neither build an
+    explorer nor take the page built ahead; the browser's session gets the one build."""
+    from app.explorer import PagePool, PageParts, build_app
+    from app.factory import open_factory
+
+    gate = threading.Event()
+    pools, built = [], []
+
+    def load(step):
+        step("import")
+        gate.wait(120)
+        step("factory")
+        loaded = open_factory("tests.models:tiny_llama")
+        step("layout")
+        pools.append(PagePool(loaded, ready=PageParts(loaded)))
+        return loaded
+
+    def explorer_page(loaded):
+        built.append(pools[0]._ready is not None)  # whether the parts built ahead were still there to take
+        return build_app(loaded, pools[0])
+
+    startup = Startup(load, ROUTE_STAGES["factory"])
+    server, url = _serve(startup, explorer_page)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as answer:  # a session is made; no websocket follows
+            assert answer.status == 200
+        page.goto(url)
+        expect(page.locator(".tlx-progress")).to_be_visible(timeout=60_000)
+        gate.set()
+        pagekit.wait_graph(page, timeout_ms=120_000)
+        time.sleep(1.0)  # several ticks (POLL_MS) of the bare session after the browser's page was built
+        assert built == [True], built
+    finally:
+        gate.set()
+        server.stop()
+
+
+@pytest.mark.browser
 def test_a_refusal_during_start_up_replaces_the_progress_on_the_page(page):
     from app.factory import open_factory
 

@@ -1,6 +1,11 @@
 """From `torchlens-explore` to a painted graph, as a user meets it (issue 36 item 1).
 
-    .venv/bin/python tests/bench/bench_startup.py [--runs 5] [--roots A,B] [ARGS for torchlens-explore ...]
+    .venv/bin/python tests/bench/bench_startup.py [--runs 5] [--cache warm|cold] [--roots A,B] [ARGS for torchlens-explore ...]
+
+`--cache` (app.default_cache, the embedded default's start-up cache): `warm` (default; a warm install is
+the second launch) runs one launch first that is not counted, so the runs read the entry it wrote;
+`cold` passes `--fresh`, so every run captures again. Either way the runs use a cache folder of their
+own (XDG_CACHE_HOME set to a temporary folder, removed at the end), never the user's.
 
 `--roots` takes checkouts (e.g. `git archive` of two commits, each with its C kernel built in place)
 and alternates their runs, so load on a shared machine falls on both alike; default: this checkout.
@@ -25,9 +30,10 @@ import argparse
 import os
 import platform
 import re
+import shutil
 import socket
-import statistics
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -68,10 +74,12 @@ INK_JS = """() => {
   return ink;
 }"""
 
-PAINT_WAIT_JS = """(minInk) => new Promise((resolve) => {
-  const ink = """ + INK_JS + """;
+PAINT_WAIT_JS = """([minInk, timeoutMs]) => new Promise((resolve, reject) => {
+  const ink = """ + INK_JS + """, until = performance.now() + timeoutMs;
   const tick = () => { let n = -1; try { n = ink(); } catch (e) {}
-    if (n >= minInk) resolve(performance.timeOrigin + performance.now()); else requestAnimationFrame(tick); };
+    if (n >= minInk) resolve(performance.timeOrigin + performance.now());
+    else if (performance.now() > until) reject(new Error('the graph was not painted in time'));
+    else requestAnimationFrame(tick); };
   tick();
 })"""
 
@@ -99,10 +107,10 @@ def wait_url(url: str, proc: subprocess.Popen, deadline: float) -> float:
     raise RuntimeError("the URL never answered")
 
 
-def one_run(browser, root: Path, extra: list[str], timeout_s: float) -> dict[str, float]:
+def one_run(browser, root: Path, extra: list[str], timeout_s: float, cache_home: str) -> dict[str, float]:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": str(root), "XDG_CACHE_HOME": cache_home}
     printed: dict[str, float] = {}
     t0 = time.time()
     proc = subprocess.Popen([str(SCRIPT), "--no-browser", "--port", str(port), *extra], stdout=subprocess.PIPE,
@@ -112,6 +120,8 @@ def one_run(browser, root: Path, extra: list[str], timeout_s: float) -> dict[str
         for line in proc.stdout:
             if "serving on" in line and "printed" not in printed:
                 printed["printed"] = time.time()
+            if "start-up cache" in line and "cache" not in printed:  # the first such line: app.default_cache's note
+                printed["cache"] = "read" if "read the default from the start-up cache" in line else "captured"
 
     reader = threading.Thread(target=read_output, daemon=True)
     reader.start()
@@ -123,9 +133,9 @@ def one_run(browser, root: Path, extra: list[str], timeout_s: float) -> dict[str
         page.goto(url, wait_until="commit")
         page.wait_for_selector(CONTENT, state="visible", timeout=timeout_s * 1000)
         t_content = time.time()
-        t_paint = page.evaluate(PAINT_WAIT_JS, MIN_INK) / 1000.0
+        t_paint = page.evaluate(PAINT_WAIT_JS, [MIN_INK, timeout_s * 1000]) / 1000.0
         return {"url": t_url - t0, "printed": printed.get("printed", float("nan")) - t0,
-                "first_paint": t_content - t0, "painted": t_paint - t0}
+                "first_paint": t_content - t0, "painted": t_paint - t0, "cache": printed.get("cache", "-")}
     finally:
         context.close()
         proc.terminate()
@@ -136,23 +146,19 @@ def one_run(browser, root: Path, extra: list[str], timeout_s: float) -> dict[str
         reader.join(timeout=5)
 
 
-def spread(values: list[float]) -> str:
-    good = [v for v in values if v == v]
-    if not good:
-        return "-"
-    return f"{statistics.median(good):.2f} ({min(good):.2f}-{max(good):.2f})"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds one run may take")
     ap.add_argument("--pause", type=float, default=2.0, help="seconds between runs (the last server exits)")
     ap.add_argument("--roots", default=str(ROOT), help="comma-separated checkouts to run, alternately")
+    ap.add_argument("--cache", choices=("warm", "cold"), default="warm",
+                    help="warm: one uncounted launch first, the runs read its cache entry; cold: --fresh every run")
     ns, extra = ap.parse_known_args()
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT))
+    from tests.bench._timing import spread
     from tests.conftest import CHROMIUM_ARGS
 
     import bokeh
@@ -162,24 +168,41 @@ def main() -> int:
     roots = [Path(r).resolve() for r in ns.roots.split(",")]
     load_before = os.getloadavg()
     rows: dict[Path, list[dict[str, float]]] = {r: [] for r in roots}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        for i in range(ns.runs):
-            for root in roots:
-                r = one_run(browser, root, extra, ns.timeout)
-                rows[root].append(r)
-                print(f"run {i + 1} {root}: url {r['url']:.2f} s, printed {r['printed']:.2f} s, first paint "
-                      f"{r['first_paint']:.2f} s, painted {r['painted']:.2f} s", flush=True)
-                time.sleep(ns.pause)
-        browser.close()
+    cache_home = tempfile.mkdtemp(prefix="tlx-bench-cache-")
+    if ns.cache == "cold":
+        extra = ["--fresh", *extra]
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            if ns.cache == "warm":
+                for root in roots:  # writes the entry the counted runs read (the first launch of an install)
+                    r = one_run(browser, root, extra, ns.timeout, cache_home)
+                    print(f"priming launch {root} (not counted): painted {r['painted']:.2f} s, cache {r['cache']}",
+                          flush=True)
+                    time.sleep(ns.pause)
+            for i in range(ns.runs):
+                for root in roots:
+                    try:
+                        r = one_run(browser, root, extra, ns.timeout, cache_home)
+                    except Exception as exc:  # a run that did not finish is shown, counted as missing
+                        print(f"run {i + 1} {root}: did not finish ({type(exc).__name__}: {exc})", flush=True)
+                        r = {k: float("nan") for k in ("url", "printed", "first_paint", "painted")} | {"cache": "-"}
+                    rows[root].append(r)
+                    print(f"run {i + 1} {root}: url {r['url']:.2f} s, printed {r['printed']:.2f} s, first paint "
+                          f"{r['first_paint']:.2f} s, painted {r['painted']:.2f} s, cache {r['cache']}", flush=True)
+                    time.sleep(ns.pause)
+            browser.close()
+    finally:
+        shutil.rmtree(cache_home, ignore_errors=True)
     load_after = os.getloadavg()
     print(f"\ntorchlens-explore --no-browser {' '.join(extra) or '(embedded Llama-3.1-8B, weights-free)'}; "
-          f"{ns.runs} runs each; Chromium headless 1366x768; seconds from the spawn, median (min-max)")
+          f"start-up cache {ns.cache}; {ns.runs} runs each; Chromium headless 1366x768; seconds from the spawn, "
+          f"median (min-max)")
     print("| checkout | URL answers 200 | URL printed | first paint (any app content) | graph painted (nodes + ink) |")
     print("|---|---:|---:|---:|---:|")
     for root, rs in rows.items():
-        print(f"| {root} | {spread([r['url'] for r in rs])} | {spread([r['printed'] for r in rs])} "
-              f"| {spread([r['first_paint'] for r in rs])} | {spread([r['painted'] for r in rs])} |")
+        print(f"| {root} | {spread([r['url'] for r in rs], count=True)} | {spread([r['printed'] for r in rs], count=True)} "
+              f"| {spread([r['first_paint'] for r in rs], count=True)} | {spread([r['painted'] for r in rs], count=True)} |")
     print(f"\nconditions: {os.cpu_count()} CPUs, load average {load_before[0]:.2f} before / {load_after[0]:.2f} after "
           f"(1 min); Python {platform.python_version()}, torch {torch.__version__}, panel {panel.__version__}, "
           f"bokeh {bokeh.__version__}; {platform.platform()}")
