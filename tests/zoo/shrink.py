@@ -5,6 +5,7 @@ in transformers is shrunk the same way.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -124,15 +125,17 @@ def _has(config: Any, key: str) -> bool:
 
 
 def _borrow_missing(config: Any, parents: dict[int, Any], configs: list) -> None:
-    """Each BORROWED attribute the config lacks, from its nearest ancestor that has it, else a
-    sub-config's (the deepest relative last); rope_theta also from a rope_parameters table."""
+    """Each BORROWED attribute the config lacks and its modeling code reads, from its nearest ancestor
+    that has it, else a sub-config's (the deepest relative last); rope_theta also from a rope table."""
     ancestors, up = [], parents.get(id(config))
     while up is not None:
         ancestors.append(up)
         up = parents.get(id(up))
     below = [c for c in configs if c is not config and config in _ancestors_of(c, parents)]
+    parent = parents.get(id(config))
+    names = ["config"] + [k for k, v in (vars(parent).items() if parent is not None else ()) if v is config]
     for key in BORROWED:
-        if _has(config, key):
+        if _has(config, key) or not _code_reads(config, names, key):
             continue
         if key == "num_key_value_heads" and _int(config, "num_attention_heads"):  # transformers' own default
             _set(config, key, _int(config, "num_attention_heads"))
@@ -145,6 +148,35 @@ def _borrow_missing(config: Any, parents: dict[int, Any], configs: list) -> None
         else:
             if "dropout" in key:  # no relative has one: no dropout (the sweep runs in eval mode)
                 _set(config, key, 0.0)
+
+
+def _code_reads(config: Any, names: list[str], key: str) -> bool:
+    """Whether the config's modeling module reads `<name>.<key>` for one of the names it goes by
+    (`config`, or its attribute in its parent: DBRX's `attn_config`)."""
+    import re
+
+    source = _modeling_source(config)
+    pattern = r"(?<![\w.])(?:%s)\.%s\b" % ("|".join(map(re.escape, names)), re.escape(key))
+    return bool(source and re.search(pattern, source))
+
+
+def _modeling_source(config: Any) -> str:
+    """The text of the modeling module beside the config's module ('' if none)."""
+    return _module_text(type(config).__module__.replace(".configuration_", ".modeling_"))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_text(name: str) -> str:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or not spec.origin:
+        return ""
+    with open(spec.origin) as f:
+        return f.read()
 
 
 def _ancestors_of(config: Any, parents: dict[int, Any]) -> list:
@@ -430,18 +462,9 @@ def _shrink_rope_sections(config: Any, head_dim: int) -> None:
 
 def _coded_mrope_section(config: Any) -> list[int] | None:
     """The mrope_section default written in the model's modeling module, if any."""
-    import importlib.util
     import re
 
-    name = type(config).__module__.replace(".configuration_", ".modeling_")
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    with open(spec.origin) as f:
-        found = re.search(r'"mrope_section",\s*\[([\d,\s]+)\]', f.read())
+    found = re.search(r'"mrope_section",\s*\[([\d,\s]+)\]', _modeling_source(config))
     return [int(v) for v in found.group(1).split(",") if v.strip()] if found else None
 
 
