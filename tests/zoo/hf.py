@@ -81,7 +81,7 @@ def make_inputs(model: torch.nn.Module, config: Any) -> dict[str, Any]:
     return next(candidates(model, config))
 
 
-def fitting_inputs(model_type: str, class_name: str, attempts: int = 8) -> tuple[Any, torch.nn.Module, dict, Any]:
+def fitting_inputs(model_type: str, class_name: str, attempts: int = 12) -> tuple[Any, torch.nn.Module, dict, Any]:
     """(config, model, inputs, output) for the first candidate inputs on which the plain forward runs.
 
     A failed attempt rebuilds the model (a forward may change it); the last error is raised."""
