@@ -12,6 +12,7 @@ from typing import Any
 WIDTH = 32
 LAYOUT_WIDTH = 48
 HEADLESS_WIDTH = 64
+DERIVED_KEYS = ("true_hidden_size",)  # MobileBERT derives it from intra_bottleneck_size
 HEADS = 4
 FFN = 64
 LAYERS = 2
@@ -254,7 +255,7 @@ def _shrink_one(config: Any) -> None:
         if _int(config, key) is not None and _int(config, key) > FFN:
             _set(config, key, FFN)
     for key in list(vars(config)):  # a width named for what it feeds (encoder_hidden_size, cross_hidden_size)
-        if key.endswith("_hidden_size") and key not in FFN_KEYS and (_int(config, key) or 0) > width:
+        if key.endswith("_hidden_size") and key not in FFN_KEYS + DERIVED_KEYS and (_int(config, key) or 0) > width:
             _set(config, key, width)
     _shrink_width_valued(config, defaults, before)
     _shrink_state_heads(config, heads)
@@ -319,8 +320,8 @@ def _shrink_one(config: Any) -> None:
         _set(config, "default_language", list(languages)[0])  # X-MOD refuses an input without a language
     if "vocab_size" in vars(config) and vars(config)["vocab_size"] is None:  # a CTC head needs a vocabulary
         _set(config, "vocab_size", VOCAB)
-    if "clip_qkv" in vars(config) and vars(config)["clip_qkv"] is None:  # DBRX clamps by it unconditionally
-        _set(config, "clip_qkv", 8.0)
+    if "clip_qkv" in vars(config) and vars(config)["clip_qkv"] is None and _unguarded_clip(config):
+        _set(config, "clip_qkv", 8.0)  # DBRX clamps by it with no `if clip_qkv` guard
     _fill_layer_type_defaults(config)
 
 
@@ -352,7 +353,7 @@ def _shrink_width_valued(config: Any, defaults: dict, heads_before: int | None) 
             continue
         if value == width_before:
             _set(config, key, width)
-        elif head_before and head_before >= 16 and value == head_before and "head_dim" not in key:
+        elif head_before and head_before >= 16 and value == head_before and "dim" in key and "head_dim" not in key:
             _set(config, key, _int(config, "head_dim") or width // HEADS)
     if (_int(config, "num_groups") or 0) > NORM_GROUPS:
         _set(config, "num_groups", NORM_GROUPS)
@@ -390,6 +391,13 @@ def _shrink_stages(config: Any, defaults: dict) -> None:
         _set(config, "hidden_size", _int(config, "embed_dim") * 2 ** (stages - 1))
 
 
+def _unguarded_clip(config: Any) -> bool:
+    import re
+
+    source = _modeling_source(config)
+    return "clip_qkv" in source and not re.search(r"^\s*if [\w.]*clip_qkv[^\n]*:\s*$", source, re.M)
+
+
 def _int_of(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -404,8 +412,10 @@ def _fill_layer_type_defaults(config: Any) -> None:
     rope = vars(config).get("rope_parameters")
     if isinstance(rope, dict) and "rope_type" not in rope and not set(kinds) & set(rope):
         _set(config, "rope_parameters", {k: {"rope_type": "default", "rope_theta": 10000.0, **rope} for k in set(kinds)})
-    if "sliding_window" in vars(config) and vars(config)["sliding_window"] is None:  # some build a sliding mask anyway
-        _set(config, "sliding_window", 4)
+    source = _modeling_source(config)
+    if "sliding_window" in vars(config) and vars(config)["sliding_window"] is None and \
+            '"sliding_attention": create_sliding_window_causal_mask(' in source and "has_sliding_layers" not in source:
+        _set(config, "sliding_window", 4)  # its model builds a sliding mask whatever the layer types
 
 
 TIMM_FAMILIES = ("resnet", "swin")  # timm backbone names with a transformers backbone of the same family
