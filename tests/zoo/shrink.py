@@ -60,7 +60,23 @@ def shrink_config(config: Any) -> Any:
         _borrow_missing(current, parents, order)
         _follow_sibling_widths(current, defaults)
         _follow_backbone_lists(current, defaults)
+        _rederive_cross_output(current)
+        subs = [getattr(current, name) for name in _sub_config_names(current)]
+        if any("width_coefficient" in vars(sub) for sub in subs) and "projection_dim" in defaults[id(current)]:
+            _set(current, "projection_dim", defaults[id(current)]["projection_dim"])  # ALIGN: EfficientNet's own width
     return config
+
+
+def _rederive_cross_output(config: Any) -> None:
+    """BLT's global transformer projects the encoder's patch states when encoder width x cross_attn_k
+    differs from its own width (encoder_cross_output_size, set in the parent's __post_init__ from the
+    unshrunken widths): re-derived from the shrunken ones."""
+    encoder, world = vars(config).get("encoder_config"), vars(config).get("global_config")
+    k = _int(config, "cross_attn_k")
+    if encoder is None or world is None or not k or "encoder_cross_output_size" not in vars(world):
+        return
+    size = _int(encoder, "hidden_size") * k
+    _set(world, "encoder_cross_output_size", size if size != _int(world, "hidden_size") else None)
 
 
 def _follow_backbone_lists(config: Any, defaults: dict[int, dict]) -> None:
@@ -255,7 +271,7 @@ def _shrink_one(config: Any) -> None:
         if _int(config, key) is not None and _int(config, key) > FFN:
             _set(config, key, FFN)
     for key in list(vars(config)):  # a width named for what it feeds (encoder_hidden_size, cross_hidden_size)
-        if key.endswith("_hidden_size") and key not in FFN_KEYS + DERIVED_KEYS and (_int(config, key) or 0) > width:
+        if (key.endswith("_hidden_size") or key == "hidden_size_global") and key not in FFN_KEYS + DERIVED_KEYS and (_int(config, key) or 0) > width:
             _set(config, key, width)
     _shrink_width_valued(config, defaults, before)
     _shrink_state_heads(config, heads)
