@@ -3,6 +3,7 @@ success; a refused write (a real EFBIG from RLIMIT_FSIZE, standing in for a full
 file as it was and no temporary behind; `--out` through a symbolic link is refused unless asked (issue 39)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,10 +19,12 @@ from tracer.errors import OutputPathUnsafeError, TraceSaveFailedError
 ROOT = Path(__file__).resolve().parents[2]
 OLD = b"the old file, which a failed export must keep\n"
 
-# Each runs in a fresh interpreter: build what it exports, then cap the file size at 512 bytes (every export
-# here is larger) with SIGXFSZ ignored, so the write gets EFBIG, as on a full disk.
-CAPPED = """\
-import resource, signal, sys
+# One fresh interpreter (`FORKER`) builds what they export once, then forks a child for each: the child caps
+# its own file size at 512 bytes (every export here is larger) with SIGXFSZ ignored, so its write gets EFBIG,
+# as on a full disk. (A fresh interpreter each cost a torch import and a capture each: ~6 CPU-s.) One thread
+# (OMP_NUM_THREADS=1), so no thread pool is forked.
+FORKER = """\
+import json, os, resource, signal, sys, traceback
 sys.path.insert(0, {root!r})
 import torch, tracer
 from tests.models import tiny_gpt2
@@ -29,7 +32,31 @@ trace = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 6)),))
 def cap():
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
-out = {out!r}
+def run(body, out, err):
+    os.chdir(os.path.dirname(out))
+    os.dup2(err, 2)  # a pipe to the forker: a file would be capped too
+    try:
+        exec(body, {{"trace": trace, "cap": cap, "out": out}})
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stderr.flush()
+    os._exit(code)
+results = {{}}
+for name, (body, out) in json.loads(sys.argv[1]).items():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        run(body, out, write)
+    os.close(write)
+    with os.fdopen(read, encoding="utf-8", errors="replace") as err:
+        stderr = err.read()
+    results[name] = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), stderr]
+print(json.dumps(results))
 """
 BODIES = {
     "me.json": ("from exporters.model_explorer import export\ncap()\nexport(trace, out)", "model_explorer_write_failed"),
@@ -44,26 +71,33 @@ BODIES = {
 }
 
 
-def run_capped(tmp_path: Path, name: str) -> tuple[subprocess.CompletedProcess, Path]:
-    body, _ = BODIES[name]
-    out = tmp_path / name if name != "nodes.json" else tmp_path / "nodes.flops.nodedata.json"
-    out.write_bytes(OLD)
-    script = CAPPED.format(root=str(ROOT), out=str(out)) + body + "\n"
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
-    return done, out
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory) -> dict[str, tuple[int, str, Path]]:
+    """Each of BODIES run capped, in its own folder holding the old file first: name -> (exit code, the
+    child's stderr, the file it wrote to)."""
+    outs = {}
+    for name in BODIES:
+        folder = tmp_path_factory.mktemp(name.replace(".", "-"))
+        outs[name] = folder / name if name != "nodes.json" else folder / "nodes.flops.nodedata.json"
+        outs[name].write_bytes(OLD)
+    jobs = {name: (BODIES[name][0], str(out)) for name, out in outs.items()}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", FORKER.format(root=str(ROOT)), json.dumps(jobs)],
+                          cwd=tmp_path_factory.getbasetemp(), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    return {name: (*results[name], out) for name, out in outs.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BODIES))
-def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path, name):
-    done, out = run_capped(tmp_path, name)
+def test_a_full_disk_leaves_the_old_file_and_no_temporary(capped, name):
+    returncode, stderr, out = capped[name]
     code = BODIES[name][1]
-    assert done.returncode != 0 and f"[{code}]" in done.stderr, done.stderr[-2000:]
-    assert "File too large" in done.stderr or "EFBIG" in done.stderr or "errno 27" in done.stderr.lower(), done.stderr
+    assert returncode != 0 and f"[{code}]" in stderr, stderr[-2000:]
+    assert "File too large" in stderr or "EFBIG" in stderr or "errno 27" in stderr.lower(), stderr
     assert out.read_bytes() == OLD
-    assert [p.name for p in tmp_path.iterdir() if TEMP_MARK in p.name] == []
+    assert [p.name for p in out.parent.iterdir() if TEMP_MARK in p.name] == []
 
 
 @pytest.mark.slow
