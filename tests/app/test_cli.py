@@ -63,9 +63,10 @@ def test_console_script_serves_a_factory_model_on_loopback_and_prints_the_url():
             m = re.search(r"serving on (http://127\.0\.0\.1:\d+/)", line)
             url = m.group(1) if m else None
         assert url, "the URL was never printed"
-        for _ in range(100):
+        page = ""
+        while time.monotonic() < deadline:  # the URL is printed just before the server answers
             try:
-                page = urllib.request.urlopen(url, timeout=10).read().decode()
+                page = urllib.request.urlopen(url, timeout=30).read().decode()
                 break
             except OSError:
                 time.sleep(0.2)
@@ -79,7 +80,8 @@ def test_console_script_opens_the_browser_where_there_is_one(tmp_path):
     """With a desktop session (DISPLAY) and a browser ($BROWSER), the URL it prints is the one it opens."""
     opened = tmp_path / "opened.txt"
     browser = tmp_path / "browser.sh"
-    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    # written whole, then renamed: the file exists only once it holds the URL (the test reads it then)
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}.part && mv {opened}.part {opened}\n')
     browser.chmod(0o755)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "DISPLAY": ":99",
            "BROWSER": str(browser)}
