@@ -188,6 +188,8 @@ def _variants(model: torch.nn.Module, config: Any, params: Any, gen: torch.Gener
     extra = {"use_cache": False} if "use_cache" in params else {}
     if extra:
         yield {**first, **extra}
+    if "hidden_states" in required(params) and "hidden_states" not in first:
+        yield from _hidden_states(model, config, first, gen)
     vision = _sub(config, "vision_config")
     for key, make in (("pixel_values", pixels), ("pixel_values_videos", videos)):
         if key in first:
@@ -210,6 +212,20 @@ def _variants(model: torch.nn.Module, config: Any, params: Any, gen: torch.Gener
             yield {**first, "input_features": feats, **extra}
         # a one-channel spectrogram image: (1, 1, T, bins)
         yield {**first, "input_features": torch.randn(1, 1, 64, mel_bins(config), generator=gen), **extra}
+        stacked = _attr(_sub(config, "audio_config"), "input_size")
+        if stacked and stacked != mel_bins(config):  # frames stacked after the mel (LFR): (1, T, input_size)
+            yield {**first, "input_features": torch.randn(1, 4 * SEQ, stacked, generator=gen), **extra}
+
+
+def _hidden_states(model: torch.nn.Module, config: Any, first: dict[str, Any],
+                   gen: torch.Generator) -> Iterator[dict[str, Any]]:
+    """A bare encoder or decoder stage that takes `hidden_states`: a (1, 1, L) waveform when the model
+    declares audio as its main input, then (1, width, T) and (1, T, width) sequences."""
+    width = _attr(config, "hidden_size", "d_model", "embed_dim") or 32
+    if getattr(model, "main_input_name", None) == "input_values":
+        yield {**first, "hidden_states": torch.randn(1, 1, audio_lengths(config)[0], generator=gen)}
+    yield {**first, "hidden_states": torch.randn(1, width, 4 * SEQ, generator=gen)}
+    yield {**first, "hidden_states": torch.randn(1, 4 * SEQ, width, generator=gen)}
 
 
 def _has_image_tokens(config: Any) -> bool:

@@ -68,7 +68,7 @@ def patch_facts(vision: Any) -> dict[str, int]:
 
 def patch_layouts(vision: Any, params: Any, gen: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
     """A 2x2-merge-unit image as flattened patches with its grid, in the layouts encoders take:
-    (N, C*T*P*P) with grid_thw, or (N, C, P, P), (N, C, T, P, P), pixel rows (N*P*P, C);
+    (N, C*T*P*P) with grid_thw, or (N, C, P, P), (N, C, T, P, P), merge units of pixels (N/M^2, M*P, M*P, C) with the grid in units;
     (1, N, C*P*P) with spatial_shapes / patch positions."""
     f = patch_facts(vision)
     side = 2 * f["merge"]
@@ -88,9 +88,13 @@ def patch_layouts(vision: Any, params: Any, gen: torch.Generator) -> Iterator[di
     if "merge_sizes" in params:
         grid["merge_sizes"] = torch.tensor([f["merge"]])
     batched = "grid_thw" not in grid and "image_grid_thw" not in grid
-    shapes = [(1, n, c * p * p)] if batched else [(n, c * t * p * p), (n, c, p, p), (n, c, t, p, p), (n * p * p, c)]
+    shapes = [(1, n, c * p * p)] if batched else [(n, c * t * p * p), (n, c, p, p), (n, c, t, p, p)]
     for shape in dict.fromkeys(shapes):
         yield {name: torch.rand(*shape, generator=gen), **grid}
+    if not batched and f["merge"] > 1:  # merge units of pixels, channels last, the grid counted in units
+        m, units = f["merge"], torch.tensor([[1, side // f["merge"], side // f["merge"]]])
+        yield {name: torch.rand(n // m ** 2, m * p, m * p, c, generator=gen),
+               **{k: units if k in ("grid_thw", "image_grid_thw") else v for k, v in grid.items()}}
 
 
 def wants_patches(params: Any) -> bool:
@@ -111,9 +115,10 @@ def mel_bins(config: Any) -> int:
 
 
 def _frames(config: Any, feats: torch.Tensor) -> int:
-    """The frame axis length of a (1, bins, T) or (1, T, bins) feature tensor."""
-    bins = mel_bins(config)
-    return feats.shape[1] if feats.dim() == 3 and feats.shape[-1] == bins else feats.shape[-1]
+    """The frame axis length of a (1, bins, T) or (1, T, features) feature tensor."""
+    if feats.dim() == 3 and feats.shape[1] != mel_bins(config):  # (1, T, features)
+        return feats.shape[1]
+    return feats.shape[-1]
 
 
 def _features_mask(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.Tensor | None:
@@ -151,7 +156,8 @@ def _visual_pos(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> to
 
 
 def _embeds(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.Tensor:
-    return torch.randn(1, SEQ, width(sub(config, "text_config")), generator=gen)
+    length = attr(config, "block_size") or SEQ  # a draft model denoises one block
+    return torch.randn(1, length, width(sub(config, "text_config")), generator=gen)
 
 
 def _context(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.Tensor:
@@ -255,6 +261,7 @@ def complete(config: Any, params: Any, inputs: dict[str, Any], gen: torch.Genera
             if value is not None:
                 out[key] = value
     out.update(image_slots(config, params, out))
+    out.update(draft_positions(config, params, out))
     if "query_embeds" in need and "encoder_hidden_states" in params:
         out.setdefault("encoder_hidden_states", _encoder_states(config, out, gen))
     if "visual_feats" in need or ("visual_feats" in params and "visual_pos" in params):
@@ -276,3 +283,18 @@ def image_slots(config: Any, params: Any, inputs: dict[str, Any]) -> dict[str, t
     mask[:, 1:slots + 1] = 1
     return {"input_ids": torch.cat([ids[:, :1], ids.new_full((1, slots), ids[0, 0]), ids[:, 1:]], 1),
             "image_embeds_position_mask": mask}
+
+
+def draft_positions(config: Any, params: Any, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Positions (and mask) over context + block for a draft model that attends to the target's
+    context hidden states before its own noised block (keys longer than queries)."""
+    context, block = inputs.get("context_hidden_states"), inputs.get("noise_embeds")
+    if not isinstance(context, torch.Tensor) or not isinstance(block, torch.Tensor):
+        return {}
+    total = context.shape[1] + block.shape[1]
+    out = {}
+    if "position_ids" in params and "position_ids" not in inputs:
+        out["position_ids"] = torch.arange(total)[None]
+    if "attention_mask" in params and "attention_mask" not in inputs:
+        out["attention_mask"] = torch.ones(1, total, dtype=torch.long)
+    return out
