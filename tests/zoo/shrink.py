@@ -528,6 +528,8 @@ def _shrink_lists(config: Any) -> None:
             continue  # HGNetV2: the stage widths live in stage_*_channels; hidden_sizes reports them
         elif key in ("hidden_sizes", "embed_dims", "dims", "embed_dim_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 16 * (i + 1)) for i, v in enumerate(value)])
+            if key == "hidden_sizes" and _int(config, "stem_out_channels") == value[0]:  # TextNet: the stem feeds stage 1
+                _set(config, "stem_out_channels", min(value[0], 16))
 
 
 def _keep_each_kind(kinds: list, layers: int) -> list:
