@@ -98,7 +98,9 @@ def patch_layouts(vision: Any, params: Any, gen: torch.Generator) -> Iterator[di
 
 
 def wants_patches(params: Any) -> bool:
-    return any(k in params for k in PATCH_GRID)
+    """True when the forward requires a patch grid (a bare vision encoder; a full VLM takes it optionally)."""
+    need = required(params)
+    return any(k in need for k in PATCH_GRID)
 
 
 # --- companions of a chosen candidate ----------------------------------------------------------------

@@ -132,3 +132,16 @@ def test_required_inputs_named_by_the_signature_are_made(model_type, cls):
     """Each failed before with a missing positional argument or a None input (grid_thw, states, pixel_values)."""
     config, model, inputs, output = fitting_inputs(model_type, cls)
     assert output is not None and all(isinstance(v, torch.Tensor) for v in inputs.values())
+
+
+def test_only_a_required_grid_makes_the_patch_path():
+    """A full VLM names image_grid_thw optionally and keeps its text inputs."""
+    from tests.zoo.inputs_fill import wants_patches
+
+    def encoder(hidden_states, grid_thw):
+        ...
+
+    def vlm(input_ids=None, pixel_values=None, image_grid_thw=None):
+        ...
+
+    assert wants_patches(_params(encoder)) and not wants_patches(_params(vlm))
