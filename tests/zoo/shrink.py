@@ -94,13 +94,14 @@ def _follow_backbone_lists(config: Any, defaults: dict[int, dict]) -> None:
                         _set(config, key, list(now)[::-1])
                     elif list(sub_value) == value:
                         _set(config, key, list(now))
-        image, stride = _first_int(sub_defaults.get("image_size")), _first_int(sub_defaults.get("patch_stride"))
-        sizes = vars(config).get("backbone_feature_sizes")
-        if image and stride and isinstance(sizes, list) and _first_int(vars(sub).get("image_size")):
-            derived = [[image // (stride * 2 ** i)] * 2 for i in range(len(sizes))]
-            if sizes == derived:
-                new = _first_int(vars(sub).get("image_size"))
-                _set(config, "backbone_feature_sizes", [[max(1, new // (stride * 2 ** i))] * 2 for i in range(len(sizes))])
+        image = _first_int(sub_defaults.get("image_size"))
+        stride = _first_int(sub_defaults.get("patch_stride")) or _first_int(sub_defaults.get("patch_size"))
+        sizes, now = vars(config).get("backbone_feature_sizes"), _first_int(vars(sub).get("image_size"))
+        if image and stride and now and isinstance(sizes, list) and all(isinstance(v, list) and v for v in sizes):
+            grid, new_grid = image // stride, max(1, now // stride)  # each level a multiple or fraction of the grid
+            scales = [v[0] / grid for v in sizes]
+            if all((x * new_grid).is_integer() for x in scales):
+                _set(config, "backbone_feature_sizes", [[int(x * new_grid)] * 2 for x in scales])
 
 
 def _first_int(value: Any) -> int | None:
