@@ -73,3 +73,29 @@ def test_group_norm_groups_divide_the_shrunken_channels():
     config = tiny("bit")
     mids = [c // 4 for c in config.hidden_sizes]  # BiT's bottleneck: a quarter of the stage width
     assert all(c % config.num_groups == 0 for c in mids + [config.embedding_size])
+
+
+def test_sub_config_widths_follow_their_sibling():
+    config = tiny("sam")
+    assert config.vision_config.output_channels == config.mask_decoder_config.hidden_size
+    assert config.vision_config.num_pos_feats == config.mask_decoder_config.hidden_size // 2
+    assert config.prompt_encoder_config.image_embedding_size == config.vision_config.image_size // 16
+
+
+def test_backbone_feature_sizes_are_the_same_multiples_of_the_patch_grid():
+    config = tiny("sam3_tracker").vision_config
+    grid = config.backbone_config.image_size // config.backbone_config.patch_size
+    assert config.backbone_feature_sizes == [[4 * grid] * 2, [2 * grid] * 2, [grid] * 2]
+
+
+def test_derived_cross_projection_is_rederived_from_the_shrunken_widths():
+    config = tiny("blt")
+    expected = config.encoder_config.hidden_size * config.cross_attn_k
+    assert config.global_config.encoder_cross_output_size == (
+        expected if expected != config.global_config.hidden_size else None)
+    assert config.decoder_config.hidden_size_global == config.global_config.hidden_size
+
+
+def test_borrowing_is_limited_to_attributes_the_modeling_code_reads():
+    assert "dropout_rate" not in vars(tiny("llama"))
+    assert tiny("t5gemma2_encoder").text_config.dropout_rate == 0.0
