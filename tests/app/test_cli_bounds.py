@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -70,29 +71,33 @@ def test_nested_layer_limit_reaches_snapshot_and_memory_figure(tmp_path, capsys)
 
 @pytest.mark.slow
 def test_dev_zero_links_and_fifos_are_refused_at_once(tmp_path):
-    """Each as a subprocess (a blocking read would hang it; the timeout only guards the suite)."""
+    """Each as a subprocess (a blocking read would hang it; the timeout only guards the suite), four at a
+    time: each is its own process reading its own input, and most of each is its interpreter starting."""
     (tmp_path / "zero.json").symlink_to("/dev/zero")
     os.mkfifo(tmp_path / "fifo.json")
+    os.mkfifo(tmp_path / "trace.zip")
+    os.mkfifo(tmp_path / "save.json")  # its own FIFO: no writer to it may unblock a reader of fifo.json
     good = tmp_path / "gpt2.json"
     good.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64,
                                 "vocab_size": 100}))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("TLX_DEBUG", None)
-    for bad in ("zero.json", "fifo.json"):
-        for argv in (["snapshot", bad, "--out", "f.svg"], ["diff", bad, "gpt2.json"],
-                     ["export-html", "gpt2.json", "--out", "m.html", "--overlay-json", bad],
-                     ["memory-figure", bad, "--out", "m.svg"]):
-            done = subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, timeout=300)
-            assert done.returncode == 2, (argv, done.stderr)
-            assert "refused [input_not_regular_file]" in done.stderr, (argv, done.stderr)
-    assert not (tmp_path / "m.html").exists()
-    os.mkfifo(tmp_path / "trace.zip")
-    for argv, code in ((["snapshot", "trace.zip", "--out", "f.svg"], "input_not_regular_file"),
-                       (["diff", "gpt2", "gpt2", "--save", "fifo.json"], "diff_save_path_invalid")):
-        done = subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+    cases = [(argv, "input_not_regular_file") for bad in ("zero.json", "fifo.json")
+             for argv in (["snapshot", bad, "--out", "f.svg"], ["diff", bad, "gpt2.json"],
+                          ["export-html", "gpt2.json", "--out", "m.html", "--overlay-json", bad],
+                          ["memory-figure", bad, "--out", "m.svg"])]
+    cases += [(["snapshot", "trace.zip", "--out", "f.svg"], "input_not_regular_file"),
+              (["diff", "gpt2", "gpt2", "--save", "save.json"], "diff_save_path_invalid")]
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=300)
-        assert done.returncode == 2 and f"refused [{code}]" in done.stderr, (argv, done.stderr)
+
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(run, [argv for argv, _ in cases]))
+    for (argv, code), result in zip(cases, done):
+        assert result.returncode == 2 and f"refused [{code}]" in result.stderr, (argv, result.stderr)
+    assert not (tmp_path / "m.html").exists()
 
 
 def test_a_deep_or_nested_overlay_is_a_typed_refusal(tmp_path, capsys):
