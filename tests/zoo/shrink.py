@@ -263,6 +263,7 @@ def _shrink_one(config: Any) -> None:
     if "head_dim" in vars(config) and (_int(config, "head_dim") is not None or vars(config)["head_dim"] is None):
         _set(config, "head_dim", head_dim)
     _shrink_latent_heads(config, head_dim)
+    _keep_rotated_pairs(config)
     if _int_of(defaults.get("head_dim")) and defaults.get("head_dim") == defaults.get("qk_head_dim"):
         _set(config, "head_dim", _int(config, "qk_head_dim"))  # Mistral 4: its rope part is head_dim x partial
     _shrink_rope_sections(config, head_dim)
@@ -454,6 +455,18 @@ def _replace_timm_backbone(config: Any) -> None:
                                                          num_channels=getattr(backbone, "num_channels", 3)))
     if vars(config).get("timm_kwargs"):  # timm's own constructor arguments (OmDet-Turbo's img_size)
         _set(config, "timm_kwargs", {})
+
+
+def _keep_rotated_pairs(config: Any) -> None:
+    """A per-layer-type partial rope (NeoMME's 0.25 on full-attention layers) still rotates four dims, two
+    frequencies, of the shrunken head: head_dim widened to 4 / partial_rotary_factor where it fell short."""
+    rope, head = vars(config).get("rope_parameters"), _int(config, "head_dim")
+    if not isinstance(rope, dict) or head is None or "qk_rope_head_dim" in vars(config):  # that sizes the part itself
+        return
+    tables = [v for v in rope.values() if isinstance(v, dict)]  # per layer type (a flat rope may size its own part)
+    partials = [t["partial_rotary_factor"] for t in tables if isinstance(t.get("partial_rotary_factor"), (int, float))]
+    if partials and 0 < min(partials) and head * min(partials) < 4:
+        _set(config, "head_dim", math.ceil(4 / min(partials)))
 
 
 def _shrink_latent_heads(config: Any, head_dim: int) -> None:
