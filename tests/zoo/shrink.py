@@ -428,7 +428,7 @@ def _fill_layer_type_defaults(config: Any) -> None:
     if not isinstance(kinds, (list, tuple)) or not kinds:
         return
     rope = vars(config).get("rope_parameters")
-    if isinstance(rope, dict) and "rope_type" not in rope and not set(kinds) & set(rope):
+    if isinstance(rope, dict) and "rope_type" not in rope and not any(isinstance(v, dict) for v in rope.values()):
         _set(config, "rope_parameters", {k: {"rope_type": "default", "rope_theta": 10000.0, **rope} for k in set(kinds)})
     source = _modeling_source(config)
     if "sliding_window" in vars(config) and vars(config)["sliding_window"] is None and \
