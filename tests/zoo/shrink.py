@@ -307,6 +307,9 @@ def _shrink_one(config: Any) -> None:
     image, patch = _int_of(defaults.get("image_size")), _int_of(defaults.get("patch_size"))
     if image and patch and defaults.get("image_embedding_size") == image // patch and _int(config, "image_size"):
         _set(config, "image_embedding_size", _int(config, "image_size") // _int(config, "patch_size"))  # SAM's grid
+    parts, width_before = vars(config).get("axial_pos_embds_dim"), _width_of(defaults)
+    if isinstance(parts, (list, tuple)) and width_before and sum(parts) == width_before and _width_of(vars(config)):
+        _set(config, "axial_pos_embds_dim", _split_like(_width_of(vars(config)), list(parts)))  # Reformer: they sum to the width
     if _int(config, "max_img_size") is not None:  # TVP pads frames to it: a ResNet backbone needs 64 px at least
         _set(config, "max_img_size", min(_int(config, "max_img_size"), 2 * IMAGE))
     if _int(config, "visual_prompt_size") is not None:  # TVP's frame pad: well inside the image

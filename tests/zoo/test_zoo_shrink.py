@@ -99,3 +99,8 @@ def test_derived_cross_projection_is_rederived_from_the_shrunken_widths():
 def test_borrowing_is_limited_to_attributes_the_modeling_code_reads():
     assert "dropout_rate" not in vars(tiny("llama"))
     assert tiny("t5gemma2_encoder").text_config.dropout_rate == 0.0
+
+
+def test_axial_position_parts_sum_to_the_width():
+    config = tiny("reformer")
+    assert sum(config.axial_pos_embds_dim) == config.hidden_size
