@@ -4,8 +4,10 @@
 page listing the stages (`app.startup.STAGE_TEXT`: done with its seconds, the current one, those to
 come), refreshed by a periodic callback on the session's own loop; when the work is done the same
 callback puts the explorer's page (`app.explorer.build_app`) in its place, or a refusal's code, site
-and remedy; a session no browser has connected to yet (a bare GET of the URL) keeps waiting, so it
-neither builds an explorer nobody sees nor takes the page built ahead for the first browser. A session
+and remedy. The swap waits until the browser has shown the start-up page (Panel's onload): a session no
+browser renders (a bare GET of the URL) neither builds an explorer nobody sees nor takes the page built
+ahead for the first browser, and no change is sent to a browser still receiving the document (Bokeh's
+"reference ... isn't known", seen when the swap came as the websocket opened). A session
 opened after that gets the explorer (or the refusal) directly. Nothing here
 imports torch or the explorer's views until the work has finished.
 """
@@ -75,13 +77,14 @@ class StartupPages:
         if snap.done:
             return holder
         callback: list[Any] = []
-        doc = pn.state.curdoc
+        shown: list[bool] = []
+        pn.state.onload(lambda: shown.append(True))  # the browser has the document and has rendered it
 
         def tick() -> None:
             now = self.startup.snapshot()
             if now.done and now.error is None:
-                if not connected(doc):
-                    return  # built when a browser connects (the callback keeps ticking until then)
+                if not shown:
+                    return  # swapped once a browser shows this page (the callback keeps ticking until then)
                 callback[0].stop()
                 page = self.explorer_page(now.loaded)
                 holder.objects = [page]
@@ -93,13 +96,6 @@ class StartupPages:
 
         callback.append(pn.state.add_periodic_callback(tick, period=POLL_MS))
         return holder
-
-
-def connected(doc: Any) -> bool:
-    """Whether a browser holds `doc`'s session websocket (True where Bokeh does not tell)."""
-    session = getattr(getattr(doc, "session_context", None), "_session", None)
-    count = getattr(session, "connection_count", None)
-    return True if count is None else count > 0
 
 
 def _retitle(loaded: Any) -> None:
