@@ -46,18 +46,26 @@ def hidden_ops(trace: Trace, families: Iterable[str]) -> frozenset[str]:
         return frozenset()
     norm_modules = {a for a, m in trace.modules.items() if "norm" in m.class_name.lower()}
     hidden: set[str] = set()
+    sourceless: set[str] = set()  # hidden ops with no drawn op anywhere upstream (an arange, a mask from it)
     for op in trace.ops:  # execution order: an op's inputs are decided before it
-        if _family_hit(op, wanted, norm_modules) or _fed_only_by(op, hidden):
+        if _family_hit(op, wanted, norm_modules):
             hidden.add(op.label)
+            if all(edge.source in sourceless for edge in op.parents):
+                sourceless.add(op.label)
+        elif _fed_only_by(op, sourceless):
+            hidden.add(op.label)
+            sourceless.add(op.label)
     return frozenset(hidden)
 
 
-def _fed_only_by(op: Op, hidden: set[str]) -> bool:
-    """True for an op computed only from hidden ops (`add 8` on a hidden `arange`): drawn, it would be an
-    orphan with no input. Model inputs/outputs and ops holding parameters stay drawn."""
+def _fed_only_by(op: Op, sourceless: set[str]) -> bool:
+    """True for an op computed only from hidden ops that nothing drawn feeds (`add 8` on a hidden `arange`):
+    drawn, it would be an orphan with no input. An op fed through hidden plumbing by a drawn op (attention
+    after its views, a residual add after dropout) keeps its edges, bridged, and stays drawn; so do model
+    inputs/outputs and ops holding parameters."""
     if op.kind in (INPUT_KIND, OUTPUT_KIND) or op.params or not op.parents:
         return False
-    return all(edge.source in hidden for edge in op.parents)
+    return all(edge.source in sourceless for edge in op.parents)
 
 
 def _family_hit(op: Op, wanted: frozenset[str], norm_modules: set[str]) -> bool:

@@ -45,3 +45,15 @@ def test_gpt2_with_plumbing_hidden_draws_no_orphan_box():
     exp = {a for a in trace.modules}  # every module open: each op is its own box
     layout = LayoutEngine(trace, hidden).layout(exp)
     assert _orphans(trace, layout) == []
+
+
+def test_ops_fed_through_hidden_plumbing_by_drawn_ops_stay_drawn():
+    """Attention after its views and transposes, the residual adds after dropout: computation, not plumbing."""
+    trace = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 8)),))
+    hidden = hidden_ops(trace, PLUMBING)
+    for kind in ("scaled_dot_product_attention", "linear", "layer_norm", "tanh", "pow"):  # tanh, pow: GELU
+        ops = [op.label for op in trace.ops if op.kind == kind]
+        assert ops and not set(ops) & hidden, (kind, sorted(set(ops) & hidden))
+    residual = [op for op in trace.ops if op.kind == "add" and any("dropout" in trace[e.source].kind
+                                                                   for e in op.parents)]
+    assert residual and not {op.label for op in residual} & hidden
