@@ -17,7 +17,7 @@ def served(loaded):
     server = serve(loaded, port, threaded=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a guard against a hang only: the wait ends when it answers
         while True:
             try:
                 urllib.request.urlopen(url + "liveness", timeout=2)

@@ -101,19 +101,10 @@ def settle(page) -> None:
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
-def to_page(page, x: float, y: float, timeout_s: float = 15.0) -> tuple[float, float]:
-    """Page pixels of data point (x, y) on the graph, once the plot view exists."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        settle(page)
-        got = page.evaluate(TO_PAGE_JS, [x, y])
-        if got is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    if got is None:
-        raise AssertionError("the graph's plot view never appeared")
+def to_page(page, x: float, y: float, timeout_ms: int = 60_000) -> tuple[float, float]:
+    """Page pixels of data point (x, y) on the graph, once the plot view exists (waited for in the page)."""
+    settle(page)
+    got = page.wait_for_function(TO_PAGE_JS, arg=[x, y], timeout=timeout_ms).json_value()
     return got[0], got[1]
 
 
