@@ -44,7 +44,8 @@ SHAPE_ONLY_POSITIONS: dict[str, frozenset[str]] = {
     **{k: frozenset({"1", "other"}) for k in ("expand_as", "view_as", "reshape_as", "type_as", "to")},
 }
 # Multi-output kernels where output k reads only item k of argument 0.
-ITEMWISE_KINDS = frozenset({"broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d"})
+# Calls whose output i is made from tensor argument i alone (as varargs, position "i", or in one list, "0.i").
+ITEMWISE_KINDS = frozenset({"broadcast_tensors", "atleast_1d", "atleast_2d", "atleast_3d", "meshgrid"})
 
 # Kernels that read an integer argument as indices into another operand: when the indexed
 # operand holds a single value everywhere, no index can change the output in this forward.
@@ -169,7 +170,7 @@ def dependence_declared_absent(op: Op, position: str) -> bool:
     if position in OUTPUT_IGNORES.get(op.kind, {}).get(op.output_index, ()):
         return True
     if op.kind in ITEMWISE_KINDS and op.num_outputs > 1:
-        return position != f"0.{op.output_index}"
+        return position not in (f"0.{op.output_index}", str(op.output_index))
     foreign = FOREIGN_DEPENDENCE.get(op.func)
     if foreign is not None and op.output_index in foreign:
         reads = foreign[op.output_index]
