@@ -40,3 +40,27 @@ def test_each_output_of_an_itemwise_call_reads_its_own_argument(as_list):
             others = [e.position for e in op.parents if e.position not in (str(op.output_index),
                                                                            f"0.{op.output_index}")]
             assert others and all(dependence_declared_absent(op, p) for p in others)
+
+
+class Overflow(nn.Module):
+    """A forward whose last product is NaN: finite features times an overflowed tower's +-inf (ALIGN's tiny
+    config: text embeddings @ image embeddings.t() with the image side infinite)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.tower = nn.Parameter(torch.tensor([1.0, -1.0, 1.0, -1.0]))
+
+    def forward(self, x):
+        infinite = (self.tower * 1e38 * 1e38).unsqueeze(1)  # +inf, -inf, +inf, -inf
+        return (torch.relu(self.fc(x)) + 1) @ infinite  # positive times +inf and -inf: NaN
+
+
+def test_an_output_with_no_finite_value_is_not_perturbable_rather_than_a_failed_edge():
+    torch.manual_seed(0)
+    trace = tracer.trace(Overflow().eval(), (torch.randn(3, 4),))
+    assert not torch.isfinite(trace.output).any()
+    report = tracer.validate(trace)
+    assert report.passed, report.to_text()
+    assert report.edges_not_perturbable > 0
+    assert any("holds no finite value" in why for _op, _pos, why in report.not_perturbable)

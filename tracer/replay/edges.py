@@ -96,6 +96,9 @@ def _not_perturbable(replayer: ReceivingReplayer, op: Op, edge: Edge, parent: to
                      accepted: bool) -> str | None:
     """Why no change of this argument can move the output in this forward, or None (then the edge fails)."""
     position = edge.position
+    if _no_finite_value(replayer.values.get(op.label)):
+        return ("not perturbable: the output holds no finite value in this forward (NaN or infinite "
+                "everywhere), so no change of an input can be seen in it")
     if bound == 1 or _indexes_a_single_position(replayer, op, position, parent):
         return "not perturbable: indices into a dimension of size 1: the only valid index is 0"
     if accepted and op.kind in OVERWRITING_KINDS and position in _DESTINATION_POSITIONS:
@@ -265,6 +268,14 @@ def _float_dtype(dtype: str) -> bool:
 
 def _float(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
+
+
+def _no_finite_value(value: Any) -> bool:
+    """True for a non-empty floating tensor none of whose elements is finite (a forward that overflowed)."""
+    if not isinstance(value, torch.Tensor) or value.is_nested or value.layout != torch.strided \
+            or not _float(value) or value.numel() == 0:
+        return False
+    return not bool(torch.isfinite(value.to(torch.float32) if value.element_size() == 1 else value).any())  # fp8
 
 
 def _indexes_uniform_operand(replayer: ReceivingReplayer, op: Op, position: str, parent: torch.Tensor) -> bool:
