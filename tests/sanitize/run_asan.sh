@@ -55,6 +55,6 @@ assert native.ACTIVE and native._ext.__file__.startswith('$WORK'), native._ext
 print('instrumented kernel:', native._ext.__file__)"
 echo "== tests under AddressSanitizer"
 "$PY" -m pytest tests/tracer/test_hotpath.py tests/tracer/test_kernel_contract.py tests/tracer/test_kernel_parity.py \
-  tests/tracer/test_capture_basic.py -q -p no:cacheprovider -p no:xdist "$@"
+  tests/tracer/test_capture_basic.py -q -p no:cacheprovider -n 0 "$@"  # one process (the conftest needs xdist loaded)
 echo "== reference-leak check under AddressSanitizer"
 "$PY" tests/sanitize/refcount_check.py
