@@ -2,14 +2,22 @@
 tests are shared between pytest-xdist workers."""
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 ARTIFACTS = Path(os.environ.get("TLX_TEST_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
+
+# The explorer's start-up cache (app/default_cache.py) of every launch in this process and the servers it
+# starts lives in a folder of this run, removed at its end: a test run never writes the user's ~/.cache.
+_CACHE_HOME = tempfile.mkdtemp(prefix="tlx-test-xdg-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
+atexit.register(shutil.rmtree, _CACHE_HOME, True)
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",
