@@ -256,6 +256,9 @@ def _shrink_one(config: Any) -> None:
             continue  # EfficientNet: the top width is round_filters(1280), derived from the coefficient
         if _int(config, key) is not None and _int(config, key) > width:
             _set(config, key, width)
+    multiplier = getattr(config, "depth_multiplier", None)  # MobileNet: every channel count scaled (min_depth floors it)
+    if isinstance(multiplier, float) and multiplier > 0.25:
+        _set(config, "depth_multiplier", 0.25)
     if _int(config, "coordinate_size") and _int(config, "shape_size"):  # 4 coordinates + 2 shapes make the width
         _set(config, "coordinate_size", width // 6)
         _set(config, "shape_size", width // 6)

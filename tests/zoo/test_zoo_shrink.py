@@ -104,3 +104,8 @@ def test_borrowing_is_limited_to_attributes_the_modeling_code_reads():
 def test_axial_position_parts_sum_to_the_width():
     config = tiny("reformer")
     assert sum(config.axial_pos_embds_dim) == config.hidden_size
+
+
+def test_mobilenet_channels_shrink_through_the_depth_multiplier():
+    config = tiny("mobilenet_v2")  # 2.2M parameters at 1.0, 238k at 0.25
+    assert config.depth_multiplier == 0.25 and config.min_depth == 8
