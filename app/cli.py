@@ -73,7 +73,7 @@ def _snapshot_parser() -> argparse.ArgumentParser:
                    help="TB: top to bottom (default); LR: left to right, frame headers up their left side")
     p.add_argument("--follow-symlinks", action="store_true",
                    help="write through --out when it is a symbolic link (refused otherwise)")
-    from exporters.figures import add_overlay_arguments
+    from exporters.overlays import add_overlay_arguments
 
     add_overlay_arguments(p)
     from .diff_cli import add_side_arguments
@@ -337,6 +337,9 @@ def snapshot(ns: argparse.Namespace) -> int:
         from .diff_cli import snapshot_diff
 
         return snapshot_diff(ns)
+    from .sources import check_source
+
+    check_source(ns.path, ns.model, ns.input_shape)  # the path's kind and a config's values, before torch loads
     from exporters import figure_detail, figures
     from exporters.layout import LayoutEngine
     from exporters.layout.dag import COMPACT

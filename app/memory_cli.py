@@ -23,22 +23,23 @@ def memory_figure_parser() -> argparse.ArgumentParser:
 
 def memory_figure_main(argv: Sequence[str]) -> int:
     """Capture the step twice (plain, checkpointed) on meta, print the table, write the figure."""
-    from exporters.backward_figure import figure_format, write_memory_figure
-    from exporters.figures import paper_width
     from tracer.atomic_write import resolve_target
-    from tracer.backward.memory import training_step_memory
 
     from .config_check import read_config
     from .sources import parse_shape, resolve_config, token_shape
 
     ns = memory_figure_parser().parse_args(list(argv))
     started = time.perf_counter()
-    paper_width(ns.width)  # refuse a bad width, file name or a linked --out before the captures
-    figure_format(ns.out)
     resolve_target(Path(ns.out), follow_symlinks=ns.follow_symlinks, site="memory-figure --out")
     shape = token_shape(parse_shape(ns.input_shape))
     config = resolve_config(ns.path)
-    read_config(config)  # size, file kind, values and the layer limit (nested configs included) before building
+    read_config(config)  # size, file kind, values and the layer limit (nested configs included), before torch loads
+    from exporters.backward_figure import figure_format, write_memory_figure
+    from exporters.figures import paper_width
+    from tracer.backward.memory import training_step_memory
+
+    paper_width(ns.width)  # refuse a bad width or file name before the captures
+    figure_format(ns.out)
     table = training_step_memory(str(config), shape)
     print(table.table())
     written = write_memory_figure(table, Path(ns.out), width=ns.width, dpi=ns.dpi, follow_symlinks=ns.follow_symlinks)

@@ -158,15 +158,6 @@ def overlay_fills(trace: Trace, layout: Layout, overlay: str | Mapping[str, floa
     return fills, overlays.legend(ov, cs, rollup, folded)
 
 
-def add_overlay_arguments(parser) -> None:
-    """Add `--overlay NAME`, `--overlay-scale` and `--rollup` to an argparse parser (the snapshot command's)."""
-    parser.add_argument("--overlay", choices=overlays.BUILTIN, default=None,
-                        help="fill boxes by this value, with a legend (activation statistics need saved values)")
-    parser.add_argument("--overlay-scale", choices=overlays.SCALES, default="linear", help="colour scale (default linear)")
-    parser.add_argument("--rollup", choices=overlays.ROLLUPS, default="sum",
-                        help="a collapsed module's value from the ops inside it (default sum)")
-
-
 def snapshot_overlay_options(trace: Trace, name: str | None, scale: str = "linear", rollup: str = "sum") -> dict:
     """`build_scene` keyword arguments for `snapshot --overlay NAME` (empty when no overlay is asked for)."""
     if not name:

@@ -307,3 +307,13 @@ def legend(overlay: Overlay, scale: ColorScale, how: str, folded: bool = False) 
 
 def _rgb(color: str) -> tuple[int, int, int]:
     return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+def add_overlay_arguments(parser) -> None:
+    """Add `--overlay NAME`, `--overlay-scale` and `--rollup` to an argparse parser (the snapshot command's;
+    here, not in `exporters.figures`, so building the parser loads no torch)."""
+    parser.add_argument("--overlay", choices=BUILTIN, default=None,
+                        help="fill boxes by this value, with a legend (activation statistics need saved values)")
+    parser.add_argument("--overlay-scale", choices=SCALES, default="linear", help="colour scale (default linear)")
+    parser.add_argument("--rollup", choices=ROLLUPS, default="sum",
+                        help="a collapsed module's value from the ops inside it (default sum)")

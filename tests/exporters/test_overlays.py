@@ -106,7 +106,7 @@ def test_snapshot_overlay_arguments_parse_and_feed_build_scene(gpt2_trace):
     import argparse
 
     parser = argparse.ArgumentParser()
-    figures.add_overlay_arguments(parser)
+    overlays.add_overlay_arguments(parser)
     ns = parser.parse_args(["--overlay", "output_bytes", "--overlay-scale", "log", "--rollup", "max"])
     options = figures.snapshot_overlay_options(gpt2_trace, ns.overlay, ns.overlay_scale, ns.rollup)
     scene = figures.build_scene(gpt2_trace, **options)
