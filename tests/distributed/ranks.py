@@ -23,6 +23,21 @@ def free_port() -> int:
 
 def run_ranks(scenario: str, out_dir: Path, world_size: int = 2, timeout: float = 90.0) -> list[dict]:
     """Run `scenario` (a function in tests/distributed/workers.py) on `world_size` ranks; one report per rank."""
+    return _spawn([scenario], scenario, out_dir, world_size, timeout, ["."])["."]
+
+
+def run_batch(scenarios: dict[str, tuple[str, dict[str, str]]], out_dir: Path, world_size: int = 2,
+              timeout: float = 180.0) -> dict[str, list[dict]]:
+    """Run several scenarios, `key -> (scenario, environment variables)`, in turn in one spawn of `world_size`
+    ranks (one interpreter start and one process group for all of them); one report per rank, per key."""
+    batch = [{"key": key, "scenario": name, "env": env} for key, (name, env) in scenarios.items()]
+    path = out_dir / "batch.json"
+    path.write_text(json.dumps(batch))
+    return _spawn(["--batch", str(path)], ", ".join(scenarios), out_dir, world_size, timeout, list(scenarios))
+
+
+def _spawn(argv: list[str], what: str, out_dir: Path, world_size: int, timeout: float,
+           keys: list[str]) -> dict[str, list[dict]]:
     port = free_port()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world_size),
            "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
@@ -30,7 +45,7 @@ def run_ranks(scenario: str, out_dir: Path, world_size: int = 2, timeout: float 
     procs = []
     for rank in range(world_size):
         log = open(out_dir / f"rank{rank}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", scenario, str(out_dir)],
+        procs.append((subprocess.Popen([sys.executable, "-m", "tests.distributed.workers", *argv, str(out_dir)],
                                        cwd=ROOT, env={**env, "RANK": str(rank)}, stdout=log,
                                        stderr=subprocess.STDOUT), log))
     deadline = time.monotonic() + timeout
@@ -48,6 +63,7 @@ def run_ranks(scenario: str, out_dir: Path, world_size: int = 2, timeout: float 
     logs = {r: (out_dir / f"rank{r}.log").read_text()[-4000:] for r in range(world_size)}
     codes = [p.returncode for p, _ in procs]
     if any(c != 0 for c in codes):
-        raise AssertionError(f"{scenario}: exit codes {codes} (killed after {timeout:.0f} s if negative)\n" +
+        raise AssertionError(f"{what}: exit codes {codes} (killed after {timeout:.0f} s if negative)\n" +
                              "\n".join(f"--- rank {r} ---\n{text}" for r, text in logs.items()))
-    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(world_size)]
+    return {key: [json.loads((out_dir / key / f"rank{r}.json").read_text()) for r in range(world_size)]
+            for key in keys}

@@ -13,27 +13,28 @@ import pytest
 
 import tracer
 import tracer.distributed as td
-from tests.distributed.ranks import run_ranks
+from tests.distributed.ranks import run_batch
 from tests.distributed.test_simulate import TINY
 
 pytestmark = pytest.mark.slow
 
 
-def _discharge(tmp_path, monkeypatch, plan: str):
-    config = tmp_path / "tiny-llama.json"
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> dict[str, object]:
+    """The config, and the real 2-rank captures under both plans (one spawn: the two scenarios in turn)."""
+    folder = tmp_path_factory.mktemp("discharge")
+    config = folder / "tiny-llama.json"
     config.write_text(json.dumps(TINY))
-    monkeypatch.setenv("TLX_CONFIG", str(config))
-    monkeypatch.setenv("TLX_PLAN", plan)
-    run_ranks("real_tp_for_discharge", tmp_path)
-    simulated = td.simulate(config, tp=2)
-    return simulated.discharge_against(tracer.load(tmp_path / "real"))
+    run_batch({plan: ("real_tp_for_discharge", {"TLX_CONFIG": str(config), "TLX_PLAN": plan}) for plan in ("tp", "mlp")},
+              folder)
+    return {"config": config, **{plan: tracer.load(folder / plan / "real") for plan in ("tp", "mlp")}}
 
 
-def test_same_plan_corroborates(tmp_path, monkeypatch):
-    result = _discharge(tmp_path, monkeypatch, "tp")
+def test_same_plan_corroborates(captured):
+    result = td.simulate(captured["config"], tp=2).discharge_against(captured["tp"])
     assert result.envelope.ladder_state == "CORROBORATED", str(result)
 
 
-def test_different_plan_refutes(tmp_path, monkeypatch):
-    result = _discharge(tmp_path, monkeypatch, "mlp")
+def test_different_plan_refutes(captured):
+    result = td.simulate(captured["config"], tp=2).discharge_against(captured["mlp"])
     assert result.envelope.ladder_state == "REFUTED" and "ops[" in str(result)

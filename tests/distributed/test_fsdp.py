@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.distributed.ranks import run_ranks
+from tests.distributed.ranks import run_batch
 from tests.distributed.test_tensor_parallel import _collectives, _common, _ops
 
 pytestmark = pytest.mark.slow
 
 
-def test_mlp_fully_shard(tmp_path):
-    reports = run_ranks("mlp_fsdp", tmp_path)
+@pytest.fixture(scope="module")
+def fsdp(tmp_path_factory) -> dict[str, list[dict]]:
+    """Both scenarios' reports, from one spawn of two ranks."""
+    return run_batch({"mlp": ("mlp_fsdp", {}), "llama": ("llama_fsdp", {})}, tmp_path_factory.mktemp("fsdp"))
+
+
+def test_mlp_fully_shard(fsdp):
+    reports = fsdp["mlp"]
     _common(reports)
     for r in reports:
         assert _collectives(r) == [("all_gather", "c10d")] * 2  # the up and down units
@@ -32,8 +38,8 @@ def test_mlp_fully_shard(tmp_path):
         assert up["params"] == ["up.weight", "up.bias"] and up["shape"] == [4, 32]  # computes on the unsharded weight
 
 
-def test_tiny_llama_fully_shard_per_layer(tmp_path):
-    reports = run_ranks("llama_fsdp", tmp_path)
+def test_tiny_llama_fully_shard_per_layer(fsdp):
+    reports = fsdp["llama"]
     _common(reports)
     for r in reports:
         assert _collectives(r) == [("all_gather", "c10d")] * 2  # one per decoder layer

@@ -1,16 +1,28 @@
 """[issue 16] Per-rank capture on a real 2-process gloo mesh (loopback): tensor parallel and user collectives.
 
-Each test spawns two processes (tests/distributed/workers.py), bounded in time; on both ranks the
-capture's output equals the plain distributed forward bit for bit, layouts and collectives are on
-the ops, and a save/load round trip keeps them.
+The two-rank scenarios run in turn in one spawn of two processes (tests/distributed/workers.py, one
+process group), bounded in time, and each test reads its scenario's reports; the four-rank one spawns
+its own. On every rank the capture's output equals the plain distributed forward bit for bit, layouts
+and collectives are on the ops, and a save/load round trip keeps them.
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.distributed.ranks import run_ranks
+from tests.distributed.ranks import run_batch, run_ranks
 
 pytestmark = pytest.mark.slow
+
+TWO_RANKS = {"mlp_tp": ("mlp_tp", {}), "mlp_sequence_parallel": ("mlp_sequence_parallel", {}),
+             "mlp_user_collectives": ("mlp_user_collectives", {}), "llama_tp": ("llama_tp", {}),
+             "llama_tp_plan": ("llama_tp_plan", {}), "refusals": ("refusals", {}),
+             "mlp_ddp": ("mlp_ddp", {}), "mlp_ddp_grad": ("mlp_ddp", {"TLX_GRAD": "1"})}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> dict[str, list[dict]]:
+    """Every two-rank scenario's reports, from one spawn."""
+    return run_batch(TWO_RANKS, tmp_path_factory.mktemp("two-ranks"))
 
 
 def _ops(report: dict, **match) -> list[dict]:
@@ -33,8 +45,8 @@ def _common(reports: list[dict], world: int = 2) -> None:
             assert op["collective"]["payload_bytes"] > 0 and not op["collective"]["estimated"]
 
 
-def test_mlp_colwise_rowwise(tmp_path):
-    reports = run_ranks("mlp_tp", tmp_path)
+def test_mlp_colwise_rowwise(two_ranks):
+    reports = two_ranks["mlp_tp"]
     _common(reports)
     for r in reports:
         up, down = _ops(r, func="torch.nn.functional.linear")
@@ -62,8 +74,8 @@ def test_mlp_colwise_rowwise_four_ranks(tmp_path):
         assert ar["collective"]["wire_bytes"] == 2 * 3 * 256 // 4  # ring all-reduce: 2 (n - 1) / n x payload
 
 
-def test_mlp_sequence_parallel(tmp_path):
-    reports = run_ranks("mlp_sequence_parallel", tmp_path)
+def test_mlp_sequence_parallel(two_ranks):
+    reports = two_ranks["mlp_sequence_parallel"]
     _common(reports)
     for r in reports:
         (norm,) = _ops(r, func="torch.nn.functional.layer_norm")
@@ -72,8 +84,8 @@ def test_mlp_sequence_parallel(tmp_path):
         assert _collectives(r) == [("all_gather", "funcol"), ("reduce_scatter", "funcol")]
 
 
-def test_user_collectives_c10d_and_functional(tmp_path):
-    reports = run_ranks("mlp_user_collectives", tmp_path)
+def test_user_collectives_c10d_and_functional(two_ranks):
+    reports = two_ranks["mlp_user_collectives"]
     _common(reports)
     for r in reports:
         assert _collectives(r) == [("all_reduce", "c10d"), ("broadcast", "c10d"), ("all_gather", "c10d"),
@@ -84,8 +96,8 @@ def test_user_collectives_c10d_and_functional(tmp_path):
         assert gather["collective"]["wire_bytes"] == 4 * 8 * 4  # (n - 1) x the shard on a ring of 2
 
 
-def test_tiny_llama_tensor_parallel(tmp_path):
-    reports = run_ranks("llama_tp", tmp_path)
+def test_tiny_llama_tensor_parallel(two_ranks):
+    reports = two_ranks["llama_tp"]
     _common(reports)
     for r in reports:
         assert _collectives(r) == [("all_reduce", "funcol")] * 4  # o_proj and down_proj of 2 layers
@@ -95,8 +107,8 @@ def test_tiny_llama_tensor_parallel(tmp_path):
         assert r["params"]["model.layers.0.self_attn.o_proj.weight"]["placements"] == ["Shard(1)"]
 
 
-def test_tiny_llama_transformers_tp_plan(tmp_path):
-    reports = run_ranks("llama_tp_plan", tmp_path)
+def test_tiny_llama_transformers_tp_plan(two_ranks):
+    reports = two_ranks["llama_tp_plan"]
     _common(reports)
     for r in reports:
         names = [name for name, _api in _collectives(r)]
@@ -106,8 +118,8 @@ def test_tiny_llama_transformers_tp_plan(tmp_path):
         assert r["params"]["model.embed_tokens.weight"]["placements"] == ["Shard(0)"]
 
 
-def test_untested_setups_refuse_typed_and_leave_the_model_unchanged(tmp_path):
-    for r in run_ranks("refusals", tmp_path):
+def test_untested_setups_refuse_typed_and_leave_the_model_unchanged(two_ranks):
+    for r in two_ranks["refusals"]:
         for name, state in (("backward", "backward"), ("structure_only", "DTensor"), ("pipeline", "pipeline_parallel")):
             assert r[name]["code"] == "distributed_capture_unsupported" and r[name]["state"] == state
             assert r[name]["site"] and r[name]["remedy"]
@@ -115,10 +127,8 @@ def test_untested_setups_refuse_typed_and_leave_the_model_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("grad", [False, True])
-def test_ddp_forward_is_captured_and_its_unseen_broadcast_disclosed(tmp_path, monkeypatch, grad):
-    if grad:
-        monkeypatch.setenv("TLX_GRAD", "1")
-    reports = run_ranks("mlp_ddp", tmp_path)
+def test_ddp_forward_is_captured_and_its_unseen_broadcast_disclosed(two_ranks, grad):
+    reports = two_ranks["mlp_ddp_grad" if grad else "mlp_ddp"]
     _common(reports)
     for r in reports:
         assert _collectives(r) == []

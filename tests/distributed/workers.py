@@ -19,7 +19,9 @@ from torch import nn
 
 
 def _init() -> tuple[int, int]:
-    dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    """This rank's process group (made once: the scenarios of a batch share it)."""
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -551,12 +553,32 @@ def mlp_ddp() -> dict:
     return _capture(model, (x,))
 
 def main() -> None:
-    scenario, out_dir = sys.argv[1], Path(sys.argv[2])
+    """`workers SCENARIO OUT_DIR`, or `workers --batch BATCH_JSON OUT_DIR`: each named scenario in turn, with
+    its environment variables set while it runs, in one process group; a report per scenario and rank."""
+    if sys.argv[1] == "--batch":
+        batch = json.loads(Path(sys.argv[2]).read_text())
+        sys.argv = [sys.argv[0], "--batch", sys.argv[3]]  # a scenario reads its folder as sys.argv[2]
+    else:
+        batch = [{"key": ".", "scenario": sys.argv[1], "env": {}}]
+    out_dir = Path(sys.argv[2])
     try:
-        report = globals()[scenario]()
-        (out_dir / f"rank{os.environ['RANK']}.json").write_text(json.dumps(report, default=str))
-        if dist.is_initialized():  # no rank tears its process group down while another still works in it
-            dist.barrier()
+        for item in batch:
+            folder = out_dir / item["key"]
+            folder.mkdir(exist_ok=True)
+            sys.argv[2] = str(folder)
+            saved = {k: os.environ.get(k) for k in item["env"]}
+            os.environ.update(item["env"])
+            try:
+                report = globals()[item["scenario"]]()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            (folder / f"rank{os.environ['RANK']}.json").write_text(json.dumps(report, default=str))
+            if dist.is_initialized():  # no rank goes on (or tears the group down) while another still works in it
+                dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
