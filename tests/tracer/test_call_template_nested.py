@@ -36,3 +36,25 @@ def test_a_tuple_led_by_a_kept_value_keeps_its_edges_and_replays_offline(tmp_pat
     report = tracer.validate(tracer.load(tmp_path / "t"), params=model)
     assert report.passed, report.to_text()
     assert report.ops_exact == report.ops_replayed > 0
+
+
+class Runs(nn.Module):
+    """torch.unique_consecutive is made by torch.functional's boolean_dispatch (qualname '...<locals>.fn')."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        _values, counts = torch.unique_consecutive(torch.tensor([1, 1, 2, 2, 2, 3]), return_counts=True)
+        return self.fc(x).repeat_interleave(counts, dim=0)
+
+
+def test_a_function_made_by_a_factory_is_stored_by_its_public_name_and_replays_offline(tmp_path):
+    model = Runs().eval()
+    trace = tracer.trace(model, (torch.randn(3, 4),))
+    ops = [op for op in trace.ops if op.kind == "unique_consecutive"]  # its values and its counts
+    assert ops and all(op.attrs["call"] == "torch.functional.unique_consecutive" for op in ops)
+    trace.save(tmp_path / "t")
+    report = tracer.validate(tracer.load(tmp_path / "t"), params=model)
+    assert report.passed, report.to_text()

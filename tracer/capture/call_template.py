@@ -389,6 +389,8 @@ def _candidates(func: Any) -> Iterator[str]:
     qual = getattr(func, "__qualname__", None) or name
     if module:
         yield f"{module}.{qual}"
+        if qual != name:  # a function made by a factory (torch.functional's boolean_dispatch: qualname "...<locals>.fn")
+            yield f"{module}.{name}"
     for ns in ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch._C._nn",
                "torch._C._VariableFunctions", "torch._C._linalg", "torch._C._fft", "torch._C._special"):
         yield f"{ns}.{name}"
