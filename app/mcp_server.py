@@ -1,7 +1,8 @@
 """`torchlens-explore mcp`: a stdio Model Context Protocol server over one open trace (docs/agent.md).
 
 Tools: open a saved trace or a shipped/local config, summarize, find ops, describe an op, check a
-plan, read the ladder, the doctor's rows and the whole agent document. Every answer is the JSON of
+plan, read the ladder, the doctor's rows, the whole agent document, a plain-language report within a
+token budget, and the map of `tracer`'s public names. Every answer is the JSON of
 `tracer.agent_json` and carries `ladder_state`; a refusal is a tool error whose JSON names the
 tracer error's `code`, message, site and remedy, and the server goes on answering.
 
@@ -14,8 +15,8 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
-from tracer.agent_json import (SCHEMA, agent_json, doctor_json, find_op, ladder_json, module_tree_json, op_json,
-                               select_ops, summary_json)
+from tracer.agent_json import (SCHEMA, agent_json, api_map_json, doctor_json, find_op, ladder_json, module_tree_json,
+                               op_json, select_ops, summary_json)
 from tracer.errors import InvalidInputError, TracerError
 from tracer.ir import TensorMeta
 
@@ -110,8 +111,16 @@ class AgentSession:
                                                           "meta model, or run tracer.doctor(model) in Python.")
         return self.answer({"doctor": doctor_json(self.loaded.model)})
 
-    def document(self, ops: bool = False) -> dict[str, Any]:
-        return self.answer({"document": agent_json(self.trace, ops=bool(ops))})
+    def document(self, ops: bool = False, max_ops: int | None = None) -> dict[str, Any]:
+        return self.answer({"document": agent_json(self.trace, ops=bool(ops), max_ops=max_ops)})
+
+    def explain(self, max_tokens: int | None = None) -> dict[str, Any]:
+        from tracer.plain_report import explanation
+
+        return self.answer({"explain": explanation(self.trace, max_tokens).to_dict()})
+
+    def api_map(self) -> dict[str, Any]:
+        return self.answer({"api_map": api_map_json()})
 
 
 def _plan_list(plan: Any) -> list:
@@ -185,7 +194,7 @@ def build_server(session: AgentSession | None = None) -> Any:
     s = session or AgentSession()
     server = Server("torchlens-explore", instructions=(
         "Open a trace (open_trace: a saved trace path, or a config such as llama-3.1-8b, weights-free), then "
-        "summarize, find_ops, describe_op, check_plan, read_ladder. Every answer carries ladder_state: shapes of a "
+        "summarize, find_ops, describe_op, check_plan, read_ladder, explain. Every answer carries ladder_state: shapes of a "
         "HYPOTHESIS trace are unproven until discharged against a real capture."))
 
     @server.tool()
@@ -231,17 +240,31 @@ def build_server(session: AgentSession | None = None) -> Any:
         return _result(s, s.doctor)
 
     @server.tool()
-    def agent_document(ops: bool = False):
-        """The whole agent JSON document (schema torchlens-explore.agent/1); ops adds every op by label."""
-        return _result(s, lambda: s.document(ops))
+    def agent_document(ops: bool = False, max_ops: int | None = None):
+        """The whole agent JSON document (schema torchlens-explore.agent/1); ops adds every op by label, or the
+        first max_ops in execution order (ops_omitted then says how many were left out)."""
+        return _result(s, lambda: s.document(ops, max_ops))
+
+    @server.tool()
+    def explain(max_tokens: int | None = None):
+        """A plain-language report of the open trace (capture status, size, module tree, op kinds, evidence);
+        max_tokens (estimated as characters / 4) drops whole sections from the end and names them, never the
+        capture status."""
+        return _result(s, lambda: s.explain(max_tokens))
+
+    @server.tool()
+    def api_map():
+        """Every public name of the Python package `tracer`: kind, defining module, first docstring line."""
+        return _result(s, s.api_map)
 
     return server
 
 
 def warm_imports() -> list[str]:
-    """Import what opening a shipped config needs (torch, transformers, the modeling module of every shipped
-    config's model type, the sources and the search index), so that the first `open_trace` of a config pays
-    its capture only. `main` runs it before the server answers `initialize`: every tool then answers from
+    """Import what opening a shipped config and the tools after it need (torch, transformers, the modeling
+    module of every shipped config's model type, the tracer's capture, replay, doctor, module-tree and
+    report modules, the module of every public name of `tracer`, the sources and the search index), so
+    that the first `open_trace` of a config pays its capture only. `main` runs it before the server answers `initialize`: every tool then answers from
     the moment the server is up, and the imports count as startup (docs/agent.md). A module that fails to
     import is skipped (the open that needs it refuses typed, as it would have). Returns the modules imported."""
     import importlib
@@ -249,7 +272,7 @@ def warm_imports() -> list[str]:
 
     names = ["torch", "transformers", "tracer.tracing", "tracer.replay.validate", "tracer.bridges.transformers",
              "tracer.bridges.accelerate", "tracer.bridges.bitsandbytes", "tracer.bridges.peft", "tracer.compat.doctor",
-             "tracer.compat.rows", "tracer.compat.zoo",
+             "tracer.compat.rows", "tracer.compat.zoo", "tracer.module_tree", "tracer.claims.plan",
              "app.sources", "app.search_index"]
     try:
         from tracer.configs import shipped_configs
@@ -261,12 +284,17 @@ def warm_imports() -> list[str]:
     except Exception:  # noqa: BLE001 - warming is an optimisation; the open reports any real problem
         pass
     done = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys([*names, "tracer.plain_report"]):
         try:
             importlib.import_module(name)
             done.append(name)
         except Exception:  # noqa: BLE001 - as above
             continue
+    try:
+        api_map_json()  # imports the module of every public name of tracer, which the api_map tool lists
+        done.append("tracer.__all__")
+    except Exception:  # noqa: BLE001 - as above
+        pass
     return done
 
 

@@ -16,9 +16,14 @@ SCHEMA = "torchlens-explore.agent/1"
 _PROVENANCE_KEYS = ("config_source", "text_route", "admission", "versions", "captured_at")
 
 
-def agent_json(trace: Trace, *, ops: bool = True, fold: bool = True, doctor: Any = None) -> dict[str, Any]:
-    """The whole document: `ops=False` leaves the op table out, `fold` folds repeated blocks in the
-    module tree, `doctor` (a `tracer.doctor` report, or a model to run the doctor on) adds its rows."""
+def agent_json(trace: Trace, *, ops: bool = True, fold: bool = True, doctor: Any = None,
+               max_ops: int | None = None) -> dict[str, Any]:
+    """The whole document: `ops=False` leaves the op table out, `max_ops` keeps its first `max_ops` ops in
+    execution order (and says so in `ops_omitted`), `fold` folds repeated blocks in the module tree,
+    `doctor` (a `tracer.doctor` report, or a model to run the doctor on) adds its rows."""
+    if max_ops is not None and (not isinstance(max_ops, int) or isinstance(max_ops, bool) or max_ops < 1):
+        raise InvalidInputError(f"max_ops {max_ops!r} is not a positive integer", site="agent_json(max_ops)",
+                                remedy="Pass max_ops=None for every op, or a cap such as 200 (ops=False leaves them out).")
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "summary": summary_json(trace),
@@ -26,8 +31,12 @@ def agent_json(trace: Trace, *, ops: bool = True, fold: bool = True, doctor: Any
         "modules": module_tree_json(trace, fold=fold),
     }
     if ops:
-        doc["ops"] = {op.label: op_json(trace, op) for op in trace.ops}
-        doc["ops_by_module"] = ops_by_module(trace)
+        kept = trace.ops if max_ops is None else trace.ops[:max_ops]
+        doc["ops"] = {op.label: op_json(trace, op) for op in kept}
+        doc["ops_by_module"] = ops_by_module(trace, kept)
+        if len(kept) < len(trace.ops):
+            doc["ops_omitted"] = {"kept": len(kept), "total": len(trace.ops), "first_omitted": trace.ops[len(kept)].label,
+                                  "how_to_get_more": "raise max_ops, or read ops by module or label (find_ops)"}
     doc["doctor"] = doctor_json(doctor) if doctor is not None else None
     return doc
 
@@ -120,10 +129,11 @@ def module_tree_json(trace: Trace, *, fold: bool = True) -> dict[str, Any] | Non
     return root
 
 
-def ops_by_module(trace: Trace) -> dict[str, list[str]]:
-    """Labels of the ops each module ran directly (its innermost scope), modules in first-use order."""
+def ops_by_module(trace: Trace, ops: Iterable[Op] | None = None) -> dict[str, list[str]]:
+    """Labels of the ops (all, or those given) each module ran directly (its innermost scope), modules in
+    first-use order."""
     found: dict[str, list[str]] = {}
-    for op in trace.ops:
+    for op in trace.ops if ops is None else ops:
         found.setdefault(op.module, []).append(op.label)
     return found
 
@@ -194,3 +204,26 @@ def doctor_json(doctor: Any) -> dict[str, Any]:
                                 site="to_agent_json(doctor=...)", remedy="Pass tracer.doctor(model) or the model itself.")
     return plain_data(report.to_dict())
 
+
+
+# -- the API map ------------------------------------------------------------------------------
+API_MAP_SCHEMA = "torchlens-explore.api_map/1"
+
+
+def api_map_json() -> dict[str, Any]:
+    """Every public name of `tracer` (its `__all__`, importing each): kind (class, function, module or value),
+    the module that defines it and the first line of its docstring."""
+    import inspect
+
+    import tracer
+
+    rows = []
+    for name in sorted(tracer.__all__):
+        obj = getattr(tracer, name)
+        kind = ("class" if inspect.isclass(obj) else "module" if inspect.ismodule(obj)
+                else "function" if callable(obj) else "value")
+        doc = (inspect.getdoc(obj) or "").strip().splitlines() if kind != "value" else []
+        rows.append({"name": name, "kind": kind,
+                     "module": obj.__name__ if kind == "module" else getattr(obj, "__module__", "tracer"),
+                     "summary": doc[0] if doc else (repr(obj) if kind == "value" else "")})
+    return {"schema": API_MAP_SCHEMA, "package": "tracer", "version": tracer.__version__, "names": rows}

@@ -20,7 +20,8 @@ from tests.models import tiny_gpt2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "torchlens-explore"
-TOOLS = {"open_trace", "summarize", "find_ops", "describe_op", "check_plan", "read_ladder", "doctor", "agent_document"}
+TOOLS = {"open_trace", "summarize", "find_ops", "describe_op", "check_plan", "read_ladder", "doctor", "agent_document",
+         "explain", "api_map"}
 
 
 def run_client(command: str, args: list[str], scenario) -> None:
@@ -95,6 +96,15 @@ def test_every_tool_answers_on_the_8b_config_with_the_ladder_and_refusals_are_ty
         assert any(r["key"] == "meta.structure_only" and r["applies"] for r in rows["doctor"]["rows"])
         doc = await call("agent_document")
         assert doc["document"]["schema"] == "torchlens-explore.agent/1" and "ops" not in doc["document"]
+        capped = (await call("agent_document", {"ops": True, "max_ops": 3}))["document"]
+        assert list(capped["ops"]) == [op["label"] for op in (await call("find_ops", {"limit": 3}))["ops"]]
+        assert capped["ops_omitted"]["kept"] == 3 and capped["ops_omitted"]["total"] == opened["summary"]["ops"]
+        report = (await call("explain"))["explain"]
+        assert report["dropped"] == [] and "LlamaForCausalLM" in report["report"] and "HYPOTHESIS" in report["report"]
+        short = (await call("explain", {"max_tokens": 150}))["explain"]
+        assert short["dropped"] and short["estimated_tokens"] <= 150 and "Truncation" in short["report"]
+        names = {row["name"]: row for row in (await call("api_map"))["api_map"]["names"]}
+        assert names["trace"]["kind"] == "function" and names["Trace"]["kind"] == "class"
 
         # bad arguments: typed tool errors carrying the open trace's ladder state; the server keeps answering
         for name, arguments, code in [
@@ -105,6 +115,8 @@ def test_every_tool_answers_on_the_8b_config_with_the_ladder_and_refusals_are_ty
             ("check_plan", {"plan": [{"site": "model.layers.0.mlp", "shape": "big", "dtype": "bf16"}]}, "invalid_input"),
             ("check_plan", {"plan": "not a list"}, "invalid_input"),  # refused by the input schema, typed too
             ("describe_op", {}, "invalid_input"),
+            ("explain", {"max_tokens": 0}, "invalid_input"),
+            ("agent_document", {"ops": True, "max_ops": 0}, "invalid_input"),
         ]:
             bad = await call(name, arguments, error=True)
             assert bad["error"]["code"] == code and bad["error"]["remedy"], (name, bad)
@@ -147,14 +159,17 @@ done = warm_imports()
 before = set(sys.modules)
 session = AgentSession()
 classes = [session.open(name)["summary"]["model_class"] for name in sys.argv[1:]]
-session.doctor()
+first = session.find_ops(limit=1)["ops"][0]["label"]
+session.summarize(), session.find_ops(query="attn"), session.describe(first), session.ladder(), session.doctor()
+session.check_plan([{"site": first, "shape": [1, 8], "dtype": "int64"}]), session.document(True, 5)
+session.explain(200), session.api_map()
 heavy = sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("torch", "transformers", "tracer"))
 print(json.dumps({"done": done, "classes": classes, "imported_by_the_opens": heavy}))
 """
 
 
 def test_the_warm_up_leaves_the_first_opens_no_torch_transformers_or_tracer_module_to_import():
-    """`main` runs `warm_imports` before answering `initialize`; the first opens (and the doctor) after it import
+    """`main` runs `warm_imports` before answering `initialize`; the first opens and every tool after them import
     nothing more from torch, transformers or the tracer, so they pay their capture only. A fresh process:
     this one has imported them already."""
     import subprocess

@@ -1,4 +1,4 @@
-"""`tracer.explain`: the plain-language report, its sections, and the token budget that drops whole sections."""
+"""`tracer.plain_report.explain`: the plain-language report, its sections, and the token budget that drops whole sections."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 import tracer
 from tests.models import tiny_gpt2, tiny_llama
 from tracer.errors import InvalidInputError
-from tracer.explain import estimate_tokens, explain, explanation
+from tracer.plain_report import estimate_tokens, explain, explanation
 
 SECTIONS = ("Capture status", "Size", "Module tree", "Op kinds", "Evidence")
 
