@@ -30,6 +30,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "summarize_model": (".model_summary", "summarize_model"),
     "summary": (".model_summary", "summarize_model"),  # the TorchLens name (tl.summary); Trace.summary() is the module-tree text of a trace
     "explore": (".frontends", "explore"),
+    "explain": (".plain_report", "explain"),  # the TorchLens name (tl.report.explain): a plain-language report
     "distributed": (".distributed", None),  # tracer.distributed.simulate / gather / validate_rank (docs/distributed.md)
 }
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and readers
     from .compat import doctor
     from .differ import TraceDiff, compare, diff, load_diff
     from .frontends import explore
+    from .plain_report import explain
     from .ir import Collective, Edge, ModuleScope, Op, ParamRecord, ShardLayout, SourceSite, TensorMeta, Trace
     from .model_summary import summarize_model
     from .model_summary import summarize_model as summary
@@ -73,6 +75,6 @@ def load(path: str) -> Trace:
 
 __all__ = [
     "CaptureOptions", "Collective", "Edge", "ModuleScope", "Op", "ParamRecord", "Provenance", "ShardLayout", "SourceSite", "TensorMeta",
-    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explore", "load_diff", "load", "offline_callables",
+    "Trace", "TraceDiff", "TracerError", "compare", "diff", "doctor", "explain", "explore", "load_diff", "load", "offline_callables",
     "summarize_model", "summary", "trace", "validate", "__version__",
 ]

@@ -537,11 +537,13 @@ class Trace:
         )
 
     # -- agent and figure surfaces (tracer.agent_json; the `draw` view) -------------------------
-    def to_agent_json(self, *, ops: bool = True, fold: bool = True, doctor: Any = None) -> dict[str, Any]:
-        """This trace as plain JSON for coding agents (schema `torchlens-explore.agent/1`, docs/agent.md)."""
+    def to_agent_json(self, *, ops: bool = True, fold: bool = True, doctor: Any = None,
+                      max_ops: int | None = None) -> dict[str, Any]:
+        """This trace as plain JSON for coding agents (schema `torchlens-explore.agent/1`, docs/agent.md);
+        `max_ops` keeps the first ops in execution order and says how many were left out (`ops_omitted`)."""
         from .agent_json import agent_json
 
-        return agent_json(self, ops=ops, fold=fold, doctor=doctor)
+        return agent_json(self, ops=ops, fold=fold, doctor=doctor, max_ops=max_ops)
 
     def draw(self, path: Any = None, **options: Any) -> Any:
         """The figure of the default view with the ladder caption: the SVG text, or written to `path`

@@ -41,3 +41,15 @@ def test_the_api_map_lists_every_public_name_of_tracer():
                              "summary": tracer.trace.__doc__.strip().splitlines()[0]}
     assert rows["Trace"]["kind"] == "class" and rows["__version__"]["kind"] == "value"
     assert all(row["summary"] for row in rows.values())  # every public name has a documented first line
+
+
+def test_the_trace_method_and_the_package_name_reach_the_same_documents():
+    import torch
+
+    import tracer
+    from tests.models import tiny_gpt2
+
+    trace = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 8)),))
+    doc = trace.to_agent_json(max_ops=5)
+    assert len(doc["ops"]) == 5 and doc["ops_omitted"]["total"] == len(trace.ops)
+    assert tracer.explain(trace).startswith("Capture status")
