@@ -43,13 +43,8 @@ def test_the_api_map_lists_every_public_name_of_tracer():
     assert all(row["summary"] for row in rows.values())  # every public name has a documented first line
 
 
-def test_the_trace_method_and_the_package_name_reach_the_same_documents():
-    import torch
-
-    import tracer
-    from tests.models import tiny_gpt2
-
-    trace = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 8)),))
+def test_the_trace_method_and_the_package_name_reach_the_same_documents(gpt2):
+    trace = gpt2
     doc = trace.to_agent_json(max_ops=5)
     assert len(doc["ops"]) == 5 and doc["ops_omitted"]["total"] == len(trace.ops)
     assert tracer.explain(trace).startswith("Capture status")
