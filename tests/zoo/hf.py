@@ -68,12 +68,23 @@ def build(class_name: str, config: Any, device: str = "cpu") -> torch.nn.Module:
     import transformers
 
     cls = getattr(transformers, class_name)
+    config = _config_for(cls, config)
     torch.manual_seed(0)
     with torch.device(device):
         model = cls._from_config(config)
     if device == "meta":  # legacy constructors (torch.Tensor(n), torch.LongTensor(...)) ignore the device context
         model.to("meta")
     return model.eval()
+
+
+def _config_for(cls: type, config: Any) -> Any:
+    """`config`, or the sub-config of the class's own config type where the architecture's config is a
+    composite (MusicgenModel is the decoder of MusicgenForConditionalGeneration's config)."""
+    wanted = getattr(cls, "config_class", None)
+    if wanted is None or isinstance(config, wanted):
+        return config
+    subs = [v for v in vars(config).values() if isinstance(v, wanted)]
+    return subs[0] if len(subs) == 1 else config
 
 
 def make_inputs(model: torch.nn.Module, config: Any) -> dict[str, Any]:

@@ -188,6 +188,11 @@ def _variants(model: torch.nn.Module, config: Any, params: Any, gen: torch.Gener
     extra = {"use_cache": False} if "use_cache" in params else {}
     if extra:
         yield {**first, **extra}
+    codebooks = _attr(getattr(model, "config", config), "num_codebooks")  # the decoder's, in a composite config
+    if codebooks and isinstance(first.get("input_ids"), torch.Tensor) and first["input_ids"].dim() == 2:
+        ids = first["input_ids"]  # a codebook decoder (MusicGen) reads one row of ids per codebook
+        yield {**first, "input_ids": ids.repeat(codebooks, 1), **extra,
+               **({"attention_mask": torch.ones_like(ids)} if "attention_mask" in first else {})}
     if "hidden_states" in required(params) and "hidden_states" not in first:
         yield from _hidden_states(model, config, first, gen)
     vision = _sub(config, "vision_config")

@@ -247,6 +247,8 @@ def _shrink_one(config: Any) -> None:
         kv = _int(config, key)
         if kv is not None:  # as many kv heads as heads stays so (latent attention, ESM-C's k_norm); grouped stays grouped
             _set(config, key, heads if before and kv >= before else 2 if heads % 2 == 0 and kv > 1 else 1)
+        elif key in vars(config) and getattr(config, key) is None and before is not None:
+            _set(config, key, heads)  # unset: one kv head per head, the usual meaning (Nemotron divides by it)
     # A 2-D layout model (LiLT, LayoutLMv3) splits its width into six box embeddings: a multiple of 6 and of the heads.
     width = LAYOUT_WIDTH if "max_2d_position_embeddings" in vars(config) else WIDTH
     if before is None and "patch_size" in vars(config) and _int(config, "num_hidden_layers") is not None:
@@ -333,7 +335,9 @@ def _shrink_one(config: Any) -> None:
         elif moe and key in vars(config) and vars(config)[key] is None:
             _set(config, key, 2)
     if "prediction_length" in vars(config) and vars(config)["prediction_length"] is None:
-        _set(config, "prediction_length", 4)  # a forecaster needs a horizon; its context defaults to it
+        _set(config, "prediction_length", 4)  # a forecaster needs a horizon
+        if vars(config).get("context_length", 0) is None:  # ... and its context defaults to it (the config's
+            _set(config, "context_length", 4)  # __init__ did that before the horizon was set here)
     if vars(config).get("use_timm_backbone"):  # timm is not installed: the config's own transformers backbone
         _set(config, "use_timm_backbone", False)
     _replace_timm_backbone(config)
