@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 LAYOUT_BOUND_S = 10.0  # a layout still running after this is stopped and the view stays as it was
+IDLE_S = 120.0  # an owner's thread with no job for this long ends
 
 Deliver = Callable[[Callable[[], None]], None]
 
@@ -79,7 +80,7 @@ class OffLoop:
             job = self._job = _Job(self._gen, work, done, over, failed, deliver)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
-                self._thread.start()  # once per owner
+                self._thread.start()  # once per owner (again after it idled out)
             self._lock.notify_all()
         return job.gen
 
@@ -113,7 +114,9 @@ class OffLoop:
             try:
                 with self._lock:
                     while self._job is None or self._job.finished:
-                        self._lock.wait()
+                        if not self._lock.wait(IDLE_S) and (self._job is None or self._job.finished):
+                            self._thread = None  # idle: ends (a closed session keeps no thread); `submit` starts another
+                            return
                     job = self._job
                     self._running = job  # from here a stop may be sent
                 WATCHDOG.watch(self.bound_s, lambda job=job: self._overdue(job))

@@ -1,13 +1,14 @@
-"""The size of the view a session asks to draw, and the bound past which it is not drawn (issue 39, fair
-sessions).
+"""The size of the view a session asks to draw, and the bounds on it (issue 39, fair sessions).
 
-A session's layout, its Bokeh serialization and its websocket message all run on the server's one event
+A session's layout, its Bokeh serialization and its websocket message all ran on the server's one event
 loop, so one session drawing a dense graph (11,626 edges: seconds of routing, then seconds of encoding)
-holds every other session's round trips for that long. Before a view is laid out, `drawn_size` counts
-what it would draw from the engine's placement alone (no edge routing, which is the cost): the ops drawn
-as boxes of their own and the edges into them and into the module boxes (one per drawn source at most). A view past `MAX_DRAWN_OPS` or `MAX_DRAWN_EDGES` is not
-laid out; the session keeps the view it had and says why (`refusal`), whichever action asked for it
-(a click, a search, a link's view, Expand all, unfolding).
+held every other session's round trips for that long. Before a view is laid out, `drawn_size` counts
+what it would draw from the group tree alone (no placement, no edge routing, which are the cost): the ops drawn
+as boxes of their own and the edges into them and into the module boxes (one per drawn source at most).
+A view past `MAX_DRAWN_OPS` or `MAX_DRAWN_EDGES` is not laid out; the session keeps the view it had and
+says why (`refusal`), whichever action asked for it (a click, a search, a link's view, Expand all,
+unfolding). A served view past `OFF_LOOP_OPS` or `OFF_LOOP_EDGES` is laid out on a worker thread
+(`app.offloop`); the serialization of what it draws still runs on the loop, which is why the bound stays.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ MAX_DRAWN_OPS = 3_000
 # the dense-edge trace (docs/security.md): at 1,000 another session's round trips while one session opens
 # that graph were those of an idle machine (p90 983 vs 1,055 ms at load 16-19); at 3,000 they were 3.4 s.
 # So the default Llama expanded whole (2,458 edges) is refused too; its folded default view and each
-# layer opened are far below. The count is an upper bound (about 1.5-2x the edges drawn).
+# layer opened are far below. The count is an upper bound (about 1.5-2x the edges drawn). Rerun with layouts
+# off the loop at 3,000 (load 10-17): another session's p90 1,524 ms against 685 ms at 1,000 in the same run,
+# the time now in applying the drawn data to the document (Bokeh's validation and encoding, on the loop).
 MAX_DRAWN_EDGES = 1_000
 # Past these a served session's layout runs on a worker thread, off the loop (`app.offloop`); below them it
 # is laid out at once (the dense trace's default view, 121 edges, in about 50 ms; a stage opened, 640, in 20-40).
@@ -27,28 +30,29 @@ OFF_LOOP_EDGES = 500
 
 
 def drawn_size(engine: Any, expanded: Iterable[str], fold_repeats: bool = False) -> tuple[int, int]:
-    """(ops drawn as their own boxes, edges into them) of the view `engine` would lay out for `expanded`."""
-    from exporters.layout.calls import call_entries
+    """(ops drawn as their own boxes, edges into them) of the view `engine` would lay out for `expanded`.
+
+    Read from the group tree alone (no placement, no routing: it runs on the loop before a layout is sent
+    off it): an item of an open group is an op, an open frame (looked into) or a box (a collapsed module, a
+    call of a folded loop, a member of a folded run: folding draws fewer boxes but as many sources)."""
+    from exporters.layout.calls import call_entries, call_entry
     from exporters.layout.groups import CANVAS
 
     exp = frozenset(expanded)
-    engine._calls = call_entries(exp)  # what `LayoutEngine.layout` sets before placing (read by `sub`)
-    top = engine.sub(CANVAS, exp, fold_repeats, 2)
-    trace = engine.trace
+    calls = call_entries(exp)
+    trace, tree = engine.trace, engine.tree
     ops = edges = 0
     boxes: list[Any] = []
-    stack = [top]
+    stack = [CANVAS]
     while stack:
-        sub = stack.pop()
-        for placed in sub.placed:
-            if placed.kind == "frame" and placed.sub is not None:
-                stack.append(placed.sub)
-            elif placed.kind in ("op", "io", "iogroup"):
-                labels = placed.item if placed.kind == "iogroup" else (placed.item,)
-                ops += len(labels)
-                edges += sum(len(trace[label].parents) for label in labels)
-            elif placed.kind in ("module", "folded", "frame"):  # a box (or an unplaced frame)
-                boxes.extend(placed.item if placed.kind == "folded" else (placed.item,))
+        for item in tree.items(stack.pop()):
+            if isinstance(item, str):
+                ops += 1
+                edges += len(trace[item].parents)
+            elif item[0] in exp or (calls and call_entry(*item) in exp):
+                stack.append(item)
+            else:
+                boxes.append(item)
     nodes = ops + len(boxes)  # edges into a box come one per drawn source at most
     edges += sum(min(_entering(engine, key), nodes) for key in boxes)
     return ops, edges

@@ -345,3 +345,22 @@ def test_a_view_refused_after_unfolding_checks_the_fold_box_again(monkeypatch):
     graph.fold.value = False  # what unchecking the box in the page does
     assert s.fold_repeats and graph.fold.value, (s.fold_repeats, graph.fold.value)
     assert s.message.startswith("Not drawn")
+
+
+def test_an_idle_owner_thread_ends_and_the_next_job_starts_another(monkeypatch):
+    from app import offloop
+
+    monkeypatch.setattr(offloop, "IDLE_S", 0.0)
+    queued: list = []
+    got: list[int] = []
+    jobs = offloop.OffLoop()
+    jobs.submit(lambda: 1, lambda r, _s: got.append(r), over=lambda _s: None, failed=lambda e: None, deliver=queued.append)
+    first = jobs._thread
+    first.join(60)
+    assert not first.is_alive() and jobs._thread is None
+    queued.pop()()
+    jobs.submit(lambda: 2, lambda r, _s: got.append(r), over=lambda _s: None, failed=lambda e: None, deliver=queued.append)
+    jobs.join(60)
+    for fn in queued:
+        fn()
+    assert got == [1, 2]
