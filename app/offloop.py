@@ -2,10 +2,11 @@
 
 A layout is pure Python, so a worker thread holds the GIL while it runs; CPython still hands the GIL to
 the loop thread within its switch interval (5 ms), so other sessions' callbacks run between the layout's
-slices. Measured with tests/bench/bench_offloop.py (the dense-edge trace expanded whole, a 10 ms ticker
-on the loop, load 5-7 on 2 cores): inline, the loop stalled 0.7-1.7 s; in a thread, tick lateness p90
-10 ms (max 135-249 ms); in a plain child process (/tmp script, not yet app.worker), 10-13 s per layout (it loads the trace
-and builds its engine cold) and then 0.8-2 s on the loop to parse the 14 MB JSON result. So a thread.
+slices. Measured once with a scratch script (the dense-edge trace expanded whole, a 10 ms ticker on the
+loop, load 5-7 on 2 cores; tests/bench/bench_offloop.py measures the same three ways, with app.worker as
+the child, and has not been run yet): inline, the loop stalled 0.7-1.7 s; in a thread, tick lateness p90
+10 ms (max 135-249 ms); in a plain child process, 10-13 s per layout (it loads the trace and builds its
+engine cold) and then 0.8-2 s on the loop to parse the 14 MB JSON result. So a thread.
 
 `OffLoop` runs one job at a time per session, on that session's one thread (starting a thread per job
 had the loop wait for it to be scheduled: seen in the loop log under load); a newer `submit` (or `supersede`) stops the job in flight
