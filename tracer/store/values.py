@@ -77,6 +77,7 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
     Tensors of one dtype and shape are stored next to each other (widest dtype first, so every
     tensor is aligned) and copied out in blocks of about _CHUNK_BYTES, not one by one.
     """
+    values = _with_lazy_bits_resolved(values)
     facts = _facts(values)
     stored, spans, views, dense_views = _spans(values, facts)
     groups: dict[tuple, list[tuple[str, torch.Tensor]]] = {}
@@ -124,6 +125,22 @@ def write_values(values: Mapping[str, Any], path: Path) -> str:
             for block in _blocks([t for _, t in groups[key]], math.prod(key[1]) * key[0].itemsize):
                 emit(fh, hasher, block)
     return hasher.hexdigest()
+
+
+def _with_lazy_bits_resolved(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`values` with every conjugate or negative view (a bit on the tensor over its base's unchanged storage:
+    `x.conj()` of a complex tensor) replaced by its resolved copy: the file holds storage bytes, which
+    without the bit are the base's values. `values` itself when none is such a view."""
+    lazy = [label for label, v in values.items() if type(v) is torch.Tensor and (v.is_conj() or v.is_neg())]
+    if not lazy:
+        return values
+    resolved = ReadValues(values)
+    for name in ("dense_views", "file_storages", "span_owner"):
+        if hasattr(values, name):
+            setattr(resolved, name, getattr(values, name))
+    for label in lazy:
+        resolved[label] = values[label].resolve_conj().resolve_neg()
+    return resolved
 
 
 def _facts(values: Mapping[str, Any]) -> dict[str, tuple]:
