@@ -34,3 +34,10 @@ def test_conjugate_and_negative_views_are_saved_as_their_values(tmp_path):
         assert torch.equal(loaded.values[label], trace.values[label].resolve_conj().resolve_neg()), label
     report = tracer.validate(loaded, params=model)
     assert report.passed, report.to_text()
+
+
+def test_a_replay_difference_in_complex_values_is_measured_on_both_parts():
+    from tracer.replay.validate import _diff
+
+    a = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64)
+    assert _diff(a, a.conj().resolve_conj()) == "max abs diff 4.000e+00, 2 of 2 elements"  # was "0.000e+00, 0 of 2"

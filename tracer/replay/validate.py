@@ -471,7 +471,8 @@ def _describe(t: Any) -> str:
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
     try:
-        d = (a.double() - b.double()).abs()
+        wide = torch.complex128 if a.is_complex() or b.is_complex() else torch.float64  # .double() drops imaginary parts
+        d = (a.to(wide) - b.to(wide)).abs()
         return f"max abs diff {d.max().item():.3e}, {int((d > 0).sum())} of {d.numel()} elements"
     except Exception:
         return "values differ"
