@@ -12,34 +12,12 @@ from typing import Any, Iterator
 
 import torch
 
-from .inputs_fill import complete, mel_bins, patch_layouts, required, wants_patches
+from .inputs_fill import complete, ints, mel_bins, patch_layouts, required, wants_patches
+from .inputs_fill import attr as _attr, sub as _sub  # one reader of config fields for both modules
 
 SEQ = 8
 IMAGE = 32
 AUDIO = (1600, 16000, 3840)
-
-
-def _sub(config: Any, name: str) -> Any:
-    return getattr(config, name, None) or config
-
-
-def _ints(value: Any) -> list[int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
-    return []
-
-
-def _attr(config: Any, *keys: str) -> int | None:
-    for key in keys:
-        try:
-            found = _ints(getattr(config, key, None))
-        except Exception:  # a per-layer attribute read globally
-            found = []
-        if found:
-            return found[0]
-    return None
 
 
 def image_sizes(vision: Any) -> list[int]:
@@ -47,7 +25,7 @@ def image_sizes(vision: Any) -> list[int]:
     own = _attr(vision, "image_size", "img_size", "input_size") or IMAGE
     patch = _attr(vision, "patch_size", "patch_sizes") or 1
     window = _attr(vision, "window_size") or 1
-    stages = len(_ints(getattr(vision, "depths", None))) or 1
+    stages = len(ints(getattr(vision, "depths", None))) or 1
     grid = patch * window * 2 ** max(stages - 1, 0)
     sizes = [own, max(own, 2 * patch), grid * max(1, -(-own // grid)), 64, 128, 224]
     return list(dict.fromkeys(s for s in sizes if s > 0))
@@ -55,7 +33,7 @@ def image_sizes(vision: Any) -> list[int]:
 
 def _hw(vision: Any, size: int) -> tuple[int, int]:
     """(size, size), or the config's own (height, width) when it is not square and `size` is its height."""
-    own = _ints(getattr(vision, "image_size", None))
+    own = ints(getattr(vision, "image_size", None))
     return (own[0], own[1]) if len(own) == 2 and own[0] == size else (size, size)
 
 
@@ -75,7 +53,7 @@ def audio_lengths(config: Any) -> list[int]:
     """Waveform lengths to try: four hops of a codec's downsampling first (samples per token, hop
     length or the product of its ratios), then AUDIO."""
     hop = _attr(config, "samples_per_token", "hop_length")
-    ratios = _ints(getattr(config, "downsampling_ratios", None))
+    ratios = ints(getattr(config, "downsampling_ratios", None))
     hop = hop or (math.prod(ratios) if ratios else None)
     return list(dict.fromkeys(([4 * hop] if hop and hop > 1 else []) + list(AUDIO)))
 
@@ -156,7 +134,7 @@ def time_series(config: Any, params: Any, gen: torch.Generator) -> dict[str, tor
         return {}
     context = _attr(config, "context_length", "context_points") or 16
     channels = _attr(config, "input_size", "num_input_channels") or 1
-    lags = max(_ints(getattr(config, "lags_sequence", None)) or [0])
+    lags = max(ints(getattr(config, "lags_sequence", None)) or [0])
     length = context + lags
     shape = (1, length, channels) if channels > 1 or "num_input_channels" in vars(config) else (1, length)
     out = {"past_values": torch.randn(*shape, generator=gen)}

@@ -17,7 +17,8 @@ SEQ = 8
 PATCH_GRID = ("grid_thw", "image_grid_thw", "spatial_shapes", "pixel_position_ids")
 
 
-def _ints(value: Any) -> list[int]:
+def ints(value: Any) -> list[int]:
+    """The ints of `value`: itself, or those in a list or tuple (bools left out)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -29,7 +30,7 @@ def attr(config: Any, *keys: str) -> int | None:
     """The first int (or first int of a list) among `keys` on `config`."""
     for key in keys:
         try:
-            found = _ints(getattr(config, key, None))
+            found = ints(getattr(config, key, None))
         except Exception:  # a per-layer attribute read globally
             found = []
         if found:
@@ -164,7 +165,7 @@ def _embeds(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.
 
 def _context(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.Tensor:
     """Hidden states of the target model's tapped layers, concatenated (a draft model's context)."""
-    taps = len(_ints(getattr(config, "target_layer_ids", None))) or 1
+    taps = len(ints(getattr(config, "target_layer_ids", None))) or 1
     return torch.randn(1, SEQ, width(config) * taps, generator=gen)
 
 
