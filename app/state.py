@@ -150,7 +150,7 @@ class ExplorerState(param.Parameterized):
         jobs = self._jobs
         ops, edges = view_budget.drawn_size(self.engine, self.expanded, self.fold_repeats)
         too_big = view_budget.refusal_for(ops, edges)
-        drawn = getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats)
+        drawn = self._drawn_view()
         if too_big and drawn != (self.expanded, self.fold_repeats):  # past the bound: back to the view drawn
             self._back_to_drawn(drawn)
             view_budget.say_after_the_action(self, too_big)
@@ -176,6 +176,10 @@ class ExplorerState(param.Parameterized):
         self.layout_pending = ""
         self.layout = computed
 
+    def _drawn_view(self) -> tuple[frozenset, bool]:
+        """(expansion, folding) of the view on screen: the last one laid out, else the default."""
+        return getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats)
+
     def _back_to_drawn(self, drawn: tuple[frozenset, bool]) -> None:
         """Return the expansion and folding to the view drawn (nothing is laid out again when it is drawn)."""
         self._jobs.supersede()
@@ -188,14 +192,14 @@ class ExplorerState(param.Parameterized):
 
     def _layout_over(self, seconds: float, ops: int, edges: int) -> None:
         """A background layout ran past its bound: it was stopped; the view drawn stays, and the status line says so."""
-        self._back_to_drawn(getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats))
+        self._back_to_drawn(self._drawn_view())
         self.message = (f"Not drawn: laying out that view ({ops:,} ops, {edges:,} edges) took over "
                         f"{seconds:.0f} s and was stopped; the view stays as it was. Open fewer modules at once.")
 
     def _layout_failed(self, error: BaseException) -> None:
         from .views.docsync import refusal_text
 
-        self._back_to_drawn(getattr(self, "_drawn", None) or (frozenset(self.engine.default_expansion()), self.fold_repeats))
+        self._back_to_drawn(self._drawn_view())
         self.message = f"Not drawn: {refusal_text(error)}"
 
     def toggle(self, address: str, call: int | None = None) -> None:
