@@ -106,6 +106,7 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
     query = session_query()
     parts = pool.take(query) if pool is not None else PageParts(loaded, query)
     state, graph = parts.state, parts.graph
+    state.document = pn.state.curdoc  # this session's: its views change the page on its ticks from now on
     scroll = {"overflow-y": "auto", "overflow-x": "hidden"}
     left = pn.Column(parts.tree, width=LEFT_PX, sizing_mode="stretch_height", css_classes=["tlx-left"])
     inspector = pn.Column(parts.inspector, sizing_mode="stretch_width", css_classes=["tlx-inspector-panel"],

@@ -13,7 +13,7 @@ had the loop wait for it to be scheduled: seen in the loop log under load); a ne
 (`Stopped` is raised in its thread at its next bytecode) and its result, should one still arrive, is
 dropped on the loop (the generation check is made there, where results are applied). A job past its
 bound is stopped the same way and `over` is called instead of `done`. `done`, `over` and `failed` run
-through `deliver`: for a served session, the document's next tick under its lock (`served_deliverer`).
+through `deliver`: for a served session, the document's next tick under its lock (`deliverer`).
 """
 from __future__ import annotations
 
@@ -192,16 +192,13 @@ class _Watchdog:
 WATCHDOG = _Watchdog()
 
 
-def served_deliverer() -> Deliver | None:
-    """How to hand a result back to the current served session (its document's next tick, under its
-    lock); None outside a served session (tests, notebooks, the MCP server), where work runs inline."""
-    try:
-        import panel as pn
-
-        from .views.docsync import call_on_document, is_served
-    except ImportError:  # no Panel: never served
+def deliverer(doc: Any) -> Deliver | None:
+    """How to hand a result back to the served session of `doc` (its next tick, under its lock); None outside
+    a served session (tests, notebooks, the MCP server), where work runs inline."""
+    if doc is None:
         return None
-    doc = pn.state.curdoc
+    from .views.docsync import call_on_document, is_served
+
     if not is_served(doc):
         return None
     return lambda fn: call_on_document(doc, fn)

@@ -119,8 +119,11 @@ class ExplorerState(param.Parameterized):
         super().__init__(**params)
         self._jobs = offloop.OffLoop()  # this session's layouts off the loop (one at a time, the newest wins)
         # How a layout laid out off the loop reaches this session: None is the served document's next tick
-        # (`offloop.served_deliverer`), and inline outside a served session; a notebook or a test may set its own.
+        # (`offloop.deliverer` of `document`), and inline outside a served session; a notebook or a test may set its own.
         self.deliver_layouts: offloop.Deliver | None = None
+        # The served session's Bokeh document this state's page is in, bound once the page joins its session
+        # (`app.explorer.build_app`; a page may be built ahead on another thread); None outside a server.
+        self.document: Any = None
         self.keep_tools_open = False  # set by select_op(keep_tools_open=True): the side tools stay open
         # Each session discharges its own copy: the envelope changes, the shared ops do not.
         self.loaded = loaded
@@ -155,7 +158,7 @@ class ExplorerState(param.Parameterized):
             self._back_to_drawn(drawn)
             view_budget.say_after_the_action(self, too_big)
             return
-        deliver = (self.deliver_layouts or offloop.served_deliverer()) if self.layout is not None else None  # the first: inline
+        deliver = (self.deliver_layouts or offloop.deliverer(self.document)) if self.layout is not None else None  # the first: inline
         if deliver is None or not view_budget.off_loop(ops, edges):
             jobs.supersede()
             started = time.perf_counter()

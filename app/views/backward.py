@@ -147,6 +147,7 @@ class BackwardSwitch(pn.viewable.Viewer):
             loaded = self.state.loaded
             btrace = backward_trace(self.state.trace)
             self.bstate = ExplorerState(Loaded(btrace, f"{loaded.title} (backward)", loaded.origin, loaded.source))
+            self.bstate.document = self.state.document  # the same session's page
             self._node_of = {op.attrs["forward_op"]: op.label for op in btrace.ops if op.attrs.get("linked")}
             self.bgraph = BackwardGraphView(state=self.bstate)
             self._follow_forward()

@@ -109,11 +109,6 @@ def hit_test(fig: Any, x: float, y: float) -> tuple[str, dict] | None:
     return None
 
 
-def on_document(fn: Callable[[], Any]) -> None:
-    """Run a change to live Bokeh models under the current document's lock (next tick) when served."""
-    call_on_document(pn.state.curdoc, fn)
-
-
 LEGEND = (("compute (linear, matmul, conv, attention)", OP_FAMILY_COLORS["compute"]),
           ("norm", OP_FAMILY_COLORS["norm"]), ("activation", OP_FAMILY_COLORS["activation"]),
           ("arithmetic", OP_FAMILY_COLORS["arith"]), ("shape / view", OP_FAMILY_COLORS["shape"]),
@@ -343,7 +338,13 @@ class GraphView(pn.viewable.Viewer):
         if self._in_event:
             fn()
         else:
-            on_document(fn)
+            self._on_document(fn)
+
+    def _on_document(self, fn: Callable[[], Any]) -> None:
+        """Run a change to live Bokeh models under its document's lock (the next tick) when served: the session's
+        document its state is bound to (`ExplorerState.document`), never whatever `pn.state.curdoc` reads now
+        (it falls back to Bokeh's process-wide patched document, which another thread's server sets)."""
+        call_on_document(self.state.document, fn)
 
     @contextlib.contextmanager
     def _one_message(self):
@@ -361,7 +362,7 @@ class GraphView(pn.viewable.Viewer):
         finally:
             self._in_event = False
             if self._status_pending:  # the event failed before its status was written
-                on_document(self._write_status)
+                self._on_document(self._write_status)
 
     def _fit_data(self, box: tuple[float, float, float, float]) -> dict[str, list]:
         """The view source's data for showing `box`: never below the readable zoom (issue 36), so a box
@@ -462,7 +463,7 @@ class GraphView(pn.viewable.Viewer):
             return
         self._status_pending = True
         if not self._in_event:
-            on_document(self._write_status)
+            self._on_document(self._write_status)
 
     def _write_status(self) -> None:
         self._status_pending = False

@@ -29,6 +29,17 @@ def served(loaded):
         yield url
     finally:
         server.stop()
+        _forget_patched_documents()
+
+
+def _forget_patched_documents() -> None:
+    """Drop the documents Bokeh still holds as patched `curdoc()` after its server stopped: a session callback
+    suspended inside `bokeh.io.doc.patch_curdoc` when the server stopped never pops its document (seen after
+    the 59 KB link test), and `pn.state.curdoc` falls back to that process-wide list, so every later test on
+    this worker would read a dead session's document as current."""
+    from bokeh.io import doc as bokeh_doc
+
+    bokeh_doc._PATCHED_CURDOCS.clear()
 
 
 @pytest.fixture(scope="session")
