@@ -174,8 +174,9 @@ class MetaKernelUnavailableError(AdmissionError):
 class ValueDependentBranchError(AdmissionError):
     code = "value_dependent_branch"
     default_remedy = (
-        "The forward reads a tensor's value, which a structure-only capture does not have. "
-        "Avoid the value read, or capture the real model eagerly."
+        "The forward reads a tensor's value, which a structure-only capture does not have. If the value "
+        "comes from an input, pass that input as a real tensor (its values are then known); otherwise avoid "
+        "the value read, or capture the real model eagerly."
     )
 
 

@@ -83,11 +83,12 @@ def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, 
     admission: dict[str, Any] = {"mode": "eager"}
     refuse_fake_or_functional(args_t, kwargs, state)  # they compute no values: nothing real to record
     any_meta = _any_meta(args_t, kwargs, state)
+    given = (args_t, kwargs)  # the caller's inputs (structure-only admission may give the forward meta copies)
     if not capture.structure_only and any_meta and _offloaded(model):
         admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence
     elif capture.structure_only or any_meta:
-        guard, admission = admit_structure_only(model, args_t, kwargs, capture, state=state)
-    twin = describe_twin(model, args_t, kwargs, modules=walked)  # what a discharge preflight compares (tracer.claims)
+        guard, admission, (args_t, kwargs) = admit_structure_only(model, args_t, kwargs, capture, state=state)
+    twin = describe_twin(model, *given, modules=walked)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
     backward = _backward_recorder(capture, loss)
     session = CaptureSession(model, save_values=save_values, record_source=capture.record_source,

@@ -160,8 +160,10 @@ def sweep_class(model_type: str, class_name: str) -> dict[str, Any]:
         import tracer
 
         meta = build(class_name, tiny_config(model_type), device="meta")  # a fresh config: some models edit theirs
-        meta_inputs = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in state["inputs"].items()}
-        state["structure"] = tracer.trace(meta, (), meta_inputs, capture=tracer.CaptureOptions(structure_only=True, simulate_device="cpu"))  # the twin runs on the cpu
+        # the same inputs, given with their values: they enter as meta tensors whose values are known
+        # (tracer/weights_free/known_inputs.py), so reads of input values (grid_thw.tolist(), mask.all())
+        # are answered and disclosed; reads that depend on weights still refuse
+        state["structure"] = tracer.trace(meta, (), state["inputs"], capture=tracer.CaptureOptions(structure_only=True, simulate_device="cpu"))  # the twin runs on the cpu
 
     def discharge():
         result = state["structure"].discharge_against(state["trace"])

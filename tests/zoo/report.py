@@ -122,7 +122,9 @@ def render(results: dict[str, Any]) -> str:
         "- `validate`: `tracer.replay.validate.validation_report` passes (replay bit-exact, every edge carries data).",
         "- `reload_validate`: `trace.save`, `tracer.load`, then `tracer.validate` on the loaded trace.",
         "- `weights_free`: the same class and config built on meta, `tracer.trace(..., "
-        "CaptureOptions(structure_only=True))` on meta inputs of the same shapes.",
+        "CaptureOptions(structure_only=True))` on the same inputs, given with their values (they enter as "
+        "meta tensors whose values are known: a read of an input's values is answered and disclosed, a read "
+        "that depends on weights refuses).",
         "- `discharge`: the weights-free trace's claims discharged against the real capture: CORROBORATED.",
         "",
         "torch.nn (one row per public layer class; table of constructor arguments and inputs in "

@@ -15,6 +15,7 @@ from ..capture.walk import iter_tensors, params_and_buffers
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
                       UnsupportedTensorStateError)
+from . import known_inputs
 from .guard import StructureOnlyGuard
 
 _MAX_NAMED = 8  # tensors named per side in a refusal
@@ -31,8 +32,11 @@ LEGACY_CONSTRUCTOR_REMEDY = (
 
 
 def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], capture: Any, *,
-                         state: tuple[list, list] | None = None) -> tuple[StructureOnlyGuard | None, dict[str, Any]]:
-    """Admit a capture involving meta tensors: `(guard, admission record)`, or raise an AdmissionError.
+                         state: tuple[list, list] | None = None
+                         ) -> tuple[StructureOnlyGuard | None, dict[str, Any], tuple[tuple, dict]]:
+    """Admit a capture involving meta tensors: `(guard, admission record, (args, kwargs))`, or raise an
+    AdmissionError. Under `structure_only`, real inputs enter as meta tensors whose values are known
+    (`known_inputs`): the returned inputs are the ones the forward is given.
 
     `state` is `capture.walk.params_and_buffers(model)`, already made (else made here)."""
     state = _state(model, state)
@@ -44,7 +48,7 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
     meta_in = [p for p, t in inputs if t.is_meta]
     real_in = [p for p, t in inputs if not t.is_meta]
     if not capture.structure_only:
-        return _without_flag(model, state, meta_state, real_state, meta_in, real_in)
+        return (*_without_flag(model, state, meta_state, real_state, meta_in, real_in), (args, dict(kwargs)))
     if state and not meta_state:
         raise RealStateWithStructureOnlyError(
             f"{type(model).__name__} holds real values ({len(real_state)} parameters/buffers on "
@@ -58,19 +62,30 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
         elif len(real_state) < len(meta_state):  # a meta build with a few stragglers
             err.remedy = LEGACY_CONSTRUCTOR_REMEDY
         raise err
+    swapped: list = []
     if real_in:
-        raise _mixed("the model is on meta but inputs hold real values", meta_state + meta_in, real_in)
+        args, kwargs, swapped = known_inputs.to_meta_inputs(tuple(args), dict(kwargs))
+        left = [p for p, t in input_tensors(args, kwargs) if not t.is_meta]  # inside objects: not swapped
+        if left:
+            raise _mixed("the model is on meta but inputs inside objects hold real values (tensors directly in "
+                         "args, kwargs, lists, tuples and dicts enter with known values; these do not)",
+                         meta_state + meta_in, left)
     admission = {
         "mode": "structure_only",
         "substrate": "meta",
-        "reason": "CaptureOptions(structure_only=True); every parameter, buffer and input is on meta",
+        "reason": "CaptureOptions(structure_only=True); every parameter and buffer is on meta" + (
+            f"; {len(swapped)} input(s) given with values enter as meta tensors whose values are known"
+            if swapped else ", and every input"),
         "parameters": sum(1 for n, _ in state if n.startswith("param:")),
         "buffers": sum(1 for n, _ in state if n.startswith("buffer:")),
         "inputs": len(inputs),
     }
     if capture.simulate_device is not None:
         admission["simulated_device"] = capture.simulate_device
-    return StructureOnlyGuard(model, admission, simulate_device=capture.simulate_device), admission
+    guard = StructureOnlyGuard(model, admission, simulate_device=capture.simulate_device)
+    if swapped:
+        admission["known_inputs"] = known_inputs.know(guard.constants, swapped)
+    return guard, admission, (tuple(args), dict(kwargs))
 
 
 def _without_flag(model: nn.Module, state: list, meta_state: list, real_state: list, meta_in: list,

@@ -63,6 +63,7 @@ class ConstantLedger:
         self.budget = budget
         self.used = 0
         self.dropped = 0  # known values not kept because the bound was reached
+        self._from_inputs: set[int] = set()  # ids in `_known` whose value came from an input given with values
         self.records: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
         self.read_count = 0
@@ -168,8 +169,9 @@ class ConstantLedger:
             return None
         return t if hit[1] is None else hit[1]
 
-    def remember(self, t: Tensor, value: Tensor) -> bool:
-        """Keep `value` as the known value of the meta tensor `t` while the bound allows."""
+    def remember(self, t: Tensor, value: Tensor, from_inputs: bool = False) -> bool:
+        """Keep `value` as the known value of the meta tensor `t` while the bound allows; `from_inputs`: the
+        value is (computed from) an input's values, not fixed by the forward's code."""
         old = self._known.get(id(t))
         if old is not None and old[0]() is t:
             if old[1] is value:
@@ -183,7 +185,19 @@ class ConstantLedger:
         ref = weakref.ref(t, self._release_known(key))
         self._known[key] = (ref, value, _storage_key(value), n)
         self.used += n
+        if from_inputs:
+            self._from_inputs.add(key)
         return True
+
+    def reads_inputs(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a known value among these arguments (top level, or in a list/tuple) came from an input."""
+        if not self._from_inputs:
+            return False
+        for a in (*args, *kwargs.values()):
+            for b in (a if type(a) in _SEQ else (a,)):
+                if isinstance(b, Tensor) and id(b) in self._from_inputs and self.value_of(b) is not None:
+                    return True
+        return False
 
     def _release_known(self, key: int):
         def release(ref: weakref.ref) -> None:
@@ -193,6 +207,7 @@ class ConstantLedger:
         return release
 
     def _forget(self, key: int) -> None:
+        self._from_inputs.discard(key)
         hit = self._known.pop(key, None)
         if hit is not None:
             self.used -= hit[3]

@@ -27,10 +27,11 @@ from .simulated_device import SimulatedDevice
 
 # What transformers does with values on the way to attention, and how to avoid it on meta.
 TRANSFORMERS_VALUE_REMEDY = (
-    "transformers read a tensor's values here. On meta: pass input ids only (no attention_mask) and keep "
-    "the default cache (use_cache=True, which skips the packed-sequence check that calls .item()); under "
-    "attn_implementation='sdpa' (or flash) a passed attention_mask is read for its values, so build the "
-    "model with attn_implementation='eager' to trace with a mask, or call "
+    "transformers read a tensor's values here. If they are an input's (a mask, a grid), pass that input as a "
+    "real tensor: its values are then known and the read is answered. Otherwise, on meta: pass input ids only "
+    "(no attention_mask) and keep the default cache (use_cache=True, which skips the packed-sequence check that "
+    "calls .item()); under attn_implementation='sdpa' (or flash) a meta attention_mask is read for its values, "
+    "so build the model with attn_implementation='eager' to trace with one, or call "
     "tracer.bridges.transformers.register_attention(model) (value-free masks over eager or sdpa)."
 )
 _REFUSED_READS = frozenset({"numpy", "array"})  # a tensor leaving torch: not answered even when known
@@ -185,6 +186,7 @@ class StructureOnlyGuard(CallGuard):
                      on_meta: Callable) -> Callable:
         """`on_meta` (the call on meta), and `func` on known values beside it when the output fits the bound."""
         ledger = self.constants
+        from_inputs = ledger.reads_inputs(args, kwargs)
 
         def run(*a: Any, **k: Any) -> Any:
             out = on_meta(*a, **k)
@@ -206,7 +208,7 @@ class StructureOnlyGuard(CallGuard):
                 if written is not None:
                     ledger.forget_aliases(written)
                 return out
-            kept = {id(m) for m, v in kv.pair_outputs(out, value) if ledger.remember(m, v)}
+            kept = {id(m) for m, v in kv.pair_outputs(out, value) if ledger.remember(m, v, from_inputs)}
             if written is not None and id(written) not in kept and out is not None:
                 ledger.forget_aliases(written)
             return out
@@ -219,11 +221,12 @@ class StructureOnlyGuard(CallGuard):
         kind = info.kind
         known = None if kind in _REFUSED_READS else kv.values_for(kind, args, kwargs, ledger)
         site = session.site_text()
+        basis = "inputs" if ledger.reads_inputs(args, kwargs) else "constants"  # what the answer comes from
         if known is None and kind == "repeat_interleave":
             size = kv.repeat_size(args, kwargs, ledger)  # the repeats are known: they fix the output size
             if size is not None:
                 return self._disclosed(info, site, session, lambda: func(*args, **{**kwargs, "output_size": size}),
-                                       "constants")
+                                       basis)
         if known is None:
             neutral = neutral_read(kind, site)
             if neutral is None:
@@ -234,10 +237,10 @@ class StructureOnlyGuard(CallGuard):
                 value = func(*known[0], **known[1])
                 out = kv.to_meta(value)
                 for m, v in kv.pair_outputs(out, value):
-                    ledger.remember(m, v)
+                    ledger.remember(m, v, basis == "inputs")
                 return out
-            return self._disclosed(info, site, session, shaped, "constants")
-        return self._disclosed(info, site, session, lambda: func(*known[0], **known[1]), "constants")
+            return self._disclosed(info, site, session, shaped, basis)
+        return self._disclosed(info, site, session, lambda: func(*known[0], **known[1]), basis)
 
     def _disclosed(self, info: FuncInfo, site: str | None, session: CaptureSession, answer: Callable[[], Any],
                    basis: str) -> Callable:
@@ -284,6 +287,9 @@ class StructureOnlyGuard(CallGuard):
                 info.qualname, found[0], found[1], len(session.records), session.site_text()))
             return StandIn(found[0])
         if meta_fallbacks.reads_values(exc):
+            answered = self._kernel_read_answered(info, call, session) if call else None
+            if answered is not None:
+                return answered
             return ValueDependentBranchError(
                 f"{info.qualname} reads a tensor's value inside its kernel (a size or index given as tensors, or a "
                 f"boolean mask index, whose count of True values sets the output's size?) "
@@ -292,6 +298,34 @@ class StructureOnlyGuard(CallGuard):
         return MetaKernelUnavailableError(
             f"{info.qualname} cannot run on the meta device: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
             site=session.site_text(), call=info.qualname, module=_module_of(session))
+
+    def _kernel_read_answered(self, info: FuncInfo, call: tuple, session: CaptureSession) -> StandIn | None:
+        """A meta kernel that needed values (`torch.arange(n)` of a 0-dim tensor, `x[mask]`, `F.pad(x, sizes)`)
+        run on the CPU instead when the values it reads are known: every tensor argument's, or, for a call of
+        `known_values.DATA_FIRST`, every one but the first, which only lends its shape (the output's value is
+        then unknown). The output enters as meta, the read is disclosed; None when the values are not known."""
+        func, args, kwargs = call
+        func = info.func or func  # the torch callable itself, not a substitute that runs it on meta
+        ledger = self.constants
+        known = kv.values_for(info.kind, args, kwargs, ledger)
+        exact = known is not None
+        if not exact and info.kind in kv.DATA_FIRST and args and isinstance(args[0], Tensor):
+            known = kv.values_for(info.kind, args, kwargs, ledger, data_first=True)
+        if known is None:
+            return None
+        try:
+            value = func(*known[0], **known[1])
+        except Exception:  # noqa: BLE001 - the side computation failed: the read stays unanswered (refused)
+            return None
+        out = kv.to_meta(value)
+        basis = "inputs" if ledger.reads_inputs(args, kwargs) else "constants"
+        if exact:
+            for m, v in kv.pair_outputs(out, value):
+                ledger.remember(m, v, basis == "inputs")
+        ledger.record_read(info.qualname, session.site_text(), _module_of(session),
+                           kv.summarize(value) if exact else {"shape_from": "known arguments"}, basis)
+        self.admission["resolved_read_count"] = ledger.read_count
+        return StandIn(out)
 
     def after_call(self, info: FuncInfo, outputs: list, session: CaptureSession) -> None:
         for t in outputs:

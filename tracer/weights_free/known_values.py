@@ -24,6 +24,11 @@ DROPOUTS = frozenset({"dropout", "dropout_", "alpha_dropout", "alpha_dropout_", 
 # Calls that read only the shape and dtype of their first tensor (its values do not matter).
 SHAPE_ONLY_FIRST = frozenset({"ones_like", "zeros_like", "full_like", "new_ones", "new_zeros", "new_full",
                               "new_tensor", "fill_", "zero_", "copy_"})
+# Calls whose kernel may read the values of size or index arguments (a size given as a 0-dim tensor, a
+# boolean mask index) but never those of their first tensor, whose shape alone matters: a meta kernel
+# that refused one is answered from the other arguments' known values (`values_for(data_first=True)`).
+DATA_FIRST = frozenset({"getitem", "pad", "interpolate", "view", "reshape", "repeat", "expand", "narrow", "split",
+                        "tensor_split", "unflatten", "tile", "roll"})
 # Value reads that return Python data.
 PYTHON_READS = frozenset({"item", "tolist", "bool", "int", "float", "index", "complex", "local_scalar_dense",
                           "contains", "equal", "allclose"})
@@ -70,10 +75,12 @@ def repeat_size(args: tuple, kwargs: dict, ledger: ConstantLedger) -> int | None
     return int(known.sum())
 
 
-def values_for(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger) -> tuple[tuple, dict] | None:
+def values_for(kind: str, args: tuple, kwargs: dict, ledger: ConstantLedger,
+               data_first: bool = False) -> tuple[tuple, dict] | None:
     """`(args, kwargs)` with every tensor replaced by its known value and meta devices by CPU, or None when a
-    tensor the call reads has no known value."""
-    first = kind in SHAPE_ONLY_FIRST
+    tensor the call reads has no known value. `data_first`: the first argument, when its value is not
+    known, stands in as a tensor of its shape (only the output's shape may be taken from such a call)."""
+    first = kind in SHAPE_ONLY_FIRST or data_first
     out_args = []
     for i, a in enumerate(args):
         v = _known(a, ledger, shape_only=first and i == 0)
@@ -141,7 +148,7 @@ def _known(a: Any, ledger: ConstantLedger, shape_only: bool) -> Any:
         if v is not None:
             return v
         if shape_only and a.numel() <= ledger.budget - ledger.used:  # a stand-in only within the bound
-            return torch.empty(a.shape, dtype=a.dtype, device=_CPU)
+            return torch.zeros(a.shape, dtype=a.dtype, device=_CPU)
         return _UNKNOWN
     if isinstance(a, torch.device):
         return _CPU if a.type == "meta" else a
