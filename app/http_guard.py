@@ -5,7 +5,8 @@
 policy refuses (`exporters.http_policy.refusal`: wrong Host, foreign or missing websocket Origin,
 a cross-site subresource) is answered 421/403 by `Refused` before any of Bokeh's or Panel's handlers
 is built, whatever `Sec-Fetch-Site` says. It also removes Panel's `/components/<module>/...` route,
-which imports the module a URL names; the explorer's page loads none of its resources from it. And
+which imports the module a URL names; the explorer's page loads none of its resources from it. It adds
+the route of the page's downloads (`app.downloads`: a token issued to a session, nothing a request names). And
 every answer (the page, static files, refusals, the websocket's upgrade) passes through
 `SecurityHeaders`, an output transform of the application, which sets
 `exporters.http_policy.security_headers()` (CSP, no framing, nosniff, no Referer).
@@ -101,6 +102,11 @@ def guard(app: Application, policy: HostPolicy) -> None:
         app.transforms.append(SecurityHeaders)  # read per request: every handler's answer gets the headers
     app.default_router.rules.insert(0, Rule(_RefusedBy(policy), Refused))
     app.default_router.rules.insert(1, Rule(_LongQuery(), WithoutView))  # after the Host/Origin check
+    from tornado.routing import PathMatches
+
+    from .downloads import PATTERN, DownloadHandler
+
+    app.default_router.rules.insert(2, Rule(PathMatches(PATTERN), DownloadHandler))  # exports by token (app.downloads)
     from panel.io.server import ComponentResourceHandler
 
     for rule in app.wildcard_router.rules:

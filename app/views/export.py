@@ -23,11 +23,11 @@ from typing import Any
 import panel as pn
 import param
 
-from .. import tempdirs
+from .. import downloads, tempdirs
 from ..ladder import caption
 from ..state import ExplorerState
 from ..worker import warm
-from .docsync import is_served, refusal_html, run_in_background, text_html
+from .docsync import call_on_document, is_served, refusal_html, run_in_background, text_html
 
 
 def file_stem(model_class: str) -> str:
@@ -140,6 +140,14 @@ def _usable(future: Future) -> bool:
     return process is not None and process.poll() is None
 
 
+def download_link(label: str, filename: str, href: str) -> str:
+    """A download link drawn as the page's buttons are."""
+    return (f'<a class="tlx-download" href="{html.escape(href, quote=True)}" download="{html.escape(filename, quote=True)}" '
+            'style="display:block;box-sizing:border-box;width:100%;padding:6px 12px;border:1px solid #ccc;'
+            'border-radius:4px;background:#fff;color:#000;font:13px sans-serif;text-align:center;'
+            f'text-decoration:none">{html.escape(label)}</a>')
+
+
 class RefusableDownload(pn.widgets.FileDownload):
     """A FileDownload whose callback returns None for a refused export (the refusal is shown in the
     panel's status): nothing is transferred, and Panel logs no "Cannot transfer ... NoneType" error."""
@@ -157,6 +165,7 @@ class ExportPanel(pn.viewable.Viewer):
     def __init__(self, **params):
         super().__init__(**params)
         self.workdir = tempdirs.make("tlx-export-")
+        self._tokens: list[str] = []  # the download links this page was issued (app.downloads)
         warm()  # a worker child starts its imports now, before the first heavy action of this page
         stem = file_stem(self.state.trace.model_class)
         self.status = pn.pane.HTML("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
@@ -181,8 +190,17 @@ class ExportPanel(pn.viewable.Viewer):
     def _caption_html(self) -> str:
         return f'<div style="font:13px sans-serif">Figure caption: <i>{html.escape(caption(self.state.trace))}</i></div>'
 
-    def _download(self, label: str, filename: str, kind: str, css: str) -> pn.widgets.FileDownload:
-        async def callback() -> Any:  # awaited on the server's loop, which stays free while the worker writes
+    def _download(self, label: str, filename: str, kind: str, css: str) -> Any:
+        """A served page's download is a link to the server's download route (`app.downloads`: the file
+        streamed over HTTP); elsewhere (a notebook) a FileDownload, whose file travels in a websocket message."""
+        doc = self.state.document or pn.state.curdoc
+        if is_served(doc):
+            token = downloads.issue(downloads.Download(filename, lambda: self._write(filename, kind, doc)))
+            self._tokens.append(token)
+            return pn.pane.HTML(download_link(label, filename, downloads.url(token)), css_classes=[css],
+                                sizing_mode="stretch_width", margin=(5, 10))
+
+        async def callback() -> Any:  # awaited on the loop, which stays free while the worker writes
             try:
                 path = tempdirs.inside(self.workdir, filename)
                 self.status.object = text_html(f"Writing {filename}...")
@@ -195,6 +213,21 @@ class ExportPanel(pn.viewable.Viewer):
 
         return RefusableDownload(callback=callback, filename=filename, label=label, embed=False,
                                  css_classes=[css], sizing_mode="stretch_width")
+
+    def _write(self, filename: str, kind: str, doc: Any) -> Path:
+        """Write export `kind` as `filename` in this session's folder (on the download route's thread), saying
+        so in the status line on `doc`'s next tick; a refusal is shown there and raised."""
+        def say(text: str) -> None:
+            call_on_document(doc, lambda: setattr(self.status, "object", text))
+
+        say(text_html(f"Writing {filename}..."))
+        try:
+            out = export_for_download(self.state, tempdirs.inside(self.workdir, filename), kind)
+        except Exception as exc:
+            say(refusal_html(exc))
+            raise
+        say(text_html(f"Wrote {out.name} ({out.stat().st_size:,} bytes)."))
+        return out
 
     def open_model_explorer(self) -> None:
         """Show the link to Model Explorer serving this graph on 127.0.0.1 (started on first need, shared)."""
@@ -223,8 +256,11 @@ class ExportPanel(pn.viewable.Viewer):
                 "Open the graph in Model Explorer</a>")
 
     def close(self) -> None:
-        """Remove the session's files (the shared Model Explorer runs on for the other sessions)."""
+        """Remove the session's files and withdraw its download links (the shared Model Explorer runs on
+        for the other sessions)."""
         self.server = None
+        for token in self._tokens:
+            downloads.withdraw(token)
         tempdirs.remove(self.workdir)
 
     def __panel__(self):

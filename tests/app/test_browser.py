@@ -5,6 +5,7 @@ Screenshots go to the artifacts folder and docs/images/ (docs/explorer.md shows 
 """
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -207,6 +208,8 @@ def test_png_trace_file_and_model_explorer_json_downloads(gpt2_url, gpt2_loaded,
 
     open_page(page, gpt2_url)
     page.locator(".bk-tab", has_text="Export").click()
+    # served, each download is a link to the server's download route (app.downloads), not a websocket transfer
+    expect(page.locator(".tlx-export-me a.tlx-download")).to_have_attribute("href", re.compile(r"^/tlx-download/"))
     got = {}
     for css, name in (("tlx-export-png", "explorer-export.png"), ("tlx-export-trace", "explorer-export.trace.zip"),
                       ("tlx-export-me", "explorer-export.model-explorer.json")):
