@@ -140,6 +140,16 @@ def _usable(future: Future) -> bool:
     return process is not None and process.poll() is None
 
 
+def _same_trace(key: tuple, trace: Any) -> bool:
+    """Whether `trace` has the graph, envelope (a discharge makes a new one) and name `key` was taken from."""
+    return key[0] is trace.ops and key[1] is trace.envelope and key[2] == trace.model_class
+
+
+def _trace_key(trace: Any) -> tuple:
+    """What an export written ahead depends on (the objects held: no id is reused while the key lives)."""
+    return (trace.ops, trace.envelope, trace.model_class)
+
+
 def download_link(label: str, filename: str, href: str) -> str:
     """A download link drawn as the page's buttons are."""
     return (f'<a class="tlx-download" href="{html.escape(href, quote=True)}" download="{html.escape(filename, quote=True)}" '
@@ -166,6 +176,7 @@ class ExportPanel(pn.viewable.Viewer):
         super().__init__(**params)
         self.workdir = tempdirs.make("tlx-export-")
         self._tokens: list[str] = []  # the download links this page was issued (app.downloads)
+        self._ahead: dict[str, tuple[tuple, Future]] = {}  # kind -> (trace key, the file written ahead)
         warm()  # a worker child starts its imports now, before the first heavy action of this page
         stem = file_stem(self.state.trace.model_class)
         self.status = pn.pane.HTML("", css_classes=["tlx-export-status"], sizing_mode="stretch_width")
@@ -174,6 +185,8 @@ class ExportPanel(pn.viewable.Viewer):
         self.png = self._download("Figure (PNG)", f"{stem}.png", "png", "tlx-export-png")
         self.trace_file = self._download("Trace file (.zip)", f"{stem}.trace.zip", "zip", "tlx-export-trace")
         self.me_json = self._download("Model Explorer JSON", f"{stem}.model-explorer.json", "model-explorer", "tlx-export-me")
+        if self._tokens and len(self.state.trace.ops) <= IN_PROCESS_MAX_OPS:  # served: the JSON is written ahead
+            self._write_ahead(f"{stem}.model-explorer.json", "model-explorer")
         self.me_button = pn.widgets.Button(label="Open in Model Explorer", css_classes=["tlx-open-me"])
         self.me_link = pn.pane.HTML("", css_classes=["tlx-me-link"])
         self.me_button.on_click(lambda _e: self.open_model_explorer())
@@ -214,6 +227,20 @@ class ExportPanel(pn.viewable.Viewer):
         return RefusableDownload(callback=callback, filename=filename, label=label, embed=False,
                                  css_classes=[css], sizing_mode="stretch_width")
 
+    def _write_ahead(self, filename: str, kind: str) -> None:
+        """Write export `kind` now on a thread, so that the first click on its link only streams the file (the
+        same file the click would write: it depends on the trace and its envelope only, not on the view)."""
+        future: Future = Future()
+        self._ahead[kind] = (_trace_key(self.state.trace), future)
+
+        def write() -> None:
+            try:
+                future.set_result(export_for_download(self.state, tempdirs.inside(self.workdir, filename), kind))
+            except BaseException as exc:  # noqa: BLE001 - raised to the click that uses it
+                future.set_exception(exc)
+
+        threading.Thread(target=write, name="tlx-export-ahead", daemon=True).start()
+
     def _write(self, filename: str, kind: str, doc: Any) -> Path:
         """Write export `kind` as `filename` in this session's folder (on the download route's thread), saying
         so in the status line on `doc`'s next tick; a refusal is shown there and raised."""
@@ -221,8 +248,12 @@ class ExportPanel(pn.viewable.Viewer):
             call_on_document(doc, lambda: setattr(self.status, "object", text))
 
         say(text_html(f"Writing {filename}..."))
+        ahead = self._ahead.pop(kind, None)
         try:
-            out = export_for_download(self.state, tempdirs.inside(self.workdir, filename), kind)
+            if ahead is not None and _same_trace(ahead[0], self.state.trace):
+                out = ahead[1].result()  # written ahead for this very trace and envelope (a refusal raises here too)
+            else:
+                out = export_for_download(self.state, tempdirs.inside(self.workdir, filename), kind)
         except Exception as exc:
             say(refusal_html(exc))
             raise

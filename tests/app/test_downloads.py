@@ -79,3 +79,44 @@ def test_a_refused_export_answers_422_with_the_refusal(port):
         downloads.withdraw(token)
     assert status == 422 and headers["content-type"].startswith("text/plain")
     assert b"no export for this view" in body and b"Pick another view." in body
+
+
+def test_a_served_export_panel_writes_the_model_explorer_json_ahead_and_its_link_streams_that_file(monkeypatch):
+    """The Export tab of a served page writes the JSON on a thread at once; the first click on the link takes
+    that file (one export in all), a later click or another envelope writes anew."""
+    import weakref
+
+    from bokeh.document import Document
+
+    from app.factory import open_factory
+    from app.state import ExplorerState
+    from app.views import export
+
+    calls = []
+    real = export.export_for_download
+    monkeypatch.setattr(export, "export_for_download", lambda *a: calls.append(a[2]) or real(*a))
+
+    class Context:
+        pass
+
+    doc, context = Document(), Context()
+    doc._session_context = weakref.ref(context)  # what makes the document "served" (docsync.is_served)
+    state = ExplorerState(open_factory("tests.models:tiny_llama"))
+    state.document = doc
+    panel = export.ExportPanel(state=state)
+    try:
+        [(key, ahead)] = [(k, f) for k, (_t, f) in panel._ahead.items()]
+        assert key == "model-explorer"
+        written = ahead.result(timeout=60)
+        token = next(t for t in panel._tokens if downloads.issued(t).filename.endswith(".model-explorer.json"))
+        assert downloads.issued(token).produce() == written and calls == ["model-explorer"]  # the file written ahead
+        downloads.issued(token).produce()
+        assert calls == ["model-explorer", "model-explorer"]  # a second click writes anew
+        panel._write_ahead(written.name, "model-explorer")
+        panel._ahead["model-explorer"][1].result(timeout=60)
+        state.trace = state.trace.with_envelope(state.trace.envelope)  # a new Trace: same graph and envelope
+        downloads.issued(token).produce()
+        assert calls == ["model-explorer"] * 3  # ... so the file written ahead served it
+    finally:
+        panel.close()
+    assert all(downloads.issued(t) is None for t in panel._tokens)
