@@ -139,3 +139,22 @@ def test_a_mask_that_depends_on_weights_still_refuses_the_index():
 
     with pytest.raises(errors.ValueDependentBranchError):
         tracer.trace(_meta(Masked), (torch.randn(3, 4),), capture=SO)
+
+
+class _ConstantMovedToTheInputsDevice(nn.Module):
+    """Idefics3's vision tower: a default mask made on the CPU (no device given), then moved to the inputs' device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        mask = torch.ones(1, 3).to(dtype=torch.bool, device=x.device)
+        return self.lin(x) if mask.all() else -self.lin(x)
+
+
+def test_a_constant_moved_onto_the_simulated_device_keeps_its_known_value():
+    capture = tracer.CaptureOptions(structure_only=True, simulate_device="cpu")  # x.device reads as the CPU
+    structure = tracer.trace(_meta(_ConstantMovedToTheInputsDevice), (torch.empty(2, 4, device="meta"),), capture=capture)
+    [read] = structure.provenance["admission"]["resolved_reads"]
+    assert read["call"] == "torch.Tensor.__bool__" and read["answer"] is True and read["basis"] == "constants"

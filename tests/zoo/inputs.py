@@ -143,6 +143,10 @@ def time_series(config: Any, params: Any, gen: torch.Generator) -> dict[str, tor
         out["past_time_features"] = torch.randn(1, length, feats, generator=gen)
     if "past_observed_mask" in params and "past_time_features" in out:
         out["past_observed_mask"] = torch.ones(shape)
+    if "past_values_padding" in params:  # TimesFM's base model: which steps are padding (none), per step
+        out["past_values_padding"] = torch.zeros(shape[:2], dtype=torch.long)
+    if "freq" in params:  # and the series' frequency class, one per sample
+        out["freq"] = torch.zeros(1, 1, dtype=torch.long)
     return out
 
 
@@ -190,6 +194,10 @@ def _variants(model: torch.nn.Module, config: Any, params: Any, gen: torch.Gener
         bins, frames = _attr(config, "num_mel_bins", "feature_size"), _attr(config, "max_length") or 64
         if bins:  # a spectrogram given as input_values: (1, frames, bins)
             yield {**first, "input_values": torch.randn(1, frames, bins, generator=gen), **extra}
+        width = _attr(config, "hidden_size", "d_model")
+        if width and "decoder_input_values" in params:  # an encoder-decoder without pre-nets: hidden states both sides
+            yield {**first, "input_values": torch.randn(1, 4 * SEQ, width, generator=gen),
+                   "decoder_input_values": torch.randn(1, SEQ, width, generator=gen), **extra}
     if "input_features" in first:
         for feats in features(config, gen)[1:]:
             yield {**first, "input_features": feats, **extra}

@@ -57,6 +57,7 @@ def shrink_config(config: Any) -> Any:
             parents.setdefault(id(child), current)
             pending.append(child)
     for current in order:
+        _fill_vocabulary_map(current)
         _borrow_missing(current, parents, order)
         _follow_sibling_widths(current, defaults)
         _follow_backbone_lists(current, defaults)
@@ -65,6 +66,24 @@ def shrink_config(config: Any) -> Any:
         if any("width_coefficient" in vars(sub) for sub in subs) and "projection_dim" in defaults[id(current)]:
             _set(current, "projection_dim", defaults[id(current)]["projection_dim"])  # ALIGN: EfficientNet's own width
     return config
+
+
+def _fill_vocabulary_map(config: Any) -> None:
+    """Chameleon and Emu3 build their image-token mapping from `vocabulary_map`, which a config made from
+    defaults leaves None (the real one ships with the tokenizer): the special tokens their constructors
+    read, as the last ids of the vocabulary, and one visual token per id below them (a text forward
+    reads none of those)."""
+    if "vocabulary_map" not in vars(config) or config.vocabulary_map is not None:
+        return
+    vocab = _int(config, "vocab_size") or _int(getattr(config, "text_config", None), "vocab_size") or 0
+    if vocab < 8:
+        return
+    special = {"<image>": vocab - 1, "<|extra_200|>": vocab - 2, "<racm3:break>": vocab - 3, "<eoss>": vocab - 4}
+    count = min(vocab - 8, 64)
+    emu3 = {f"<|visual token {i:06d}|>": i + 4 for i in range(count)}  # Emu3's names
+    letters = str.maketrans("0123456789", "ABCDEFGHIJ")
+    chameleon = {f"IMGIMG{str(i).translate(letters)}Z": i + 4 for i in range(count)}  # Chameleon's: digits as letters
+    _set(config, "vocabulary_map", {**(chameleon if "chameleon" in type(config).__name__.lower() else emu3), **special})
 
 
 def _rederive_cross_output(config: Any) -> None:
@@ -544,6 +563,12 @@ def _shrink_lists(config: Any) -> None:
                     _set(config, layer_key, len(kept))
         elif key in ("attention_layers", "mlp_only_layers") and layers is not None:
             _set(config, key, value[:layers])
+        elif key == "backbone_out_indices" and layers is not None and all(isinstance(v, int) for v in value):
+            # DPT keeps the outputs of these layers, one per neck width: as many layers as indices, each kept
+            for layer_key in LAYER_KEYS:
+                if _int(config, layer_key) == layers:
+                    _set(config, layer_key, max(layers, len(value)))
+            _set(config, key, list(range(len(value))))
         elif key in ("depths", "num_layers_per_stage") and all(isinstance(v, int) for v in value):
             _set(config, key, [min(v, 1) for v in value])
         elif key in HEAD_KEYS and all(isinstance(v, int) for v in value):  # per stage, widths doubling

@@ -173,7 +173,8 @@ class StructureOnlyGuard(CallGuard):
         if kind in _MAYBE_RANDOM and kv.is_random(kind, args, kwargs):
             return _VALUE_UNKNOWN
         known = None
-        if first_known or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
+        # a real constant moved onto meta (`torch.ones(n).to(x.device)` under a simulated device) keeps its value
+        if first_known or self._constant_call or kind in kv.SHAPE_ONLY_FIRST or (factory and kind in kv.VALUE_FACTORIES):
             known = kv.values_for(kind, args, kwargs, ledger) if asked is _NOT_ASKED else asked
         if known is None:  # the output's value depends on weights or inputs (or nothing known is involved)
             if info.value_read and kind in _VALUE_OPS:
