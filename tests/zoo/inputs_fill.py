@@ -169,6 +169,11 @@ def _context(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch
     return torch.randn(1, SEQ, width(config) * taps, generator=gen)
 
 
+def _latents(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.Tensor:
+    """A codec decoder's continuous latents: (1, width, frames)."""
+    return torch.randn(1, attr(config, "latent_dim", "codebook_dim") or width(config), SEQ, generator=gen)
+
+
 def _state(config: Any, inputs: dict[str, Any], gen: torch.Generator) -> torch.Tensor:
     return torch.randn(1, attr(config, "max_state_dim", "state_dim") or 8, generator=gen)
 
@@ -239,6 +244,8 @@ REQUIRED: dict[str, Rule] = {
     "context_hidden_states": _context,
     "state": _state,
     "action_embeds": _action_embeds,
+    "latents": _latents,
+    "inputs": lambda config, _inputs, gen: torch.randn(1, SEQ, attr(config, "d_model") or width(config), generator=gen),  # Perceiver without a preprocessor
 }
 # Decision Transformer style trajectories: (1, T, dim) per stream, dims from the config.
 TRAJECTORY: dict[str, Rule] = {

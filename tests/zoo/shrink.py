@@ -23,7 +23,7 @@ POSITIONS = 64
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "word_embed_proj_dim",
               "projection_dim", "text_embed_dim", "vision_embed_dim", "hidden_dim", "model_dim", "d_embed")
 HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads",
-             "n_heads", "attention_heads")
+             "n_heads", "attention_heads", "pred_num_attention_heads")  # V-JEPA 2: its predictor's own
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
 FFN_KEYS = ("intermediate_size", "ffn_dim", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner",
             "hidden_dim_ffn", "moe_intermediate_size", "shared_expert_intermediate_size", "ffn_hidden_size",
@@ -58,6 +58,7 @@ def shrink_config(config: Any) -> Any:
             pending.append(child)
     for current in order:
         _fill_vocabulary_map(current)
+        _fill_token_indexer(current)
         _borrow_missing(current, parents, order)
         _follow_sibling_widths(current, defaults)
         _follow_backbone_lists(current, defaults)
@@ -84,6 +85,19 @@ def _fill_vocabulary_map(config: Any) -> None:
     letters = str.maketrans("0123456789", "ABCDEFGHIJ")
     chameleon = {f"IMGIMG{str(i).translate(letters)}Z": i + 4 for i in range(count)}  # Chameleon's: digits as letters
     _set(config, "vocabulary_map", {**(chameleon if "chameleon" in type(config).__name__.lower() else emu3), **special})
+
+
+INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
+           "indexer_compress_ratio": 4}
+
+
+def _fill_token_indexer(config: Any) -> None:
+    """Qwen4-Exp's indexed attention layers build a token indexer from fields its defaults leave None (the
+    real ones ship with the checkpoint): small values for all of them (one key head, as it requires)."""
+    if all(k in vars(config) and vars(config)[k] is None for k in INDEXER) and \
+            "indexed_attention" in (vars(config).get("layer_types") or ()):
+        for key, value in INDEXER.items():
+            _set(config, key, value)
 
 
 def _rederive_cross_output(config: Any) -> None:
@@ -266,7 +280,7 @@ def _shrink_one(config: Any) -> None:
         kv = _int(config, key)
         if kv is not None:  # as many kv heads as heads stays so (latent attention, ESM-C's k_norm); grouped stays grouped
             _set(config, key, heads if before and kv >= before else 2 if heads % 2 == 0 and kv > 1 else 1)
-        elif key in vars(config) and getattr(config, key) is None and before is not None:
+        elif key in vars(config) and vars(config)[key] is None and before is not None:  # vars: a per-layer attribute read globally raises
             _set(config, key, heads)  # unset: one kv head per head, the usual meaning (Nemotron divides by it)
     # A 2-D layout model (LiLT, LayoutLMv3) splits its width into six box embeddings: a multiple of 6 and of the heads.
     width = LAYOUT_WIDTH if "max_2d_position_embeddings" in vars(config) else WIDTH

@@ -109,3 +109,27 @@ def test_axial_position_parts_sum_to_the_width():
 def test_mobilenet_channels_shrink_through_the_depth_multiplier():
     config = tiny("mobilenet_v2")  # 2.2M parameters at 1.0, 238k at 0.25
     assert config.depth_multiplier == 0.25 and config.min_depth == 8
+
+
+def test_dpt_keeps_one_layer_per_kept_feature():
+    config = tiny("dpt")  # its neck takes one hidden state per neck width, picked by layer index
+    assert list(config.backbone_out_indices) == list(range(len(config.neck_hidden_sizes)))
+    assert config.num_hidden_layers >= len(config.neck_hidden_sizes)
+
+
+def test_emu3_and_chameleon_get_the_special_tokens_their_constructors_read():
+    emu3, chameleon = tiny("emu3"), tiny("chameleon")
+    vocab = emu3.text_config.vocab_size
+    assert emu3.vocabulary_map["<image>"] == vocab - 1 and emu3.vocabulary_map["<|extra_200|>"] == vocab - 2
+    assert all(v < vocab for v in emu3.vocabulary_map.values())
+    assert any(name.startswith("IMGIMG") for name in chameleon.vocabulary_map)
+
+
+def test_a_per_layer_kv_head_count_is_read_without_the_global_access_that_raises():
+    text = vars(tiny("embedding_gemma2").text_config)  # reading num_key_value_heads globally raises on it
+    assert text["num_attention_heads"] <= 4 and text["num_key_value_heads"] <= text["num_attention_heads"]
+
+
+def test_qwen4_exp_indexed_attention_gets_a_complete_token_indexer():
+    config = tiny("qwen4_exp_text")
+    assert config.indexer_kv_heads == 1 and config.indexer_budget % config.indexer_compress_ratio == 0
