@@ -25,6 +25,7 @@ from .errors import InvalidInputError
 from .ir import Trace
 from .options import CaptureOptions
 from .provenance import Findings
+from .weights_free import known_buffers
 from .weights_free.admission import admit_structure_only, refuse_fake_or_functional
 from .witness import capture_scope
 
@@ -75,6 +76,13 @@ def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, 
     kwargs = dict(input_kwargs or {})
     model, unwrapped = compiled.unwrap(model)  # a torch.compile wrapper: its original module (disclosed)
     walked = named_modules(model, remove_duplicate=False)  # once per capture: linear at any nesting depth
+    # real buffers of a meta model: meta copies with known values for this capture, put back after it
+    with known_buffers.swapped_for_meta(walked, capture) as given_buffers:
+        return _trace_walked(model, args_t, kwargs, capture, loss, walked, unwrapped, given_buffers)
+
+
+def _trace_walked(model: nn.Module, args_t: tuple, kwargs: dict, capture: CaptureOptions, loss: Any,
+                  walked: list, unwrapped: Any, given_buffers: list) -> Trace:
     state = params_and_buffers(model, modules=walked)  # read by each admission below, walked once
     distributed = admit_distributed(model, args_t, kwargs, modules=walked, state=state,  # None outside a process group
                                     structure_only=capture.structure_only,
@@ -87,7 +95,8 @@ def _trace(model: nn.Module, args: Any, input_kwargs: Mapping[str, Any] | None, 
     if not capture.structure_only and any_meta and _offloaded(model):
         admission = {"mode": "eager", "offload": "accelerate"}  # meta params with offload-hook evidence
     elif capture.structure_only or any_meta:
-        guard, admission, (args_t, kwargs) = admit_structure_only(model, args_t, kwargs, capture, state=state)
+        guard, admission, (args_t, kwargs) = admit_structure_only(model, args_t, kwargs, capture, state=state,
+                                                                  given_buffers=given_buffers)
     twin = describe_twin(model, *given, modules=walked)  # what a discharge preflight compares (tracer.claims)
     save_values = capture.save != "none" and not capture.structure_only
     backward = _backward_recorder(capture, loss)

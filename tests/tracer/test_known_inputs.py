@@ -158,3 +158,29 @@ def test_a_constant_moved_onto_the_simulated_device_keeps_its_known_value():
     structure = tracer.trace(_meta(_ConstantMovedToTheInputsDevice), (torch.empty(2, 4, device="meta"),), capture=capture)
     [read] = structure.provenance["admission"]["resolved_reads"]
     assert read["call"] == "torch.Tensor.__bool__" and read["answer"] is True and read["basis"] == "constants"
+
+
+class _TrimmedByABuffer(nn.Module):
+    """A codec's trim: slice bounds computed from a buffer made from the config (`nn.Buffer(k - s)`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("trim", torch.tensor(2), persistent=False)
+
+    def forward(self, x):
+        h = self.lin(x)
+        end = h.shape[0] - self.trim  # a 0-dim tensor
+        return h[self.trim // 2:end]
+
+
+def test_slice_bounds_from_a_known_buffer_fix_the_slice_on_meta():
+    accelerate = pytest.importorskip("accelerate")
+    with accelerate.init_empty_weights():  # parameters on meta, the buffer real (its value known to the capture)
+        meta = _TrimmedByABuffer().eval()
+    x = torch.randn(6, 4)
+    structure = tracer.trace(meta, (x,), capture=SO)
+    assert [r["basis"] for r in structure.provenance["admission"]["resolved_reads"]] == ["buffers"]
+    assert [3, 4] in [list(op.out.shape) for op in structure.ops if op.kind == "getitem"]  # rows 1:4 of 6
+    real = tracer.trace(_TrimmedByABuffer().eval(), (x,))
+    assert structure.discharge_against(real).state == "CORROBORATED"

@@ -70,10 +70,22 @@ def build(class_name: str, config: Any, device: str = "cpu") -> torch.nn.Module:
     cls = getattr(transformers, class_name)
     config = _config_for(cls, config)
     torch.manual_seed(0)
-    with torch.device(device):
+    if device != "meta":
+        with torch.device(device):
+            return cls._from_config(config).eval()
+    # weights dropped after a build: parameters on meta (one meta parameter per tied one, as built), buffers real
+    # from the config (rotary frequencies, a codec's padding sizes), which the capture swaps for meta copies whose
+    # values are known. (accelerate's init_empty_weights() leaves buffers real too, but re-creates each tied
+    # parameter on its own: a discharge then refutes the tied weights' attribution.) The configs are tiny.
+    with torch.device("cpu"):
         model = cls._from_config(config)
-    if device == "meta":  # legacy constructors (torch.Tensor(n), torch.LongTensor(...)) ignore the device context
-        model.to("meta")
+    metas: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for key, p in module._parameters.items():
+            if p is not None:
+                if id(p) not in metas:
+                    metas[id(p)] = torch.nn.Parameter(p.to("meta"), requires_grad=p.requires_grad)
+                module._parameters[key] = metas[id(p)]
     return model.eval()
 
 

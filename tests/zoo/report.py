@@ -121,7 +121,9 @@ def render(results: dict[str, Any]) -> str:
         "- `capture`: `tracer.trace` on the same inputs; `trace.output` bit-equal to the plain forward.",
         "- `validate`: `tracer.replay.validate.validation_report` passes (replay bit-exact, every edge carries data).",
         "- `reload_validate`: `trace.save`, `tracer.load`, then `tracer.validate` on the loaded trace.",
-        "- `weights_free`: the same class and config built on meta, `tracer.trace(..., "
+        "- `weights_free`: the same class and config built with its weights dropped (parameters on meta, one per "
+        "tied parameter; buffers as the constructor made them, which the capture swaps for meta copies whose "
+        "values are known), `tracer.trace(..., "
         "CaptureOptions(structure_only=True))` on the same inputs, given with their values (they enter as "
         "meta tensors whose values are known: a read of an input's values is answered and disclosed, a read "
         "that depends on weights refuses).",

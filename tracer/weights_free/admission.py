@@ -15,7 +15,7 @@ from ..capture.walk import iter_tensors, params_and_buffers
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
                       UnsupportedTensorStateError)
-from . import known_inputs
+from . import known_buffers, known_inputs
 from .guard import StructureOnlyGuard
 
 _MAX_NAMED = 8  # tensors named per side in a refusal
@@ -32,13 +32,14 @@ LEGACY_CONSTRUCTOR_REMEDY = (
 
 
 def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], capture: Any, *,
-                         state: tuple[list, list] | None = None
+                         state: tuple[list, list] | None = None, given_buffers: list | None = None
                          ) -> tuple[StructureOnlyGuard | None, dict[str, Any], tuple[tuple, dict]]:
     """Admit a capture involving meta tensors: `(guard, admission record, (args, kwargs))`, or raise an
     AdmissionError. Under `structure_only`, real inputs enter as meta tensors whose values are known
     (`known_inputs`): the returned inputs are the ones the forward is given.
 
-    `state` is `capture.walk.params_and_buffers(model)`, already made (else made here)."""
+    `state` is `capture.walk.params_and_buffers(model)`, already made (else made here); `given_buffers` the real
+    buffers swapped for meta copies for this capture (`known_buffers.swapped_for_meta`), whose values are known."""
     state = _state(model, state)
     inputs = input_tensors(args, kwargs)
     for name, t in state + inputs:
@@ -85,6 +86,9 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
     guard = StructureOnlyGuard(model, admission, simulate_device=capture.simulate_device)
     if swapped:
         admission["known_inputs"] = known_inputs.know(guard.constants, swapped)
+    if given_buffers:
+        admission["known_buffers"] = known_buffers.know(guard.constants, given_buffers)
+        admission["reason"] += f"; {len(given_buffers)} real buffer(s) enter as meta tensors whose values are known"
     return guard, admission, (tuple(args), dict(kwargs))
 
 

@@ -63,7 +63,7 @@ class ConstantLedger:
         self.budget = budget
         self.used = 0
         self.dropped = 0  # known values not kept because the bound was reached
-        self._from_inputs: set[int] = set()  # ids in `_known` whose value came from an input given with values
+        self._given: dict[int, str] = {}  # id in `_known` -> where its value was given from ("inputs", "buffers")
         self.records: list[dict[str, Any]] = []
         self.reads: list[dict[str, Any]] = []
         self.read_count = 0
@@ -169,9 +169,9 @@ class ConstantLedger:
             return None
         return t if hit[1] is None else hit[1]
 
-    def remember(self, t: Tensor, value: Tensor, from_inputs: bool = False) -> bool:
-        """Keep `value` as the known value of the meta tensor `t` while the bound allows; `from_inputs`: the
-        value is (computed from) an input's values, not fixed by the forward's code."""
+    def remember(self, t: Tensor, value: Tensor, given: str | None = None) -> bool:
+        """Keep `value` as the known value of the meta tensor `t` while the bound allows; `given`: the value is
+        (computed from) values the caller gave ("inputs", "buffers"), not fixed by the forward's code."""
         old = self._known.get(id(t))
         if old is not None and old[0]() is t:
             if old[1] is value:
@@ -185,19 +185,21 @@ class ConstantLedger:
         ref = weakref.ref(t, self._release_known(key))
         self._known[key] = (ref, value, _storage_key(value), n)
         self.used += n
-        if from_inputs:
-            self._from_inputs.add(key)
+        if given:
+            self._given[key] = given
         return True
 
-    def reads_inputs(self, args: tuple, kwargs: dict) -> bool:
-        """Whether a known value among these arguments (top level, or in a list/tuple) came from an input."""
-        if not self._from_inputs:
-            return False
+    def given_basis(self, args: tuple, kwargs: dict) -> str | None:
+        """Where the first given known value among these arguments (top level, or in a list/tuple) came from
+        ("inputs", "buffers"), or None when every known value among them is the forward's own."""
+        if not self._given:
+            return None
         for a in (*args, *kwargs.values()):
             for b in (a if type(a) in _SEQ else (a,)):
-                if isinstance(b, Tensor) and id(b) in self._from_inputs and self.value_of(b) is not None:
-                    return True
-        return False
+                for c in ((b.start, b.stop, b.step) if type(b) is slice else (b,)):  # x[..., a:b] by tensors
+                    if isinstance(c, Tensor) and id(c) in self._given and self.value_of(c) is not None:
+                        return self._given[id(c)]
+        return None
 
     def _release_known(self, key: int):
         def release(ref: weakref.ref) -> None:
@@ -207,7 +209,7 @@ class ConstantLedger:
         return release
 
     def _forget(self, key: int) -> None:
-        self._from_inputs.discard(key)
+        self._given.pop(key, None)
         hit = self._known.pop(key, None)
         if hit is not None:
             self.used -= hit[3]

@@ -187,7 +187,7 @@ class StructureOnlyGuard(CallGuard):
                      on_meta: Callable) -> Callable:
         """`on_meta` (the call on meta), and `func` on known values beside it when the output fits the bound."""
         ledger = self.constants
-        from_inputs = ledger.reads_inputs(args, kwargs)
+        given = ledger.given_basis(args, kwargs)
 
         def run(*a: Any, **k: Any) -> Any:
             out = on_meta(*a, **k)
@@ -209,7 +209,7 @@ class StructureOnlyGuard(CallGuard):
                 if written is not None:
                     ledger.forget_aliases(written)
                 return out
-            kept = {id(m) for m, v in kv.pair_outputs(out, value) if ledger.remember(m, v, from_inputs)}
+            kept = {id(m) for m, v in kv.pair_outputs(out, value) if ledger.remember(m, v, given)}
             if written is not None and id(written) not in kept and out is not None:
                 ledger.forget_aliases(written)
             return out
@@ -222,7 +222,7 @@ class StructureOnlyGuard(CallGuard):
         kind = info.kind
         known = None if kind in _REFUSED_READS else kv.values_for(kind, args, kwargs, ledger)
         site = session.site_text()
-        basis = "inputs" if ledger.reads_inputs(args, kwargs) else "constants"  # what the answer comes from
+        basis = ledger.given_basis(args, kwargs) or "constants"  # what the answer comes from
         if known is None and kind == "repeat_interleave":
             size = kv.repeat_size(args, kwargs, ledger)  # the repeats are known: they fix the output size
             if size is not None:
@@ -238,7 +238,7 @@ class StructureOnlyGuard(CallGuard):
                 value = func(*known[0], **known[1])
                 out = kv.to_meta(value)
                 for m, v in kv.pair_outputs(out, value):
-                    ledger.remember(m, v, basis == "inputs")
+                    ledger.remember(m, v, None if basis == "constants" else basis)
                 return out
             return self._disclosed(info, site, session, shaped, basis)
         return self._disclosed(info, site, session, lambda: func(*known[0], **known[1]), basis)
@@ -319,10 +319,10 @@ class StructureOnlyGuard(CallGuard):
         except Exception:  # noqa: BLE001 - the side computation failed: the read stays unanswered (refused)
             return None
         out = kv.to_meta(value)
-        basis = "inputs" if ledger.reads_inputs(args, kwargs) else "constants"
+        basis = ledger.given_basis(args, kwargs) or "constants"
         if exact:
             for m, v in kv.pair_outputs(out, value):
-                ledger.remember(m, v, basis == "inputs")
+                ledger.remember(m, v, None if basis == "constants" else basis)
         ledger.record_read(info.qualname, session.site_text(), _module_of(session),
                            kv.summarize(value) if exact else {"shape_from": "known arguments"}, basis)
         self.admission["resolved_read_count"] = ledger.read_count

@@ -53,7 +53,7 @@ def know(ledger: ConstantLedger, swapped: list[tuple[str, Tensor, Tensor]]) -> l
     rows = []
     for path, meta, real in swapped:
         value = real.detach().to("cpu", copy=True)
-        kept = ledger.remember(meta, value, from_inputs=True)
+        kept = ledger.remember(meta, value, given="inputs")
         rows.append({"input": path, "shape": list(real.shape), "dtype": str(real.dtype).replace("torch.", ""),
                      "device": str(real.device), "values_known": kept})
     return rows

@@ -157,6 +157,9 @@ def _known(a: Any, ledger: ConstantLedger, shape_only: bool) -> Any:
     if type(a) in (list, tuple):
         out = [_known(b, ledger, False) for b in a]
         return _UNKNOWN if any(v is _UNKNOWN for v in out) else type(a)(out)
+    if type(a) is slice:  # x[..., start:stop] with bounds given as tensors (a codec's trim)
+        parts = [_known(b, ledger, False) for b in (a.start, a.stop, a.step)]
+        return _UNKNOWN if any(v is _UNKNOWN for v in parts) else slice(*parts)
     return a
 
 
