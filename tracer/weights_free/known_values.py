@@ -148,7 +148,7 @@ def _known(a: Any, ledger: ConstantLedger, shape_only: bool) -> Any:
         if v is not None:
             return v
         if shape_only and a.numel() <= ledger.budget - ledger.used:  # a stand-in only within the bound
-            return torch.zeros(a.shape, dtype=a.dtype, device=_CPU)
+            return torch.empty(a.shape, dtype=a.dtype, device=_CPU)  # values never read: only its shape
         return _UNKNOWN
     if isinstance(a, torch.device):
         return _CPU if a.type == "meta" else a
