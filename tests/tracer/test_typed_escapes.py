@@ -201,23 +201,30 @@ def test_a_refusal_prints_the_remedy_that_applies():
     assert "include_buffers=True" in err.args[0]
 
 
+class _WithBuffer(nn.Module):
+    """A branch on a buffer's value (answered from its known value) or on the weights' (refused)."""
+
+    def __init__(self, branch_on_weights: bool = False) -> None:
+        super().__init__()
+        self.branch_on_weights = branch_on_weights
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x):
+        y = self.lin(x) * self.scale
+        return y if (y if self.branch_on_weights else self.scale).sum() > 0 else -y
+
+
+def _empty_weights(**kwargs) -> nn.Module:
+    accelerate = pytest.importorskip("accelerate")
+    with accelerate.init_empty_weights():  # parameters on meta, the buffer left real
+        return _WithBuffer(**kwargs)
+
+
 def test_init_empty_weights_without_buffers_is_captured_with_the_buffers_values_known():
     # it refused mixed_substrate (remedy include_buffers=True); the real buffers now enter as meta copies whose
     # values are known (tracer/weights_free/known_buffers.py), and the model keeps its own buffers after
-    accelerate = pytest.importorskip("accelerate")
-
-    class WithBuffer(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
-            self.register_buffer("scale", torch.ones(4))
-
-        def forward(self, x):
-            y = self.lin(x) * self.scale
-            return y if self.scale.sum() > 0 else -y  # a read of the buffer's value, answered
-
-    with accelerate.init_empty_weights():
-        model = WithBuffer()
+    model = _empty_weights()
     scale = model.scale
     t = tracer.trace(model, (torch.randn(2, 4, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
     admission = t.provenance["admission"]
@@ -228,20 +235,7 @@ def test_init_empty_weights_without_buffers_is_captured_with_the_buffers_values_
 
 
 def test_a_refused_capture_puts_the_real_buffers_back():
-    accelerate = pytest.importorskip("accelerate")
-
-    class ReadsWeights(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
-            self.register_buffer("scale", torch.ones(4))
-
-        def forward(self, x):
-            y = self.lin(x) * self.scale
-            return y if y.sum() > 0 else -y  # depends on weights: refused
-
-    with accelerate.init_empty_weights():
-        model = ReadsWeights()
+    model = _empty_weights(branch_on_weights=True)
     scale = model.scale
     with pytest.raises(tracer.errors.ValueDependentBranchError):
         tracer.trace(model, (torch.randn(2, 4, device="meta"),), capture=tracer.CaptureOptions(structure_only=True))
