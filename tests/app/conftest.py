@@ -42,6 +42,28 @@ def _forget_patched_documents() -> None:
     bokeh_doc._PATCHED_CURDOCS.clear()
 
 
+class _SessionContext:
+    """Stands for a served session's context (read by `docsync.is_served` and `pn.state.session_args`)."""
+
+    class request:  # noqa: N801
+        arguments: dict = {}
+        headers: dict = {}
+        cookies: dict = {}
+
+
+def served_document():
+    """A Bokeh document that reads as a served session's (`app.views.docsync.is_served`), with no server
+    behind it: a callback put on its next tick never runs."""
+    import weakref
+
+    from bokeh.document import Document
+
+    doc, context = Document(), _SessionContext()
+    doc._session_context = weakref.ref(context)
+    doc._tlx_test_context = context  # alive as long as the document
+    return doc
+
+
 @pytest.fixture(scope="session")
 def default_loaded():
     from app.sources import open_default

@@ -84,10 +84,6 @@ def test_a_refused_export_answers_422_with_the_refusal(port):
 def test_a_served_export_panel_writes_the_model_explorer_json_ahead_and_its_link_streams_that_file(monkeypatch):
     """The Export tab of a served page writes the JSON on a thread at once; the first click on the link takes
     that file (one export in all), a later click or another envelope writes anew."""
-    import weakref
-
-    from bokeh.document import Document
-
     from app.factory import open_factory
     from app.state import ExplorerState
     from app.views import export
@@ -96,13 +92,10 @@ def test_a_served_export_panel_writes_the_model_explorer_json_ahead_and_its_link
     real = export.export_for_download
     monkeypatch.setattr(export, "export_for_download", lambda *a: calls.append(a[2]) or real(*a))
 
-    class Context:
-        pass
+    from tests.app.conftest import served_document
 
-    doc, context = Document(), Context()
-    doc._session_context = weakref.ref(context)  # what makes the document "served" (docsync.is_served)
     state = ExplorerState(open_factory("tests.models:tiny_llama"))
-    state.document = doc
+    state.document = served_document()
     panel = export.ExportPanel(state=state)
     try:
         [(key, ahead)] = [(k, f) for k, (_t, f) in panel._ahead.items()]

@@ -55,15 +55,6 @@ def test_search_opens_only_the_call_the_op_ran_in_and_a_link_keeps_it(looped_loa
     assert fresh.expanded == s.expanded and _block_frames(fresh) == [2]
 
 
-class _Context:
-    """Stands for a served session's context: what makes `docsync.is_served` true of a document."""
-
-    class request:  # noqa: N801 - read by pn.state.session_args
-        arguments: dict = {}
-        headers: dict = {}
-        cookies: dict = {}
-
-
 def test_a_page_outside_a_server_draws_at_once_whatever_bokeh_holds_as_the_current_document(looped_loaded):
     # A stopped server can leave its session's document in Bokeh's process-wide patched `curdoc()` list,
     # which `pn.state.curdoc` falls back to; a view drew its changes on that dead session's next tick (never):
@@ -72,11 +63,11 @@ def test_a_page_outside_a_server_draws_at_once_whatever_bokeh_holds_as_the_curre
     import weakref
 
     import panel as pn
-    from bokeh.document import Document
     from bokeh.io import doc as bokeh_doc
 
-    foreign, context = Document(), _Context()
-    foreign._session_context = weakref.ref(context)
+    from tests.app.conftest import served_document
+
+    foreign = served_document()
     bokeh_doc._PATCHED_CURDOCS.append(weakref.ref(foreign))
     try:
         assert pn.state.curdoc is foreign  # what the views read before

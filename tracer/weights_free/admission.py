@@ -15,7 +15,7 @@ from ..capture.walk import iter_tensors, params_and_buffers
 from ..errors import (DistributedCaptureUnsupportedError, MetaStateWithoutFlagError, MixedSubstrateError,
                       OffloadEvidenceMissingError, RealStateWithStructureOnlyError,
                       UnsupportedTensorStateError)
-from . import known_buffers, known_inputs
+from . import known_inputs
 from .guard import StructureOnlyGuard
 
 _MAX_NAMED = 8  # tensors named per side in a refusal
@@ -39,7 +39,7 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
     (`known_inputs`): the returned inputs are the ones the forward is given.
 
     `state` is `capture.walk.params_and_buffers(model)`, already made (else made here); `given_buffers` the real
-    buffers swapped for meta copies for this capture (`known_buffers.swapped_for_meta`), whose values are known."""
+    buffers swapped for meta copies for this capture (`tracer.weights_free.known_buffers.swapped_for_meta`), whose values are known."""
     state = _state(model, state)
     inputs = input_tensors(args, kwargs)
     for name, t in state + inputs:
@@ -87,7 +87,7 @@ def admit_structure_only(model: nn.Module, args: tuple, kwargs: Mapping[str, Any
     if swapped:
         admission["known_inputs"] = known_inputs.know(guard.constants, swapped)
     if given_buffers:
-        admission["known_buffers"] = known_buffers.know(guard.constants, given_buffers)
+        admission["known_buffers"] = known_inputs.know(guard.constants, given_buffers, given="buffers", field="buffer")
         admission["reason"] += f"; {len(given_buffers)} real buffer(s) enter as meta tensors whose values are known"
     return guard, admission, (tuple(args), dict(kwargs))
 

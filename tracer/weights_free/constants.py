@@ -26,6 +26,11 @@ PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
 _SEQ = (list, tuple)
 
 
+def meta_like(t: Tensor) -> Tensor:
+    """A meta tensor of `t`'s shape, strides and dtype (a stand-in that holds no values)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
 def is_python_call(args: tuple, kwargs: dict) -> bool:
     """True when every argument is Python data or a dtype, device, size or name: no tensor, no foreign array."""
     return all(is_plain(a) for a in args) and all(is_plain(a) for a in kwargs.values())

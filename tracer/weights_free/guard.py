@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-import torch
 from torch import Tensor, nn
 
 from ..capture.functions import FuncInfo
@@ -21,7 +20,7 @@ from ..errors import MetaKernelUnavailableError, RealTensorInStructureCaptureErr
 from . import known_values as kv
 from . import meta_fallbacks
 from .autocast_model import AutocastModel
-from .constants import FROM_PYTHON_DATA, PLAIN_TENSORS, ConstantLedger
+from .constants import FROM_PYTHON_DATA, PLAIN_TENSORS, ConstantLedger, meta_like
 from .neutral_reads import neutral_read
 from .simulated_device import SimulatedDevice
 
@@ -85,7 +84,7 @@ class StructureOnlyGuard(CallGuard):
                 return a
             hit = stand_ins.get(id(a))
             if hit is None or hit[0] is not a:
-                hit = stand_ins[id(a)] = (a, torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta"))
+                hit = stand_ins[id(a)] = (a, meta_like(a))
                 record.append({"call": info.qualname, "site": session.site_text(), "module": _module_of(session),
                                "shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""),
                                "device": str(a.device)})

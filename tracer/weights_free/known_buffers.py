@@ -5,7 +5,7 @@ leaves buffers real on the CPU: rotary frequencies, a codec's padding sizes (`nn
 position ids. Those values come from the config, and a forward reads them (`if length <= padding`),
 so a capture that drops them refuses what it could answer. Here, for the capture only, each such buffer
 is swapped for a meta tensor like it and its values become that tensor's known value
-(`ConstantLedger.remember`, within its bound): a read answered from it is disclosed with basis
+(`known_inputs.know`, within the ledger's bound): a read answered from it is disclosed with basis
 "buffers", and the real buffers are put back when the capture ends, whatever happened. Each is listed
 in `provenance["admission"]["known_buffers"]`. A buffer's value may also come from a checkpoint (a
 norm's running statistics): the discharge against the real twin then judges the reads made from it.
@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor, nn
 
-from .constants import ConstantLedger
+from .constants import meta_like
 
 _PLAIN = (Tensor, nn.Buffer) if hasattr(nn, "Buffer") else (Tensor,)
 
@@ -37,7 +37,7 @@ def swapped_for_meta(walked: list[tuple[str, nn.Module]], capture: Any) -> Itera
                     continue
                 meta = seen.get(id(real))
                 if meta is None:
-                    meta = seen[id(real)] = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
+                    meta = seen[id(real)] = meta_like(real)
                 swaps.append((module, key, real, meta, f"{prefix}.{key}" if prefix else key))
     try:
         for module, key, _real, meta, _address in swaps:
@@ -46,19 +46,6 @@ def swapped_for_meta(walked: list[tuple[str, nn.Module]], capture: Any) -> Itera
     finally:
         for module, key, real, _meta, _address in swaps:
             module._buffers[key] = real
-
-
-def know(ledger: ConstantLedger, given: list[tuple[str, Tensor, Tensor]]) -> list[dict[str, Any]]:
-    """Give each swapped buffer's values to the ledger as its meta copy's known value; the disclosure rows."""
-    rows, done = [], set()
-    for address, meta, real in given:
-        kept = True
-        if id(meta) not in done:
-            done.add(id(meta))
-            kept = ledger.remember(meta, real.detach().to("cpu", copy=True), given="buffers")
-        rows.append({"buffer": address, "shape": list(real.shape), "dtype": str(real.dtype).replace("torch.", ""),
-                     "device": str(real.device), "values_known": kept})
-    return rows
 
 
 def _parameters_all_meta(walked: list[tuple[str, nn.Module]]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .constants import ConstantLedger
+from .constants import ConstantLedger, meta_like
 
 _MAX_DEPTH = 4
 
@@ -34,7 +34,7 @@ def _swap(value: Any, path: str, swapped: list, depth: int) -> Any:
     if isinstance(value, Tensor):
         if value.is_meta or value.layout != torch.strided:
             return value
-        meta = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        meta = meta_like(value)
         if value.requires_grad:
             meta.requires_grad_(True)
         swapped.append((path, meta, value))
@@ -48,12 +48,17 @@ def _swap(value: Any, path: str, swapped: list, depth: int) -> Any:
     return value  # another object (a transformers Cache): its real tensors stay, and admission refuses them
 
 
-def know(ledger: ConstantLedger, swapped: list[tuple[str, Tensor, Tensor]]) -> list[dict[str, Any]]:
-    """Give each swapped input's values to the ledger as its meta tensor's known value; the disclosure rows."""
-    rows = []
-    for path, meta, real in swapped:
-        value = real.detach().to("cpu", copy=True)
-        kept = ledger.remember(meta, value, given="inputs")
-        rows.append({"input": path, "shape": list(real.shape), "dtype": str(real.dtype).replace("torch.", ""),
+def know(ledger: ConstantLedger, swapped: list[tuple[str, Tensor, Tensor]], given: str = "inputs",
+         field: str = "input") -> list[dict[str, Any]]:
+    """Give each swapped tensor's values (a CPU copy) to the ledger as its meta stand-in's known value, `given`
+    from the caller's `given` ("inputs", "buffers"); the disclosure rows, named by `field`. A stand-in listed
+    twice (a buffer two modules share) is given its value once."""
+    rows, done = [], set()
+    for name, meta, real in swapped:
+        kept = True
+        if id(meta) not in done:
+            done.add(id(meta))
+            kept = ledger.remember(meta, real.detach().to("cpu", copy=True), given=given)
+        rows.append({field: name, "shape": list(real.shape), "dtype": str(real.dtype).replace("torch.", ""),
                      "device": str(real.device), "values_known": kept})
     return rows
