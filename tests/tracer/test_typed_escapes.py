@@ -333,3 +333,15 @@ def test_saving_values_with_no_dense_storage_refuses_typed_and_writes_nothing(ma
         t.save(tmp_path / "t")
     assert err.value.code == "trace_save_failed" and "cannot be stored" in str(err.value)
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+
+
+def test_a_saved_value_whose_storage_was_freed_is_dropped_not_read():
+    # FSDP resizes an all-gathered parameter's storage to 0 after each layer; when a later write landed at
+    # the freed address, the capture cloned the old value from freed memory (a segfault in CI, stop 43)
+    from tracer.capture.session import _backed
+
+    t = torch.arange(6.0).reshape(2, 3)
+    view = t[1:]
+    assert _backed(t) and _backed(view) and _backed(torch.empty(0))
+    t.untyped_storage().resize_(0)
+    assert not _backed(t) and not _backed(view)

@@ -614,6 +614,9 @@ class CaptureSession(CaptureState, ModuleScopes, TorchFunctionMode):
         for idx in held:
             saved = values.get(idx)
             if saved is not None and saved is records[idx][R_TENSOR]:
+                if not _backed(saved):  # its storage was freed behind the capture (FSDP resizes it to 0 after a
+                    del values[idx]  # layer): no value is left to keep, and its old address may be another's now
+                    continue
                 values[idx] = saved.detach().clone()
                 if saved is not target and saved is not base:  # readers of it keep their edge to idx
                     self.aliased[idx] = len(records)
@@ -732,6 +735,19 @@ def _written_kwarg(kwargs: dict) -> torch.Tensor | None:
         if isinstance(t, _Tensor):
             return t
     return None
+
+
+def _backed(t: torch.Tensor) -> bool:
+    """Whether `t`'s storage still holds every element `t` views (False once it was resized smaller, as FSDP
+    frees an all-gathered parameter's storage: reading `t` would then read freed memory)."""
+    if t.numel() == 0:
+        return True
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):  # storage-less tensors: nothing to check
+        return True
+    extent = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    return nbytes >= extent * t.element_size()
 
 
 def _storage_key(t: torch.Tensor) -> int:
