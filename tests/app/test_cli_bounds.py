@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -69,10 +68,26 @@ def test_nested_layer_limit_reaches_snapshot_and_memory_figure(tmp_path, capsys)
     assert "limit_exceeded" in refused(capsys, ["memory-figure", str(path), "--out", str(tmp_path / "m.svg")])
 
 
+# Runs each CLI call of the cases in one child interpreter, in turn: a blocking read would hang the child,
+# whose watchdog then dumps the stacks and exits (the parent's timeout only guards the suite).
+CHILD = """
+import contextlib, faulthandler, io, json, sys
+from app.cli import main
+faulthandler.dump_traceback_later(120, exit=True)
+answers = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    answers.append([code, err.getvalue()])
+print(json.dumps(answers))
+"""
+
+
 @pytest.mark.slow
 def test_dev_zero_links_and_fifos_are_refused_at_once(tmp_path):
-    """Each as a subprocess (a blocking read would hang it; the timeout only guards the suite), four at a
-    time: each is its own process reading its own input, and most of each is its interpreter starting."""
+    """Each call in a child process (a blocking read would hang the suite), all in one interpreter: one
+    torch import instead of ten, and each call still reads its own input from its own console entry."""
     (tmp_path / "zero.json").symlink_to("/dev/zero")
     os.mkfifo(tmp_path / "fifo.json")
     os.mkfifo(tmp_path / "trace.zip")
@@ -88,15 +103,12 @@ def test_dev_zero_links_and_fifos_are_refused_at_once(tmp_path):
                           ["memory-figure", bad, "--out", "m.svg"])]
     cases += [(["snapshot", "trace.zip", "--out", "f.svg"], "input_not_regular_file"),
               (["diff", "gpt2", "gpt2", "--save", "save.json"], "diff_save_path_invalid")]
-
-    def run(argv: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=300)
-
-    with ThreadPoolExecutor(4) as pool:
-        done = list(pool.map(run, [argv for argv, _ in cases]))
-    for (argv, code), result in zip(cases, done):
-        assert result.returncode == 2 and f"refused [{code}]" in result.stderr, (argv, result.stderr)
+    child = subprocess.run([sys.executable, "-c", CHILD, json.dumps([argv for argv, _ in cases])], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    answers = json.loads(child.stdout.strip().splitlines()[-1])
+    for (argv, code), (status, err) in zip(cases, answers, strict=True):
+        assert status == 2 and f"refused [{code}]" in err and "unexpectedly" not in err, (argv, err)
     assert not (tmp_path / "m.html").exists()
 
 

@@ -69,18 +69,21 @@ def start_server(config: str, root: Path = ROOT, loop_log: Path | None = None) -
 
     With `loop_log`, every loop callback over 50 ms is written there (app.looptiming), for attributing slow trips."""
     env = {**os.environ, "PYTHONPATH": str(root), "TLX_LOOP_LOG": str(loop_log or "")}
-    proc = subprocess.Popen([sys.executable, "-c", SERVE, config,
-                             "--no-browser"], cwd=str(root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    # the server's output goes to a file: a pipe nobody reads after the URL fills (64 KiB of access and
+    # session logs over a few runs) and then blocks the server's next write, which hangs every session
+    out = (loop_log or LOOP_LOG).with_suffix(".out")
+    out.parent.mkdir(exist_ok=True)
+    with out.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", SERVE, config, "--no-browser"], cwd=str(root), env=env,
+                                stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
-    for line in proc.stdout:
-        found = re.search(r"serving on (http://\S+)", line)
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = re.search(r"serving on (http://\S+)", out.read_text(errors="replace"))
         if found:
             return proc, found.group(1)
-        if time.monotonic() > deadline:
-            break
+        time.sleep(0.2)
     proc.kill()
-    raise SystemExit(f"the server did not start: {line}")
+    raise SystemExit(f"the server did not start; its output ends: {out.read_text(errors='replace')[-2000:]}")
 
 
 def open_page(page, url: str, *, settle: bool = False) -> None:
@@ -137,6 +140,7 @@ def start_action(page, action: str) -> callable:
     raise SystemExit(f"unknown action {action!r}")
 
 
+STALL_S = 60.0  # A waiting this long for a step's answer is reported (with what its status line says)
 EXPAND_MODULES: list[str] = []  # set by main: the modules A opens one by one (depth 2)
 
 
@@ -157,17 +161,22 @@ def _expand_stepper(page, modules: list[str]) -> callable:
                                    page.locator(".tlx-search input").press("Enter")), (f"Module {m} opened", "Not drawn")))
         steps.append((expand_all, (f"every module under {m}", "refused: ", "Not drawn")))
     pending: list[tuple[str, ...]] = []
+    sent = [0.0]
 
     def done() -> bool:
         if pending:
             status = _summary(page)
             if not any(w in status for w in pending[0]) or "in the background" in status:  # its layout still running
+                if time.perf_counter() - sent[0] > STALL_S:  # say what A shows instead of waiting in silence
+                    print(f"A stalled {STALL_S:.0f} s waiting for {pending[0]}; its status line: {status!r}", flush=True)
+                    sent[0] = time.perf_counter()
                 return False
             pending.clear()
         if not steps:
             return True
         send, want = steps.pop(0)
         send()
+        sent[0] = time.perf_counter()
         pending.append(want)
         return False
 
