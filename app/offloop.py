@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import heapq
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ LAYOUT_BOUND_S = 10.0  # a layout still running after this is stopped and the vi
 IDLE_S = 120.0  # an owner's thread with no job for this long ends
 
 Deliver = Callable[[Callable[[], None]], None]
+LOG = logging.getLogger(__name__)
 
 
 class Stopped(BaseException):
@@ -110,14 +112,21 @@ class OffLoop:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident), ctypes.py_object(Stopped))
 
     def _serve(self) -> None:
+        try:
+            self._serve_jobs()
+        finally:  # idle, or an error no job caught: the next `submit` starts a thread again, never waits on a dead one
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _serve_jobs(self) -> None:
         while True:
             job: _Job | None = None
             try:
                 with self._lock:
                     while self._job is None or self._job.finished:
                         if not self._lock.wait(IDLE_S) and (self._job is None or self._job.finished):
-                            self._thread = None  # idle: ends (a closed session keeps no thread); `submit` starts another
-                            return
+                            return  # idle: ends (a closed session keeps no thread); `submit` starts another
                     job = self._job
                     self._running = job  # from here a stop may be sent
                 WATCHDOG.watch(self.bound_s, lambda job=job: self._overdue(job))
@@ -138,21 +147,29 @@ class OffLoop:
                 job.finished = True
                 self._running = None
             took = time.perf_counter() - started
-            job.deliver(lambda: self._apply(job, lambda: job.done(result, took)))
+            self._hand_over(job, lambda: job.done(result, took))
         except Stopped:
             with self._lock:
                 job.finished = True
                 self._running = None
             if job.reason == "bound":
                 took = time.perf_counter() - started
-                job.deliver(lambda: self._apply(job, lambda: job.over(took)))
+                self._hand_over(job, lambda: job.over(took))
         except Exception as exc:  # noqa: BLE001 - the work's refusal, shown on the page
             with self._lock:
                 job.finished = True
                 self._running = None
-            job.deliver(lambda: self._apply(job, lambda: job.failed(exc)))
+            self._hand_over(job, lambda: job.failed(exc))
         finally:
             job.ended.set()
+
+    def _hand_over(self, job: _Job, outcome: Callable[[], None]) -> None:
+        """Give `outcome` to the job's session; a hand-over that fails (a session gone) is logged, and this
+        owner's thread goes on serving the next request instead of dying with it."""
+        try:
+            job.deliver(lambda: self._apply(job, outcome))
+        except Exception:  # noqa: BLE001 - nothing to show it on; the next request lays out again
+            LOG.exception("a background layout's outcome could not be handed to its session")
 
     def _apply(self, job: _Job, fn: Callable[[], None]) -> None:
         """On the loop: apply a job's outcome unless a newer request came after it."""

@@ -364,3 +364,29 @@ def test_an_idle_owner_thread_ends_and_the_next_job_starts_another(monkeypatch):
     for fn in queued:
         fn()
     assert got == [1, 2]
+
+
+def test_a_hand_over_that_fails_leaves_the_owner_serving_the_next_request():
+    """A session whose hand-over raised (its document gone) must not leave a dead thread that every later
+    request waits on: the next job runs and its outcome reaches the page."""
+    from app.offloop import OffLoop
+
+    queued: list = []
+    got: list[int] = []
+    gone = [True]  # the first session's document is gone: every hand-over to it raises
+
+    def deliver(fn) -> None:
+        if gone[0]:
+            raise RuntimeError("the session's document is gone")
+        queued.append(fn)
+
+    jobs = OffLoop()
+    for_ = dict(over=lambda _s: None, failed=lambda e: got.append(repr(e)), deliver=deliver)
+    jobs.submit(lambda: 1, lambda r, _s: got.append(r), **for_)
+    jobs.join(60)
+    gone[0] = False
+    jobs.submit(lambda: 2, lambda r, _s: got.append(r), **for_)
+    jobs.join(10)
+    for fn in queued:
+        fn()
+    assert got == [2] and not jobs.pending
