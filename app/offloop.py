@@ -159,7 +159,8 @@ class OffLoop:
             with self._lock:
                 job.finished = True
                 self._running = None
-            self._hand_over(job, lambda: job.failed(exc))
+            error = exc  # `exc` itself is unbound when this block ends, before the loop runs the outcome
+            self._hand_over(job, lambda: job.failed(error))
         finally:
             job.ended.set()
 

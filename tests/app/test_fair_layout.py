@@ -390,3 +390,24 @@ def test_a_hand_over_that_fails_leaves_the_owner_serving_the_next_request():
     for fn in queued:
         fn()
     assert got == [2] and not jobs.pending
+
+
+def test_a_layout_that_fails_reaches_the_page_as_its_refusal():
+    """A layout's error is handed to the session's next tick and shown (`failed`), after the handler that
+    caught it has ended; before, the outcome raised NameError on the loop and the page kept saying the
+    layout was running in the background."""
+    from app.offloop import OffLoop
+
+    queued: list = []
+    got: list[str] = []
+
+    def fails() -> None:
+        raise ValueError("the layout refused")
+
+    jobs = OffLoop()
+    jobs.submit(fails, lambda r, _s: got.append(r), over=lambda _s: None, failed=lambda e: got.append(repr(e)),
+                deliver=queued.append)
+    jobs.join(60)
+    for fn in queued:
+        fn()
+    assert got == ["ValueError('the layout refused')"]
