@@ -33,7 +33,7 @@ CLI = Path(sys.executable).parent / "torchlens-explore"
 OPEN = ("open_trace", {"source": "llama-3.1-8b"})
 CALLS = [("summarize", {}), ("find_ops", {"query": "softmax"}), ("describe_op", {"site": "model.layers.0.self_attn.q_proj"}),
          ("check_plan", {"plan": [{"site": "model.layers.0.mlp", "shape": [4096], "dtype": "bfloat16"}]}),
-         ("read_ladder", {}), ("doctor", {}), ("agent_document", {})]
+         ("read_ladder", {}), ("doctor", {}), ("agent_document", {}), ("explain", {"max_tokens": 2000}), ("api_map", {})]
 STARTUP, FIRST_OPEN, SLOWEST = "startup (spawn to initialize answered)", "open_trace llama-3.1-8b (first)", "slowest tool of the run"
 
 
