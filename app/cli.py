@@ -363,6 +363,10 @@ def snapshot(ns: argparse.Namespace) -> int:
     start = default | set(ns.expand or ())
     detail = figure_detail.choose(build, start, ns.width, ns.max_height, ns.font_pt, adapt=not ns.expand)
     size = detail.size
+    floor = figure_detail.floor_pt(ns.font_pt)
+    if size.font_pt < floor - 1e-6:  # never write labels under the floor: refuse, saying what would reach it
+        raise figure_detail.illegible(size, floor, _small_label_hints(ns, detail, build, start, default, floor),
+                                      site=f"snapshot --width {ns.width} --direction {ns.direction}")
     written = figures.write_scene(detail.scene, out, size, fmt, ns.dpi, follow_symlinks=ns.follow_symlinks)
     done = time.perf_counter()
     print(f"torchlens-explore: wrote {written}: {size.width_in:.2f} x {size.height_in:.2f} in, labels {size.font_pt:.1f} pt"
@@ -372,9 +376,8 @@ def snapshot(ns: argparse.Namespace) -> int:
 
 
 def _snapshot_notes(ns: argparse.Namespace, detail, build, start: frozenset[str], default: frozenset[str]) -> str:
-    """What `snapshot` opened or closed to suit the print size, and, for labels under the legible floor,
-    only the options that would raise them to it (each with the size it gives)."""
-    from exporters import figure_detail, figures
+    """What `snapshot` opened, closed or grew to suit the print size (the labels reach the floor: see `snapshot`)."""
+    from exporters import figures
 
     notes = []
     if detail.opened:
@@ -383,23 +386,29 @@ def _snapshot_notes(ns: argparse.Namespace, detail, build, start: frozenset[str]
         notes.append(f"closed {', '.join(detail.closed)} to keep labels >= {figures.MIN_FONT_PT:g} pt")
     if detail.opened or detail.closed:
         notes[-1] += " (--expand to choose)"
-    elif not ns.expand and detail.size.width_in <= figures.COLUMN_IN < figures.paper_width(ns.width) \
-            and detail.size.font_pt >= ns.font_pt - 1e-6:  # the same figure as at column width: say why
-        notes.append(f"as at column width: no module opens within {figures.paper_width(ns.width):g} x {ns.max_height:g} in"
-                     f" at {ns.font_pt:g} pt")
-    if not detail.size.legible:
-        def sized(expanded: frozenset[str], direction: str = ns.direction, adapt: bool = not ns.expand):
-            return figure_detail.choose(lambda e: build(e, direction), expanded, ns.width, ns.max_height, ns.font_pt,
-                                        adapt=adapt).size
-
-        other = "TB" if ns.direction == "LR" else "LR"
-        alternatives = {f"--direction {other}": sized(start, other)}
-        if ns.expand:
-            alternatives["without --expand"] = sized(default, adapt=True)
-        hints = figure_detail.advice(detail.scene, detail.size, ns.width, ns.max_height, alternatives)
-        floor = f"under the {figures.MIN_FONT_PT:g} pt floor"
-        notes.append(f"{floor}: try {' or '.join(hints)}" if hints else floor)
+    elif not ns.expand and figures.paper_width(ns.width) > figures.COLUMN_IN:  # the detail of a column: say why
+        room = f"{figures.paper_width(ns.width):g} x {ns.max_height:g} in"
+        notes.append(f"no module opens within {room} at {ns.font_pt:g} pt")
+    if detail.size.font_pt > ns.font_pt + 0.05:
+        notes.append(f"labels grown from {ns.font_pt:g} pt to fill the width")
     return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _small_label_hints(ns: argparse.Namespace, detail, build, start: frozenset[str], default: frozenset[str],
+                       floor: float) -> tuple[str, ...]:
+    """The options that would raise `detail`'s labels to `floor` and differ from those given, each with the
+    size it gives: a wider `--width` or taller `--max-height`, the other `--direction`, the default detail."""
+    from exporters import figure_detail
+
+    def sized(expanded: frozenset[str], direction: str = ns.direction, adapt: bool = not ns.expand):
+        return figure_detail.choose(lambda e: build(e, direction), expanded, ns.width, ns.max_height, ns.font_pt,
+                                    adapt=adapt).size
+
+    other = "TB" if ns.direction == "LR" else "LR"
+    alternatives = {f"--direction {other}": sized(start, other)}
+    if ns.expand:
+        alternatives["without --expand"] = sized(default, adapt=True)
+    return figure_detail.advice(detail.scene, detail.size, ns.width, ns.max_height, alternatives, floor)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,12 @@
 `choose` starts from an expansion and, when asked (`snapshot` without `--expand`), adapts it to the
 print size: at a width wider than a column it opens modules (the repeated block first: the one that
 adds the most boxes) while the labels keep their size and the figure fits the width and the height
-cap; where the labels would print under the legible floor (`figures.MIN_FONT_PT`, a left-to-right
-figure of a deep model) it closes frames, keeping the most boxes, until they reach it, or leaves the
-detail as it was when no closing does. `advice` names only changes that would raise small labels to
-the floor, each with the size it gives.
+cap; where the labels would print under the floor (`floor_pt`: `figures.MIN_FONT_PT`, or less when
+`font_pt` asks for less; a left-to-right figure of a deep model) it closes frames, keeping the most
+boxes, until they reach it, or leaves the detail as it was when no closing does. A figure wider than
+a column is then made exactly that wide (`figures.fill_width`: labels grown up to `MAX_FILL_PT`,
+white margins for the rest). `advice` names only changes that would raise small labels to the floor
+and differ from what was asked, each with the size it gives; `illegible` is the refusal that carries it.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from .figures import COLUMN_IN, FONT_SIZE, MIN_FONT_PT, FigureSize, Scene, figure_size, paper_width
+from .errors import FigureOptionsError
+from .figures import (COLUMN_IN, FONT_SIZE, MAX_FILL_PT, MIN_FONT_PT, FigureSize, Scene, figure_size, fill_width,
+                      paper_width)
 
 MAX_STEPS = 12  # modules opened or closed by one choice at most (each step lays out every candidate once)
 _EPS = 1e-6
@@ -31,25 +35,35 @@ class Detail:
     closed: tuple[str, ...] = ()
 
 
+def floor_pt(font_pt: float | None) -> float:
+    """The smallest label size a figure may print at: the legible floor, or `font_pt` where it asks for less."""
+    return MIN_FONT_PT if font_pt is None else min(MIN_FONT_PT, font_pt)
+
+
 def choose(build: Callable[[frozenset[str]], Scene], start: frozenset[str], width: str | float = "column",
            max_height_in: float | None = None, font_pt: float | None = 8.0, *, adapt: bool = True) -> Detail:
-    """The figure `build(expanded)` at the detail that suits its print size (see the module docstring);
-    `adapt=False` keeps `start` as it is."""
+    """The figure `build(expanded)` at the detail that suits its print size, filled to `width` when that
+    is wider than a column (see the module docstring); `adapt=False` keeps `start` as it is."""
     def sized(exp: frozenset[str]) -> tuple[Scene, FigureSize]:
         scene = build(exp)
         return scene, figure_size(scene, width, max_height_in, font_pt)
 
     scene, size = sized(start)
-    if not adapt:
-        return Detail(scene, size, start)
-    if not size.legible:
-        closed = _close(sized, start, scene, size)
-        if closed is not None:
-            return closed
-        return Detail(scene, size, start)
-    if font_pt is None or paper_width(width) <= COLUMN_IN + _EPS:
-        return Detail(scene, size, start)
-    return _open(sized, start, scene, size, font_pt)
+    detail = Detail(scene, size, start)
+    floor = floor_pt(font_pt)
+    wide = paper_width(width) > COLUMN_IN + _EPS
+    if adapt and size.font_pt < floor - _EPS:
+        detail = _close(sized, start, scene, size, floor) or detail
+    elif adapt and wide and font_pt is not None:
+        detail = _open(sized, start, scene, size, font_pt)
+    return _filled(detail, width, max_height_in, font_pt) if wide else detail
+
+
+def _filled(detail: Detail, width: str | float, max_height_in: float | None, font_pt: float | None) -> Detail:
+    """`detail` drawn exactly `width` wide: labels grown up to `MAX_FILL_PT` (or `font_pt`, if larger)."""
+    cap = MAX_FILL_PT if font_pt is None else max(MAX_FILL_PT, font_pt)
+    scene, size = fill_width(detail.scene, width, max_height_in, cap)
+    return Detail(scene, size, detail.expanded, detail.opened, detail.closed)
 
 
 def _open(sized, exp: frozenset[str], scene: Scene, size: FigureSize, font_pt: float) -> Detail:
@@ -72,20 +86,21 @@ def _open(sized, exp: frozenset[str], scene: Scene, size: FigureSize, font_pt: f
     return Detail(scene, size, exp, opened=tuple(opened))
 
 
-def _close(sized, exp: frozenset[str], scene: Scene, size: FigureSize) -> Detail | None:
-    """Close frames until the labels reach the floor (None when closing every frame but the root does not)."""
+def _close(sized, exp: frozenset[str], scene: Scene, size: FigureSize, floor: float) -> Detail | None:
+    """Close frames until the labels reach `floor` (None when closing every frame but the root does not)."""
     closed: list[str] = []
     for _ in range(MAX_STEPS):
         tried = []
         for address in {f.address for f in scene.layout.frames if f.address and f.address in exp}:
             s2, z2 = sized(exp - {address})
-            tried.append((z2.legible, len(s2.layout.nodes) if z2.legible else z2.font_pt, address, s2, z2))
+            ok = z2.font_pt >= floor - _EPS
+            tried.append((ok, len(s2.layout.nodes) if ok else z2.font_pt, address, s2, z2))
         if not tried:
             return None
-        _, _, address, scene, size = max(tried, key=lambda t: (t[0], t[1], t[2]))
+        ok, _, address, scene, size = max(tried, key=lambda t: (t[0], t[1], t[2]))
         exp = exp - {address}
         closed.append(address)
-        if size.legible:
+        if ok:
             return Detail(scene, size, exp, closed=tuple(closed))
     return None
 
@@ -105,24 +120,40 @@ def _collapsed(scene: Scene, exp: frozenset[str]) -> list[str]:
 
 
 def advice(scene: Scene, size: FigureSize, width: str | float, max_height_in: float | None,
-           alternatives: Mapping[str, FigureSize] | None = None) -> tuple[str, ...]:
-    """Changes that would print `scene`'s labels at the legible floor or more: a wider `--width` or a
-    taller `--max-height` (whichever limits the size now) and each of `alternatives` (an option's text
-    and the size that option gives) that reaches it; () when the labels are legible already."""
-    if size.legible:
+           alternatives: Mapping[str, FigureSize] | None = None, floor: float = MIN_FONT_PT) -> tuple[str, ...]:
+    """Changes that would print `scene`'s labels at `floor` or more: a `--width` wider than `width` and a
+    `--max-height` taller than `max_height_in`, each only where it is what limits the size, and each of
+    `alternatives` (an option's text and the size that option gives) that reaches it; () when the labels
+    reach the floor already. Nothing suggested repeats what was asked."""
+    if size.font_pt >= floor - _EPS:
         return ()
     out = []
-    need_w = _up(scene.width * MIN_FONT_PT / FONT_SIZE / 72.0)  # rounded up, so the advice reaches the floor
-    need_h = _up(need_w * scene.height / scene.width)
+    drawing = scene.layout.width  # a filled scene's margins are not drawing
+    need_w = _up(drawing * floor / FONT_SIZE / 72.0)  # rounded up, so the advice reaches the floor
+    need_h = _up(need_w * scene.height / drawing)
+    asked, page = paper_width(width), paper_width("page")
     grow = []
-    if need_w > size.width_in + _EPS:
-        page = paper_width("page")
-        grow.append("--width page" if need_w <= page and paper_width(width) < page - _EPS else f"--width {need_w:.1f}")
+    if need_w > asked + _EPS:  # the width binds: only a wider one helps
+        grow.append("--width page" if need_w <= page and asked < page - _EPS else f"--width {need_w:.1f}")
     if max_height_in is not None and need_h > max_height_in + _EPS:
         grow.append(f"--max-height {need_h:.1f}")
     if grow and need_w <= 100 and need_h <= 100:
-        out.append(" ".join(grow) + f" ({MIN_FONT_PT:g} pt)")
+        out.append(" ".join(grow) + f" ({floor:g} pt)")
     for option, alt in (alternatives or {}).items():
-        if alt.legible:
+        if alt.font_pt >= floor - _EPS:
             out.append(f"{option} ({alt.font_pt:.1f} pt)")
     return tuple(out)
+
+
+def illegible(size: FigureSize, floor: float, hints: tuple[str, ...], site: str = "snapshot") -> FigureOptionsError:
+    """The refusal for a figure whose labels would print under `floor`: what it would print, and `hints`
+    (from `advice`) plus the `--font-pt` that accepts labels that small, where there is one."""
+    accept = math.floor(size.font_pt * 10 + 1e-9) / 10
+    tries = list(hints) + ([f"--font-pt {accept:.1f} to accept labels that small"] if accept >= 2 else [])
+    remedy = ("Try " + " or ".join(tries) + "." if tries else
+              "Open fewer modules, hide more families (--hide norm) or fold repeats (--fold).")
+    return FigureOptionsError(
+        f"the labels would print at {size.font_pt:.1f} pt ({size.width_in:.2f} x {size.height_in:.2f} in), under the "
+        f"{floor:g} pt floor; nothing was written", site=site, remedy=remedy,
+        font_pt=round(size.font_pt, 2), floor_pt=floor, width_in=round(size.width_in, 3),
+        height_in=round(size.height_in, 3))

@@ -4,12 +4,13 @@ Both writers draw one `Scene` (frames, boxes, edges with arrowheads, a caption w
 figure's width) built from `exporters.layout`, so the two files show the same picture. Sizes follow
 paper columns ("column" 3.4 in, "page" 7 in, or inches) and can be capped in height; plumbing ops
 (`exporters.layout.hiding.PLUMBING`) are left out unless `hide=()`; `figure_size` gives the
-printed size of the labels in points.
+printed size of the labels in points; `fill_width` makes a figure exactly a given width (the drawing
+grown up to `MAX_FILL_PT` labels, then centred on white margins).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -35,11 +36,13 @@ STROKE = "#555555"
 LEGEND_H = 2 * LINE_H + 6.0  # a title line and a row of swatches under the graph
 FONT_PT = 8.0  # labels print at this size unless the width or the height cap forces them smaller
 MIN_FONT_PT = 5.0  # below this a printed label is hard to read (`FigureSize.legible`)
+MAX_FILL_PT = 10.0  # `fill_width` grows labels no larger than this (a paper's body text)
 
 
 @dataclass(frozen=True, slots=True)
 class Scene:
-    """One figure in layout units: the layout, each node's fill, and the caption wrapped to fit its width."""
+    """One figure in layout units: the layout, each node's fill, and the caption wrapped to fit its width;
+    `margin` is white space added either side of the drawing (`fill_width`), included in `width`."""
 
     layout: Layout
     fills: dict[str, str]
@@ -47,10 +50,11 @@ class Scene:
     caption_lines: tuple[str, ...] = ()
     legend: dict | None = None  # `exporters.overlays.legend` of the overlay drawn, if any
     direction: str = "TB"  # "LR": left to right, frame headers run up their left side
+    margin: float = 0.0
 
     @property
     def width(self) -> float:
-        return self.layout.width
+        return self.layout.width + 2 * self.margin
 
     @property
     def height(self) -> float:
@@ -106,6 +110,20 @@ def figure_size(scene: Scene, width: str | float = "column", max_height_in: floa
         if h > max_height_in:
             w, h = w * max_height_in / h, max_height_in
     return FigureSize(w, h, FONT_SIZE * w * 72.0 / scene.width)
+
+
+def fill_width(scene: Scene, width: str | float, max_height_in: float | None = None,
+               max_font_pt: float = MAX_FILL_PT) -> tuple[Scene, FigureSize]:
+    """`scene` made exactly `width` wide: the drawing grows until it fills the width, its labels reach
+    `max_font_pt` or its height reaches `max_height_in` (whichever comes first); white margins centre
+    what remains. A drawing already larger than those bounds is shrunk to them."""
+    w = paper_width(width)
+    unit = min(w / scene.layout.width, max_font_pt / FONT_SIZE / 72.0)  # inches per layout unit
+    if max_height_in is not None:
+        unit = min(unit, max_height_in / scene.height)
+    margin = max(0.0, (w / unit - scene.layout.width) / 2)
+    filled = replace(scene, margin=margin if margin > 1e-6 else 0.0)
+    return filled, FigureSize(filled.width * unit, filled.height * unit, FONT_SIZE * unit * 72.0)
 
 
 def build_scene(
@@ -184,13 +202,15 @@ def wrap_text(text: str, width: float) -> tuple[str, ...]:
 
 # -- SVG -----------------------------------------------------------------------------
 def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None = None) -> str:
-    """The scene as an SVG document `width_in` inches wide (viewBox in layout units, text kept as text)."""
+    """The scene as an SVG document `width_in` inches wide (viewBox in layout units, text kept as text;
+    a margin widens the viewBox either side of the layout's own coordinates)."""
     w, h = scene.width, scene.height
+    x0 = f"{-scene.margin:.1f}" if scene.margin else "0"  # where the viewBox starts: left of the layout's x = 0
     height_in = width_in * h / w if height_in is None else height_in
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_in:.3f}in" height="{height_in:.3f}in" '
-        f'viewBox="0 0 {w:.1f} {h:.1f}" font-family="{FONT_FAMILY}" font-size="{FONT_SIZE:g}">',
+        f'viewBox="{x0} 0 {w:.1f} {h:.1f}" font-family="{FONT_FAMILY}" font-size="{FONT_SIZE:g}">',
         "<defs>",
         f'<marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="{ARROW}" markerHeight="{ARROW}" '
         f'markerUnits="userSpaceOnUse" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{EDGE}"/></marker>',
@@ -198,7 +218,7 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
         f'markerHeight="{ARROW}" markerUnits="userSpaceOnUse" orient="auto">'
         f'<path d="M0,0 L10,5 L0,10 z" fill="{BACK_EDGE}"/></marker>',
         "</defs>",
-        f'<rect x="0" y="0" width="{w:.1f}" height="{h:.1f}" fill="white"/>',
+        f'<rect x="{x0}" y="0" width="{w:.1f}" height="{h:.1f}" fill="white"/>',
     ]
     lay = scene.layout
     for f in lay.frames:
@@ -235,7 +255,7 @@ def scene_svg(scene: Scene, width_in: float = COLUMN_IN, height_in: float | None
         )
     out.extend(_legend_svg(scene))
     for i, line in enumerate(scene.caption_lines):
-        out.append(f'<text class="caption" x="{w / 2:.1f}" y="{_caption_baseline(scene, i):.1f}" '
+        out.append(f'<text class="caption" x="{scene.layout.width / 2:.1f}" y="{_caption_baseline(scene, i):.1f}" '
                    f'text-anchor="middle" font-style="italic">{markup.text(line)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -256,6 +276,11 @@ def _legend_items(scene: Scene) -> tuple[str, list[tuple[str, str]]]:
     return key.get("title", ""), [(t, c) for t, c in key.get("stops", key.get("items", []))]
 
 
+def _legend_room(scene: Scene) -> float:
+    """How far right of the layout's x = 0 the legend may run: the drawing and the margin right of it."""
+    return scene.layout.width + scene.margin
+
+
 def _legend_cells(scene: Scene) -> tuple[float, float, float, list[tuple[float, str, str]]]:
     """Where the legend sits: its title baseline, the swatch row's top, swatch size, and each swatch's x."""
     _, items = _legend_items(scene)
@@ -269,7 +294,7 @@ def _legend_cells(scene: Scene) -> tuple[float, float, float, list[tuple[float, 
         return x, cells
 
     end, cells = place(items)
-    if end > scene.width and len(items) > 2:  # a narrow figure keeps the two ends of the scale
+    if end > _legend_room(scene) and len(items) > 2:  # a narrow figure keeps the two ends of the scale
         end, cells = place([items[0], items[-1]])
     return top + LINE_H * 0.8, top + LINE_H + 2, size, cells
 
@@ -280,7 +305,7 @@ def _legend_svg(scene: Scene) -> list[str]:
     title, _ = _legend_items(scene)
     base, row, size, cells = _legend_cells(scene)
     out = [f'<g class="legend"><text x="6" y="{base:.1f}" font-weight="bold">'
-           f'{markup.text(fit_text(title, scene.width - 12))}</text>']
+           f'{markup.text(fit_text(title, _legend_room(scene) - 12))}</text>']
     for x, text, color in cells:
         out.append(f'<rect x="{x:.1f}" y="{row:.1f}" width="{size:.1f}" height="{size:.1f}" fill="{markup.attr(color)}" '
                    f'stroke="{STROKE}" stroke-width="0.5"/><text x="{x + size + 4:.1f}" y="{row + size * 0.85:.1f}">'
@@ -294,7 +319,7 @@ def _legend_png(scene: Scene, d, p, k: float, font, bold) -> None:
         return
     title, _ = _legend_items(scene)
     base, row, size, cells = _legend_cells(scene)
-    d.text(p(6, base), fit_text(title, scene.width - 12), fill="black", font=bold, anchor="ls")
+    d.text(p(6, base), fit_text(title, _legend_room(scene) - 12), fill="black", font=bold, anchor="ls")
     for x, text, color in cells:
         d.rectangle([p(x, row), p(x + size, row + size)], fill=color, outline=STROKE, width=max(1, round(0.5 * k)))
         d.text(p(x + size + 4, row + size * 0.85), text, fill="black", font=font, anchor="ls")
@@ -347,7 +372,7 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
     lay = scene.layout
 
     def p(x: float, y: float) -> tuple[float, float]:
-        return (x * k, y * k)
+        return ((x + scene.margin) * k, y * k)
 
     for f in lay.frames:
         d.rounded_rectangle([p(f.x0, f.y0), p(f.x1, f.y1)], radius=6 * k, fill=FRAME_FILLS[f.depth % 4],
@@ -371,7 +396,7 @@ def scene_png(scene: Scene, width_in: float = COLUMN_IN, dpi: int = 300):
     _legend_png(scene, d, p, k, font, bold)
     italic = _font(FONT_SIZE * k, italic=True)
     for i, text in enumerate(scene.caption_lines):
-        d.text(p(scene.width / 2, _caption_baseline(scene, i)), text, fill="black", font=italic, anchor="ms")
+        d.text(p(scene.layout.width / 2, _caption_baseline(scene, i)), text, fill="black", font=italic, anchor="ms")
     return img.resize((target_w, target_h), Image.LANCZOS)
 
 

@@ -36,6 +36,15 @@ def _snapshot(capsys, tmp_path, source: str, name: str, *args: str) -> tuple[ET.
     return ET.parse(out).getroot(), out.read_bytes(), capsys.readouterr().out
 
 
+def _refused(capsys, tmp_path, source: str, name: str, *args: str) -> str:
+    """`snapshot`'s refusal (exit 2, no file written): its stderr."""
+    from app import cli
+
+    out = tmp_path / name
+    assert cli.main(["snapshot", source, "--out", str(out), *args]) == 2 and not out.exists()
+    return capsys.readouterr().err
+
+
 def _label_pt(root: ET.Element) -> float:
     width_in = float(root.get("width").removesuffix("in"))
     return float(root.get("font-size")) * width_in * 72.0 / float(root.get("viewBox").split()[2])
@@ -53,7 +62,8 @@ def test_page_width_uses_its_room(gpt2, tmp_path, capsys):
     page, page_bytes, printed = _snapshot(capsys, tmp_path, folder, "page.svg", "--width", "page")
     assert page_bytes != column_bytes
     assert "transformer.h.0" in _frames(page) and "transformer.h.0" not in _frames(column)
-    assert _label_pt(page) == pytest.approx(8.0, abs=0.01) and _label_pt(column) == pytest.approx(8.0, abs=0.01)  # labels keep their size
+    assert _label_pt(column) == pytest.approx(8.0, abs=0.01)  # the page: opened at 8 pt, then grown to fill it
+    assert 8.0 <= _label_pt(page) <= 10.0 + 0.01 and page.get("width") == "7.000in"
     assert float(page.get("height").removesuffix("in")) <= 9.0 + 1e-3  # within the height cap
     assert "opened transformer.h.0" in printed and "--expand to choose" in printed
     explicit, _, printed = _snapshot(capsys, tmp_path, folder, "explicit.svg", "--width", "page", "--expand", "transformer")
@@ -64,25 +74,26 @@ def test_page_width_uses_its_room(gpt2, tmp_path, capsys):
 
 def test_left_to_right_labels_stay_legible(gpt2, tmp_path, capsys):
     """Before: `--direction LR --width page` printed GPT-2's labels at 4.8 pt (2.9 pt with block 0 open).
-    Now the default detail closes frames until they reach the floor, and an explicit one is explained."""
+    Now the default detail closes frames until they reach the floor, and an explicit one is refused with
+    what would reach it (exit 2, nothing written)."""
     _, folder = gpt2
     lr, _, printed = _snapshot(capsys, tmp_path, folder, "lr.svg", "--direction", "LR", "--width", "page")
     assert _label_pt(lr) >= MIN_FONT_PT
     assert "closed transformer.h" in printed and "floor" not in printed.split("closed")[0]
-    opened, _, printed = _snapshot(capsys, tmp_path, folder, "lr_open.svg", "--direction", "LR", "--width", "page",
-                                   "--expand", "transformer.h.0")
-    assert _label_pt(opened) < MIN_FONT_PT  # the user's detail is kept; the line says why it is small and what helps
-    assert "under the 5 pt floor" in printed and "--direction TB (8.0 pt)" in printed
+    err = _refused(capsys, tmp_path, folder, "lr_open.svg", "--direction", "LR", "--width", "page",
+                   "--expand", "transformer.h.0")
+    assert "under the 5 pt floor" in err and "--direction TB (8.7 pt)" in err  # TB at page: opened and filled
 
 
 def test_small_label_hint_names_only_what_helps(gpt2, tmp_path, capsys):
     """Before: '(small: try --width page, ...)' was printed at page width too. Now each suggestion is one that
     reaches the floor: following the width given gives >= 5 pt labels."""
     _, folder = gpt2
-    _, _, printed = _snapshot(capsys, tmp_path, folder, "lr_page.svg", "--direction", "LR", "--width", "page",
-                              "--expand", "transformer.h.0")
-    assert "--width page" not in printed
-    width = re.search(r"--width (\d+\.\d)", printed)
+    err = _refused(capsys, tmp_path, folder, "lr_page.svg", "--direction", "LR", "--width", "page",
+                   "--expand", "transformer.h.0")
+    remedy = err.split("what to do:")[1]
+    assert "--width page" not in remedy
+    width = re.search(r"--width (\d+\.\d)", remedy)
     assert width and float(width.group(1)) > 7.0
     wide, _, printed = _snapshot(capsys, tmp_path, folder, "lr_wide.svg", "--direction", "LR", "--expand",
                                  "transformer.h.0", "--width", width.group(1), "--max-height", "100")

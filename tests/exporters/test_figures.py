@@ -235,13 +235,14 @@ def test_left_to_right_figures(tmp_path):
             s, t = lr.layout.node(e.source), lr.layout.node(e.target)
             assert abs(e.points[0][0] - (s.x + s.width / 2)) < 1e-6 and abs(e.points[-1][0] - (t.x - t.width / 2)) < 1e-6
     out = tmp_path / "lr.svg"
-    assert cli.main(["snapshot", "gpt2", "--out", str(out), "--expand", "transformer.h.0", "--direction", "LR"]) == 0
+    wide = ["--expand", "transformer.h.0", "--direction", "LR", "--width", "13"]  # 5 pt or more (a column refuses)
+    assert cli.main(["snapshot", "gpt2", "--out", str(out), *wide]) == 0
     root = ET.parse(out).getroot()
     headers = [t for g in root.iter(f"{SVG}g") if g.get("class") == "frame" for t in g.iter(f"{SVG}text")]
     assert headers and all(t.get("transform", "").startswith("rotate(-90") for t in headers)
     assert {t.text for t in root.iter(f"{SVG}text")} >= {n.label for n in lr.layout.nodes}
     png = tmp_path / "lr.png"
-    assert cli.main(["snapshot", "gpt2", "--out", str(png), "--expand", "transformer.h.0", "--direction", "LR"]) == 0
+    assert cli.main(["snapshot", "gpt2", "--out", str(png), *wide, "--dpi", "100"]) == 0
     from PIL import Image
 
     with Image.open(png) as img:
