@@ -79,9 +79,13 @@ def refusal_for(ops: int, edges: int) -> str | None:
     """A readable refusal for a view of `ops` drawn ops and `edges` edges past the bounds, else None."""
     if ops <= MAX_DRAWN_OPS and edges <= MAX_DRAWN_EDGES:
         return None
-    return (f"Not drawn: that view has {ops:,} ops and {edges:,} edges (at most {MAX_DRAWN_OPS:,} ops and "
-            f"{MAX_DRAWN_EDGES:,} edges are drawn at once, so that other sessions are not held); "
-            f"the view stays as it was. Close some modules first, or open fewer at once.")
+    # What is over and what to do come first: the status line is one line and cuts the end at 1366 px.
+    past = [(n, bound, what) for n, bound, what in ((edges, MAX_DRAWN_EDGES, "edges"), (ops, MAX_DRAWN_OPS, "ops"))
+            if n > bound]
+    counts = " and ".join(f"{n:,} {what}" for n, _b, what in past)
+    bounds = " and ".join(f"{bound:,}" for _n, bound, _w in past)
+    return (f"Not drawn: {counts}, over the {bounds} drawn at once. Open fewer modules; the view stays as it was "
+            f"(a bound, so that other sessions are not held; that view has {ops:,} ops and {edges:,} edges).")
 
 
 def off_loop(ops: int, edges: int) -> bool:
