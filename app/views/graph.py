@@ -240,6 +240,8 @@ class GraphView(pn.viewable.Viewer):
         self.reset.on_click(self._on_reset)
         for w in (self.colour_by, self.overlay_scale, self.overlay_rollup):
             w.param.watch(lambda *_e: self.redraw(), "value")
+        self.colour_by.param.watch(lambda *_e: self._offer_scales(), "value")
+        self._offer_scales()
         self.state.param.watch(lambda *_e: self.redraw(), ["layout"])
         self.state.param.watch(lambda *_e: self._soon(self._recaption), ["ladder"])
         self.state.param.watch(lambda *_e: self._soon(self._highlight), ["selected"])
@@ -273,6 +275,13 @@ class GraphView(pn.viewable.Viewer):
             TIMING.debug("apply %.2f ms", (time.perf_counter() - begun) * 1000)
 
         self._soon(apply)
+
+    def _offer_scales(self) -> None:
+        """The scale and roll-up menus act on a value overlay only: greyed out while the boxes are coloured
+        by op kind or by a comparison (whose scale is fixed), so no menu offers a choice that does nothing."""
+        fixed = self.colour_by.value in (OP_KIND, COMPARE)
+        for menu in (self.overlay_scale, self.overlay_rollup):
+            menu.disabled = fixed
 
     def _overlay(self, data: dict) -> str:
         """Recolour the node rows by the chosen overlay (modules rolled up); the legend that explains them."""

@@ -152,3 +152,17 @@ def test_open_frames_carry_a_chevron_at_their_header_and_a_click_there_closes_th
     assert frames["chevron"][row] == CHEVRON and frames["chevron"][frames["address"].index("")] == ""
     graph = GraphView(state=s)
     assert graph.click(frames["cx"][row], frames["ty"][row] - 3) == "collapsed model.layers.1"
+
+
+def test_the_scale_and_roll_up_menus_are_offered_only_for_a_value_overlay(tiny_loaded):
+    """Coloured by op kind (the default) the scale and roll-up menus change nothing, so they are greyed out;
+    a value overlay (FLOPs) makes them choices again, and going back to op kind greys them again."""
+    from app.views.graph import OP_KIND
+
+    graph = GraphView(state=ExplorerState(tiny_loaded))
+    menus = (graph.overlay_scale, graph.overlay_rollup)
+    assert graph.colour_by.value == OP_KIND and all(m.disabled for m in menus)
+    graph.colour_by.value = "flops"
+    assert not any(m.disabled for m in menus)
+    graph.colour_by.value = OP_KIND
+    assert all(m.disabled for m in menus)
