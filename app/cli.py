@@ -364,7 +364,7 @@ def snapshot(ns: argparse.Namespace) -> int:
     detail = figure_detail.choose(build, start, ns.width, ns.max_height, ns.font_pt, adapt=not ns.expand)
     size = detail.size
     floor = figure_detail.floor_pt(ns.font_pt)
-    if size.font_pt < floor - 1e-6:  # never write labels under the floor: refuse, saying what would reach it
+    if not figure_detail.reaches(size, floor):  # never write labels under the floor: refuse, saying what would reach it
         raise figure_detail.illegible(size, floor, _small_label_hints(ns, detail, build, start, default, floor),
                                       site=f"snapshot --width {ns.width} --direction {ns.direction}")
     written = figures.write_scene(detail.scene, out, size, fmt, ns.dpi, follow_symlinks=ns.follow_symlinks)

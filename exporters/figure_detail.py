@@ -40,6 +40,11 @@ def floor_pt(font_pt: float | None) -> float:
     return MIN_FONT_PT if font_pt is None else min(MIN_FONT_PT, font_pt)
 
 
+def reaches(size: FigureSize, floor: float) -> bool:
+    """Whether a figure of `size` prints its labels at `floor` or more."""
+    return size.font_pt >= floor - _EPS
+
+
 def choose(build: Callable[[frozenset[str]], Scene], start: frozenset[str], width: str | float = "column",
            max_height_in: float | None = None, font_pt: float | None = 8.0, *, adapt: bool = True) -> Detail:
     """The figure `build(expanded)` at the detail that suits its print size, filled to `width` when that
@@ -52,7 +57,7 @@ def choose(build: Callable[[frozenset[str]], Scene], start: frozenset[str], widt
     detail = Detail(scene, size, start)
     floor = floor_pt(font_pt)
     wide = paper_width(width) > COLUMN_IN + _EPS
-    if adapt and size.font_pt < floor - _EPS:
+    if adapt and not reaches(size, floor):
         detail = _close(sized, start, scene, size, floor) or detail
     elif adapt and wide and font_pt is not None:
         detail = _open(sized, start, scene, size, font_pt)
@@ -70,13 +75,13 @@ def _open(sized, exp: frozenset[str], scene: Scene, size: FigureSize, font_pt: f
     """Open the collapsed module adding the most boxes, while the labels stay at `font_pt`."""
     opened: list[str] = []
     for _ in range(MAX_STEPS):
-        if size.font_pt < font_pt - _EPS:
+        if not reaches(size, font_pt):
             break
         best = None
         for address in _collapsed(scene, exp):
             s2, z2 = sized(exp | {address})
             gain = len(s2.layout.nodes) - len(scene.layout.nodes)
-            if z2.font_pt >= font_pt - _EPS and gain >= 2 and (best is None or gain > best[0]):
+            if reaches(z2, font_pt) and gain >= 2 and (best is None or gain > best[0]):
                 best = (gain, address, s2, z2)
         if best is None:
             break
@@ -93,7 +98,7 @@ def _close(sized, exp: frozenset[str], scene: Scene, size: FigureSize, floor: fl
         tried = []
         for address in {f.address for f in scene.layout.frames if f.address and f.address in exp}:
             s2, z2 = sized(exp - {address})
-            ok = z2.font_pt >= floor - _EPS
+            ok = reaches(z2, floor)
             tried.append((ok, len(s2.layout.nodes) if ok else z2.font_pt, address, s2, z2))
         if not tried:
             return None
@@ -125,7 +130,7 @@ def advice(scene: Scene, size: FigureSize, width: str | float, max_height_in: fl
     `--max-height` taller than `max_height_in`, each only where it is what limits the size, and each of
     `alternatives` (an option's text and the size that option gives) that reaches it; () when the labels
     reach the floor already. Nothing suggested repeats what was asked."""
-    if size.font_pt >= floor - _EPS:
+    if reaches(size, floor):
         return ()
     out = []
     drawing = scene.layout.width  # a filled scene's margins are not drawing
@@ -140,7 +145,7 @@ def advice(scene: Scene, size: FigureSize, width: str | float, max_height_in: fl
     if grow and need_w <= 100 and need_h <= 100:
         out.append(" ".join(grow) + f" ({floor:g} pt)")
     for option, alt in (alternatives or {}).items():
-        if alt.font_pt >= floor - _EPS:
+        if reaches(alt, floor):
             out.append(f"{option} ({alt.font_pt:.1f} pt)")
     return tuple(out)
 

@@ -17,17 +17,15 @@ from tests.app import pagekit
 SIZE = (1366, 768)
 
 # The first element matching a selector (through Panel's shadow roots): its box in page pixels.
-RECT_JS = """sel => { const walk = root => { const hit = root.querySelector(sel); if (hit) return hit;
-  for (const el of root.querySelectorAll('*')) { if (el.shadowRoot) { const h = walk(el.shadowRoot); if (h) return h; } }
-  return null; }; const el = walk(document); if (!el) return null; const r = el.getBoundingClientRect();
-  return [r.left, r.top, r.right, r.bottom]; }"""
-
-
+# The first element matching a selector, through Panel's shadow roots (a JS function body's first statement).
+FIND_JS = """const find = (root, sel) => { const hit = root.querySelector(sel); if (hit) return hit;
+  for (const el of root.querySelectorAll('*')) { if (el.shadowRoot) { const h = find(el.shadowRoot, sel); if (h) return h; } }
+  return null; };"""
+RECT_JS = "sel => { " + FIND_JS + """ const el = find(document, sel); if (!el) return null;
+  const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"""
 # Where the words `words` of the status line's last action end on screen, and where its clipped line ends.
-WORDS_END_JS = """words => { const walk = root => { const hit = root.querySelector('.tlx-last-action'); if (hit) return hit;
-  for (const el of root.querySelectorAll('*')) { if (el.shadowRoot) { const h = walk(el.shadowRoot); if (h) return h; } }
-  return null; }; const el = walk(document); if (!el || !el.firstChild) return null;
-  const at = el.firstChild.textContent.indexOf(words); if (at < 0) return null;
+WORDS_END_JS = "words => { " + FIND_JS + """ const el = find(document, '.tlx-last-action');
+  if (!el || !el.firstChild) return null; const at = el.firstChild.textContent.indexOf(words); if (at < 0) return null;
   const range = document.createRange(); range.setStart(el.firstChild, at); range.setEnd(el.firstChild, at + words.length);
   const line = el.closest('.tlx-summary-text') || el.parentElement;
   return [range.getBoundingClientRect().right, Math.min(line.getBoundingClientRect().right, innerWidth)]; }"""

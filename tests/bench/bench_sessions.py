@@ -69,8 +69,8 @@ def start_server(config: str, root: Path = ROOT, loop_log: Path | None = None) -
 
     With `loop_log`, every loop callback over 50 ms is written there (app.looptiming), for attributing slow trips."""
     env = {**os.environ, "PYTHONPATH": str(root), "TLX_LOOP_LOG": str(loop_log or "")}
-    # the server's output goes to a file: a pipe nobody reads after the URL fills (64 KiB of access and
-    # session logs over a few runs) and then blocks the server's next write, which hangs every session
+    # the server's output goes to a file: a pipe nobody reads after the URL would block the server once full
+    # (a few hundred bytes per attempt were seen, so a precaution, not a diagnosed cause)
     out = (loop_log or LOOP_LOG).with_suffix(".out")
     out.parent.mkdir(exist_ok=True)
     with out.open("w") as sink:

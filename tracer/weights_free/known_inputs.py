@@ -53,12 +53,11 @@ def know(ledger: ConstantLedger, swapped: list[tuple[str, Tensor, Tensor]], give
     """Give each swapped tensor's values (a CPU copy) to the ledger as its meta stand-in's known value, `given`
     from the caller's `given` ("inputs", "buffers"); the disclosure rows, named by `field`. A stand-in listed
     twice (a buffer two modules share) is given its value once."""
-    rows, done = [], set()
+    rows, kept_for = [], {}  # id(stand-in) -> whether its value was kept (within the ledger's bound)
     for name, meta, real in swapped:
-        kept = True
-        if id(meta) not in done:
-            done.add(id(meta))
-            kept = ledger.remember(meta, real.detach().to("cpu", copy=True), given=given)
+        kept = kept_for.get(id(meta))
+        if kept is None:
+            kept = kept_for[id(meta)] = ledger.remember(meta, real.detach().to("cpu", copy=True), given=given)
         rows.append({field: name, "shape": list(real.shape), "dtype": str(real.dtype).replace("torch.", ""),
                      "device": str(real.device), "values_known": kept})
     return rows
