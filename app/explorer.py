@@ -17,12 +17,14 @@ from .serving import serve_page
 from .sources import Loaded
 from .state import ExplorerState
 from .urlstate import apply_query, keep_in_url, session_query
+from .views.actions import PageActions
 from .views.backward import centre_column
 from .views.banner import ClaimBanner
 from .views.compare import ComparePanel
 from .views.discharge import DischargePanel
 from .views.doctor import DoctorPanel
 from .views.export import ExportPanel
+from .views.fold_box import FoldBox
 from .views.graph import GraphView
 from .views.inspector import Inspector
 from .views.memory import MemoryPanel
@@ -116,7 +118,7 @@ def build_app(loaded: Loaded, pool: PagePool | None = None) -> pn.viewable.Viewa
 
     def add_tabs() -> None:  # after the graph is on screen, a piece per tick: other sessions answer between
         right.insert(0, graph.overview())
-        fill_in_steps(right, [Built(lambda: side_tools(state, inspector))])
+        fill_in_steps(right, [Built(lambda: side_tools(state, inspector, graph.actions))])
 
     pn.state.onload(add_tabs)
     name = html.escape(loaded.title)
@@ -142,26 +144,27 @@ INSPECTOR_ROOM = {True: {"flex": "0 1 auto", "max-height": "none"}, False: {"fle
 TOOLS_ROOM = {True: {"flex": "0 0 auto", "min-height": "0"}, False: {"flex": "1 1 0", "min-height": "160px"}}
 
 
-def side_tools(state: ExplorerState, inspector: pn.Column) -> pn.Card:
-    """The side tabs in a card that folds to its title line when an op is selected (the inspector then
-    has the column) and opens again on a click on that line."""
+def side_tools(state: ExplorerState, inspector: pn.Column, actions: PageActions) -> FoldBox:
+    """The side tabs under a title line; they fold to that line when an op is selected (the inspector then
+    has the column) and open again on a click on it."""
     tabs = side_tabs(state, styles={"overflow-y": "auto", "overflow-x": "hidden", "flex": "1 1 0", "min-height": "0"})
-    card = pn.Card(tabs, title=TOOLS_TITLE, collapsed=bool(state.selected), sizing_mode="stretch_width",
-                   css_classes=["tlx-tools"], margin=(4, 0, 0, 0), header_background="#f3f5f8")
+    tools = FoldBox(tabs, TOOLS_TITLE, actions=actions, verb="tools", css_classes=["tlx-tools"],
+                    collapsed=bool(state.selected))
 
     def fold(collapsed: bool) -> None:
-        card.styles = {"overflow": "hidden", **TOOLS_ROOM[collapsed]}
+        tools.box.styles = {"overflow": "hidden", **TOOLS_ROOM[collapsed]}
         inspector.styles = {**inspector.styles, **INSPECTOR_ROOM[collapsed]}
 
-    card.param.watch(lambda event: fold(event.new), "collapsed")
+    tools.param.watch(lambda event: fold(event.new), "collapsed")
+
     def selected(event: Any) -> None:
         keep, state.keep_tools_open = state.keep_tools_open, False  # asked for this one selection only
         if event.new and not keep:
-            card.collapsed = True
+            tools.collapsed = True
 
     state.param.watch(selected, "selected")
-    fold(card.collapsed)
-    return card
+    fold(tools.collapsed)
+    return tools
 
 
 def side_tabs(state: ExplorerState, styles: dict[str, str]) -> pn.Tabs:

@@ -126,10 +126,10 @@ def test_the_page_works_under_its_content_security_policy_and_the_policy_is_in_f
     pagekit.click_node(page, pagekit.nodes(page)[0]["id"])  # answered by the server over the websocket
     expect(inspector).not_to_have_text(before, timeout=30_000)
     # the selection folds the side tools (app.explorer.side_tools); on a busy machine the fold lands after the
-    # tabs are found, and a click on a tab of the folding card never lands (CI of stop 42): open the card first
+    # tabs are found, and a click on a tab of the folding box never lands (CI of stop 42): open the box first
     page.wait_for_selector(".tlx-tools", state="attached", timeout=60_000)
     expect(page.locator(".tlx-tabs")).to_be_hidden(timeout=30_000)
-    page.locator(".tlx-tools .card-header").first.click()
+    page.locator(".tlx-tools .tlx-fold-header").click()
     expect(page.locator(".tlx-tabs .bk-tab").first).to_be_visible(timeout=30_000)
     for tab in page.locator(".tlx-tabs .bk-tab").all():  # every side tab builds its panel
         tab.click()

@@ -89,7 +89,7 @@ def test_the_folded_tools_open_on_a_click_and_show_the_discharge_form(default_ur
     expect(page.locator(".tlx-estimate button")).to_be_visible(timeout=30_000)  # open before any selection
     select_by_search(page, op.label)
     expect(page.locator(".tlx-estimate button")).to_be_hidden()
-    page.locator(".tlx-tools .card-header").first.click()
+    page.locator(".tlx-tools .tlx-fold-header").click()
     expect(page.locator(".tlx-estimate button")).to_be_visible()
     expect(page.locator(".tlx-inspector")).to_contain_text(f"Op {op.label}")  # the inspector keeps the op
     panel = box_of(page, "tlx-inspector-panel")
