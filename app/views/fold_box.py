@@ -13,17 +13,19 @@ import param
 
 from .actions import PageActions, act_attr
 
-HEADER_STYLE = ("font:600 13px sans-serif;background:#f3f5f8;color:#222;padding:5px 8px;cursor:pointer;"
-                "border:1px solid #dde1e6;border-radius:4px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis")
+HEADER_STYLE = ("display:block;width:100%;text-align:left;font:600 13px sans-serif;background:#f3f5f8;color:#222;"
+                "padding:5px 8px;cursor:pointer;border:1px solid #dde1e6;border-radius:4px;white-space:nowrap;"
+                "overflow:hidden;text-overflow:ellipsis")
 
 
 def header_html(title: str, collapsed: bool, verb: str) -> str:
-    """The title line: a triangle pointing right (folded) or down (open), then the title."""
+    """The title line: a button (Tab reaches it, Enter or Space opens or folds), a triangle pointing right
+    (folded) or down (open), then the title."""
     mark = "\u25b8" if collapsed else "\u25be"
     state = "1" if collapsed else "0"
-    return (f'<div class="tlx-fold-header" role="button" aria-expanded="{"false" if collapsed else "true"}" '
+    return (f'<button type="button" class="tlx-fold-header" aria-expanded="{"false" if collapsed else "true"}" '
             f'data-collapsed="{state}" title="{html.escape(title, quote=True)}" {act_attr(verb, "toggle")} '
-            f'style="{HEADER_STYLE}">{mark} {html.escape(title)}</div>')
+            f'style="{HEADER_STYLE}">{mark} {html.escape(title)}</button>')
 
 
 class FoldBox(pn.viewable.Viewer):

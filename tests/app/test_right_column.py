@@ -89,9 +89,15 @@ def test_the_folded_tools_open_on_a_click_and_show_the_discharge_form(default_ur
     expect(page.locator(".tlx-estimate button")).to_be_visible(timeout=30_000)  # open before any selection
     select_by_search(page, op.label)
     expect(page.locator(".tlx-estimate button")).to_be_hidden()
-    page.locator(".tlx-tools .tlx-fold-header").click()
+    header = page.locator(".tlx-tools .tlx-fold-header")
+    header.click()
     expect(page.locator(".tlx-estimate button")).to_be_visible()
     expect(page.locator(".tlx-inspector")).to_contain_text(f"Op {op.label}")  # the inspector keeps the op
+    expect(header).to_have_attribute("aria-expanded", "true")
+    header.press("Enter")  # the title line is a button: the keyboard folds and opens it too
+    expect(page.locator(".tlx-estimate button")).to_be_hidden()
+    header.press(" ")
+    expect(page.locator(".tlx-estimate button")).to_be_visible()
     panel = box_of(page, "tlx-inspector-panel")
     assert inside(panel["box"], (1366, 768))
     pagekit.shot(page, artifacts_dir, "right-column-tools-open-1366x768", docs=False)
