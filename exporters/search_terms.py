@@ -10,6 +10,7 @@ A hit's rank is (tier, -coverage): lower tiers first, then the name the query co
   3  a substring of a name (the label, kind or function; the module's own name or class)
   4  a substring of a name through an alias (conv -> conv_transpose2d)
   5  a substring of the module path the op ran in (or of a module's full address)
+Numbers match whole in tiers 3 and 5: `linear_1` is not found in `linear_10`, nor `layers.1` in `layers.12`.
 """
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ def words_of(name: str) -> set[str]:
         {p.lower() for p in re.split(r"[._\s:]+", name) if p}
 
 
+def contains(text: str, query: str) -> bool:
+    """Whether `query` occurs in `text` without cutting a number: a query ending (starting) in a digit is
+    not followed (preceded) there by another digit."""
+    at = text.find(query)
+    while at >= 0:
+        end = at + len(query)
+        cut_after = query[-1].isdigit() and end < len(text) and text[end].isdigit()
+        cut_before = query[0].isdigit() and at > 0 and text[at - 1].isdigit()
+        if not (cut_after or cut_before):
+            return True
+        at = text.find(query, at + 1)
+    return False
+
+
 def rank(query: str, exact: str, names: Iterable[str], path: str = "") -> tuple[int, float]:
     """The rank of one item for `query` (lower case): `exact` is its label or address, `names` its kind,
     function and class names (or a module's own name and class), `path` the module path it sits in.
@@ -68,14 +83,14 @@ def rank(query: str, exact: str, names: Iterable[str], path: str = "") -> tuple[
     if best != NO_MATCH:
         return best[0], -best[1]
     for low in [exact.lower(), *lowered]:
-        if query in low:
+        if contains(low, query):
             best = min(best, (3, -len(query) / len(low)))
     if best == NO_MATCH:
         for t in alias:
             for low in lowered:
                 if len(t) >= 3 and t in low:
                     best = min(best, (4, -len(t) / len(low)))
-    if best == NO_MATCH and path and query in path.lower():
+    if best == NO_MATCH and path and contains(path.lower(), query):
         best = (5, -len(query) / len(path))
     return best if best == NO_MATCH else (best[0], -best[1])
 

@@ -324,6 +324,16 @@
     for (const part of name.split(/[._\s:]+/)) if (part) { out.add(part.toLowerCase()); for (const w of part.match(WORD) || []) out.add(w.toLowerCase()); }
     return out;
   }
+  function contains(text, q) {  // q in text without cutting a number (search_terms.contains)
+    const digit = (c) => c >= "0" && c <= "9";
+    for (let at = text.indexOf(q); at >= 0; at = text.indexOf(q, at + 1)) {
+      const end = at + q.length;
+      const cutAfter = digit(q[q.length - 1]) && end < text.length && digit(text[end]);
+      const cutBefore = digit(q[0]) && at > 0 && digit(text[at - 1]);
+      if (!cutAfter && !cutBefore) return true;
+    }
+    return false;
+  }
   function rank(q, exact, names, path) {  // [tier, coverage] or null
     names = names.filter(Boolean);
     const low = names.map((n) => n.toLowerCase()), alias = (ALIAS[q] || []).filter((t) => t !== q);
@@ -334,9 +344,9 @@
     const better = (tier, cover) => { if (!best || tier < best[0] || (tier === best[0] && cover > best[1])) best = [tier, cover]; };
     names.forEach((n, i) => { if (wordsOf(n).has(q)) better(2, q.length / low[i].length); });
     if (best) return best;
-    for (const l of [exact.toLowerCase(), ...low]) if (l.includes(q)) better(3, q.length / l.length);
+    for (const l of [exact.toLowerCase(), ...low]) if (contains(l, q)) better(3, q.length / l.length);
     if (!best) for (const t of alias) for (const l of low) if (t.length >= 3 && l.includes(t)) better(4, t.length / l.length);
-    if (!best && path && path.toLowerCase().includes(q)) best = [5, q.length / path.length];
+    if (!best && path && contains(path.toLowerCase(), q)) best = [5, q.length / path.length];
     return best;
   }
   function search() {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.search_index import SearchIndex, func_name
-from exporters.search_terms import ALIASES, rank, words_of
+from exporters.search_terms import ALIASES, contains, rank, words_of
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,16 @@ def test_the_exact_label_comes_first(llama):
     assert first[0] == ("module", "lm_head")
 
 
+def test_numbers_match_whole(llama):
+    """`linear_1` lists linear_1, not linear_10 to linear_199; `layers.1` lists layer 1 and what is inside it."""
+    ops = [ident for kind, ident in llama.search("linear_1", limit=None) if kind == "op"]
+    assert ops == ["linear_1"]  # before: 111 hits, every label that starts with linear_1
+    modules = [ident for kind, ident in llama.search("layers.1", limit=None) if kind == "module"]
+    assert modules and all(a == "model.layers.1" or a.startswith("model.layers.1.") for a in modules), modules
+    assert contains("linear_1", "linear_1") and contains("x_10_linear_1", "linear_1")
+    assert not contains("linear_10", "linear_1") and not contains("layers.21", "1") and contains("a1b", "1")
+
+
 def test_class_names_and_aliases_match(llama):
     mlp = [a for a, m in llama.trace.modules.items() if m.class_name == "LlamaMLP"]
     hits = llama.search("llamamlp", limit=None)
@@ -117,5 +127,10 @@ def test_the_html_files_search_ranks_like_the_app(browser, tmp_path):
                          " r.setEnd(e.firstChild, 'q_proj: Linear'.length); return r.getBoundingClientRect().right"
                          " <= e.getBoundingClientRect().right; }")
     assert whole  # the class is not cut
+    linears = [o.label for o in trace.ops if o.kind == "linear"]
+    assert "linear_1" in linears and "linear_10" in linears
+    page.fill("#search", "linear_1")  # numbers match whole, as in the app
+    labels = page.locator("#hits .hit").evaluate_all("es => es.map(e => e.getAttribute('data-label'))")
+    assert labels[0] == "linear_1" and "linear_10" not in labels, labels
     assert not seen["errors"]
     page.close()
