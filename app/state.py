@@ -248,9 +248,9 @@ class ExplorerState(param.Parameterized):
 
     def search(self, query: str, limit: int | None = 20) -> list[tuple[str, str]]:
         """Ops and modules matching `query`: [(kind, id)], best first (`exporters.search_terms.rank`: the
-        exact label, then exact names, aliases and whole words, substrings, module paths; numbers whole). Words match an
-        op's label, kind, function, module path or class, a module's address or class, and the common
-        words' aliases (softmax, sdpa, attention, matmul, norm, ...); `kind:K`, `class:C` and `shape:S`
+        exact label, then exact names, aliases and whole words, substrings, module paths; numbers whole).
+        Words match an op's label, kind, function, module path or class, a module's address or class, and the
+        common words' aliases (softmax, sdpa, attention, matmul, norm, ...); `kind:K`, `class:C` and `shape:S`
         keep ops whose kind is K, that run inside a module of class C, or whose output shape contains S
         (e.g. `shape:4096`, `shape:1x8`)."""
         words, filters = parse_query(query)
