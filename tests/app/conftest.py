@@ -28,18 +28,37 @@ def served(loaded):
                 time.sleep(0.1)
         yield url
     finally:
+        documents = _documents_of(server)
         server.stop()
-        _forget_patched_documents()
+        _forget_patched_documents(documents)
 
 
-def _forget_patched_documents() -> None:
-    """Drop the documents Bokeh still holds as patched `curdoc()` after its server stopped: a session callback
+def _documents_of(thread) -> set[int]:
+    """The ids of the documents of the sessions a threaded server (`serve(..., threaded=True)`) holds."""
+    from panel.io.state import state
+
+    ids = [key for key, t in state._threads.items() if t is thread]
+    bokeh = state._servers.get(ids[0], (None,))[0] if ids else None
+    contexts = getattr(getattr(bokeh, "_tornado", None), "_applications", {}).values()
+    return {id(session.document) for context in contexts for session in context.sessions}
+
+
+def _forget_patched_documents(documents: set[int]) -> None:
+    """Drop the documents Bokeh still holds as patched `curdoc()` after their server stopped: a session callback
     suspended inside `bokeh.io.doc.patch_curdoc` when the server stopped never pops its document (seen after
     the 59 KB link test), and `pn.state.curdoc` falls back to that process-wide list, so every later test on
-    this worker would read a dead session's document as current."""
+    this worker would read a dead session's document as current.
+
+    Only the stopped server's documents (and destroyed sessions' and dead references), one entry at a time: another server of this
+    worker may be inside `patch_curdoc` now, and it pops the list's last entry on its way out (clearing the
+    whole list made that pop fail, a 500 for a page of the session's default server, in a run under load)."""
     from bokeh.io import doc as bokeh_doc
 
-    bokeh_doc._PATCHED_CURDOCS.clear()
+    for ref in list(bokeh_doc._PATCHED_CURDOCS):
+        doc = ref()
+        if doc is None or id(doc) in documents or getattr(doc.session_context, "destroyed", False):
+            with contextlib.suppress(ValueError):  # popped meanwhile by the server that pushed it
+                bokeh_doc._PATCHED_CURDOCS.remove(ref)
 
 
 class _SessionContext:
