@@ -37,7 +37,7 @@ class FoldBox(pn.viewable.Viewer):
                  **params: Any) -> None:
         super().__init__(**params)
         self._body, self._title, self._verb = body, title, verb
-        self._header = pn.pane.HTML(header_html(title, self.collapsed, verb), sizing_mode="stretch_width", margin=0)
+        self._header = pn.pane.HTML("", sizing_mode="stretch_width", margin=0)  # drawn by _show
         self._box = pn.Column(self._header, body, sizing_mode="stretch_width", css_classes=css_classes,
                               margin=(4, 0, 0, 0))
         actions.on(verb, lambda _arg: self.param.update(collapsed=not self.collapsed))

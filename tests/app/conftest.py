@@ -49,9 +49,10 @@ def _forget_patched_documents(documents: set[int]) -> None:
     the 59 KB link test), and `pn.state.curdoc` falls back to that process-wide list, so every later test on
     this worker would read a dead session's document as current.
 
-    Only the stopped server's documents (and destroyed sessions' and dead references), one entry at a time: another server of this
-    worker may be inside `patch_curdoc` now, and it pops the list's last entry on its way out (clearing the
-    whole list made that pop fail, a 500 for a page of the session's default server, in a run under load)."""
+    Only the stopped server's documents (and destroyed sessions' and dead references), one entry at a time:
+    another server of this worker may be inside `patch_curdoc` now, and it pops the list's last entry on its
+    way out (clearing the whole list made that pop fail, a 500 for a page of the session's default server, in
+    a run under load)."""
     from bokeh.io import doc as bokeh_doc
 
     for ref in list(bokeh_doc._PATCHED_CURDOCS):
