@@ -221,6 +221,52 @@ const v = views != null ? views.find_one(hover) : null;
 if (v != null && typeof v._move_exit === "function") v._move_exit();
 """
 
+# A frame's title stays in view while its frame does: panned or centred so that the frame's left edge is out of
+# the window, the title slides right to the window's left edge (never past the room its frame has before the
+# chevron). Moved in the page only (the column changed in place, no message to the server), again whenever the
+# view or the frames change.
+STICKY_TITLES_JS = f"""
+const d = frames.data, n = d.label ? d.label.length : 0;
+if (!n || !d.tx) return;
+const start = Math.min(xr.start, xr.end);
+let moved = false;
+for (let i = 0; i < n; i++) {{
+  const home = d.left[i] + 6;
+  const room = d.right[i] - (d.chevron[i] ? 24 : 6) - {CHAR_W} * String(d.label[i]).length;
+  const x = Math.max(home, Math.min(start + 6, room));
+  if (d.tx[i] !== x) {{ d.tx[i] = x; moved = true; }}
+}}
+if (moved) frames.change.emit();
+"""
+
+
+def keep_titles_in_view(fig: Any, frames: Any) -> None:
+    """Frame titles slide along their frame's header to stay in the window (`STICKY_TITLES_JS`)."""
+    from bokeh.models import CustomJS
+
+    cb = CustomJS(args=dict(xr=fig.x_range, frames=frames), code=STICKY_TITLES_JS)
+    for attr in ("start", "end"):
+        fig.x_range.js_on_change(attr, cb)
+    frames.js_on_change("data", cb)
+
+
+# Installed once per figure (on its first size): when the figure's element changes size without BokehJS laying
+# the plot out again (Panel grows the element when a pane above it shrinks, e.g. the banner folding to one line:
+# the canvas grew, the plot frame kept its old height and left a blank band), lay the plot out again.
+RELAYOUT_JS = """
+if (fig.__tlx_relayout) return;
+const views = fig.document != null ? fig.document.views_manager : null;
+const v = views != null ? views.find_one(fig) : null;
+if (v == null || typeof ResizeObserver === "undefined") return;
+fig.__tlx_relayout = true;
+let last = null;
+new ResizeObserver(() => {
+  const r = v.el.getBoundingClientRect(), size = Math.round(r.width) + "x" + Math.round(r.height);
+  if (last !== null && size !== last) requestAnimationFrame(() => v.invalidate_layout());
+  last = size;
+}).observe(v.el);
+"""
+
 DIMMED = 0.3  # the alpha of boxes outside a selection (the app selects an op's neighbours)
 DIMMED_TEXT = 0.8  # ... and of their labels: faded, still readable (issue 36: 0.1 left them illegible; at 0.65 OCR missed some)
 
@@ -250,9 +296,10 @@ def bare_plot(**kwargs: Any) -> Any:
 
 
 def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, width: int = 900, height: int = 700,
-                 sizing_mode: str | None = None):
-    """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover), fitted to the plot; `caption`
-    goes below the plot. Its "view" source (`view_source(fig)`) holds the box the browser fits."""
+                 sizing_mode: str | None = None, save: bool = True):
+    """A Bokeh figure drawing `layout` (pan, wheel zoom, tap, hover, and a save button unless not `save`),
+    fitted to the plot; `caption` goes below the plot. Its "view" source (`view_source(fig)`) holds the box
+    the browser fits."""
     from bokeh.models import (Arrow, BoxZoomTool, ColumnDataSource, CustomJS, HoverTool, MultiLine, PanTool, Quad,
                               Range1d, Rect, SaveTool, TapTool, Text, Title, VeeHead, WheelZoomTool)
     from bokeh.core.properties import value
@@ -261,7 +308,7 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     fig = bare_plot(width=width, height=height, x_range=Range1d(x0, x1), y_range=Range1d(y1, y0),
                     toolbar_location="above", sizing_mode=sizing_mode)
     wheel = WheelZoomTool(speed=WHEEL_SPEED)
-    fig.add_tools(PanTool(), wheel, BoxZoomTool(), SaveTool())
+    fig.add_tools(PanTool(), wheel, BoxZoomTool(), *([SaveTool()] if save else []))
     fig.toolbar.active_scroll = wheel  # the wheel zooms from the first notch (issue 36: it scrolled the page)
     data = figure_data(layout, trace)
     font = dict(text_font_size=f"{FONT_SIZE:g}px", text_font=value(FONT_FAMILY))
@@ -273,6 +320,7 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
                                                text_baseline="alphabetic", **font), "frame_labels")
     chevrons = add_glyph(fig, frames, Text(x="cx", y="ty", text="chevron", text_color="#556", text_align="center",
                                            text_baseline="alphabetic", **font), "frame_chevrons")
+    keep_titles_in_view(fig, frames)
     add_glyph(fig, ColumnDataSource(data["edges"], name="tlx-edges"),
               MultiLine(xs="xs", ys="ys", line_color="line_color", line_width=1), "edges")
     arrows = Arrow(end=VeeHead(size=7, fill_color=EDGE, line_color=EDGE),
@@ -297,6 +345,7 @@ def graph_figure(layout: Layout, trace: Trace, *, caption: str | None = None, wi
     fig.add_tools(hover, TapTool(renderers=[node_r], behavior="inspect"))
     # a click puts the tooltip away (and it is not shown again over the redrawn boxes until the pointer moves)
     fig.js_on_event("tap", CustomJS(args=dict(hover=hover), code=HIDE_TOOLTIP_JS))
+    fig.js_on_change("inner_width", CustomJS(args=dict(fig=fig), code=RELAYOUT_JS))
     if caption:
         fig.add_layout(Title(text=caption, align="center", text_font_style="italic"), "below")
     return fig

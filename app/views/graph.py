@@ -14,7 +14,6 @@ from typing import Any, Callable
 import panel as pn
 import param
 
-from ..ladder import caption
 from exporters import overlays
 from exporters.bokeh_graph import READABLE_SCALE, figure_data, graph_figure, view_data, view_source
 from exporters.bokeh_overview import follow_view, overview_figure
@@ -220,8 +219,10 @@ class GraphView(pn.viewable.Viewer):
         self._overview: tuple[Any, Any] | None = None  # (pane, fit source), made on first use
         self._in_event = False  # handling a page event: the document is ours, changes apply at once
         self._before_compare = OP_KIND  # the colouring a cleared comparison returns to
-        self.figure = graph_figure(self.state.layout, self.state.trace, caption=caption(self.state.trace),
-                                   width=self.width, height=self.height, sizing_mode="stretch_both")
+        # no caption and no save button: the banner above states the claim, and the Export tab's figures carry
+        # it as their caption (a canvas saved from the toolbar would not; issue 36 item 4: said once on screen)
+        self.figure = graph_figure(self.state.layout, self.state.trace, width=self.width, height=self.height,
+                                   sizing_mode="stretch_both", save=False)
         self._name_sources(self.figure)
         follow_view(self.figure)  # the overview, added after the first paint, shows this view
         named = {r.name: r for r in [*self.figure.renderers, *self.figure.center] if r.name}  # no model walk
@@ -243,7 +244,6 @@ class GraphView(pn.viewable.Viewer):
         self.colour_by.param.watch(lambda *_e: self._offer_scales(), "value")
         self._offer_scales()
         self.state.param.watch(lambda *_e: self.redraw(), ["layout"])
-        self.state.param.watch(lambda *_e: self._soon(self._recaption), ["ladder"])
         self.state.param.watch(lambda *_e: self._soon(self._highlight), ["selected"])
         self.state.param.watch(self._on_centre, ["centre_on"])
         self.state.param.watch(lambda e: self._on_comparison(e.new), ["comparison"])
@@ -416,11 +416,6 @@ class GraphView(pn.viewable.Viewer):
         lay = self.state.layout
         self._view.data = self._fit_data((0.0, 0.0, lay.width, lay.height))
         self.state.message = "Fitted the graph to the window at a readable size (a bigger graph shows its top: pan or use the overview)."
-
-    def _recaption(self) -> None:
-        for a in self.figure.below:
-            if hasattr(a, "text"):
-                a.text = caption(self.state.trace)
 
     @staticmethod
     def _name_sources(fig: Any) -> None:

@@ -44,6 +44,21 @@ PLOT_RECT_JS = """() => {""" + FIND_PLOT_VIEW + """
   return [rect.left + f.left, rect.top + f.top, rect.left + f.right, rect.top + f.bottom];
 }"""
 
+# How far the graph's plot area stops short of the bottom of the figure's element (px; 0 or a few when laid out).
+FRAME_GAP_JS = """() => {""" + FIND_PLOT_VIEW + """
+  if (!view) return null;
+  const el = view.el.getBoundingClientRect(), c = view.canvas_view.el.getBoundingClientRect();
+  return el.bottom - (c.top + view.frame.bbox.bottom);
+}"""
+
+# The graph's open frames as the page draws them: label, left and right edges, the title's x, the view's left.
+FRAME_TITLES_JS = """() => {""" + FIND_PLOT_VIEW + """
+  if (!view) return null;
+  const d = Bokeh.documents[Bokeh.documents.length - 1].get_model_by_name('tlx-frames').data;
+  const start = Math.min(view.model.x_range.start, view.model.x_range.end);
+  return Array.from(d.label, (label, i) => ({label, left: d.left[i], right: d.right[i], tx: d.tx[i], start}));
+}"""
+
 
 OVERVIEW_JS = """() => {
   const seen = new Set(), stack = [...(Bokeh.index.roots || [])];
@@ -74,6 +89,22 @@ def overview(page) -> dict | None:
 def plot_rect(page) -> list[float] | None:
     """The graph's plot area (where boxes are drawn) in page pixels: [left, top, right, bottom]."""
     return page.evaluate(PLOT_RECT_JS)
+
+
+def frame_gap(page) -> float | None:
+    """Pixels between the bottom of the graph's plot area and the bottom of its element."""
+    return page.evaluate(FRAME_GAP_JS)
+
+
+def wait_frame_fills(page, most_px: float = 12, timeout_ms: int = 10_000) -> None:
+    """Wait until the graph's plot area ends at its element's bottom (within `most_px` either way)."""
+    page.wait_for_function(FRAME_GAP_JS.replace("() => {", "(most) => { const gap = (() => {", 1)
+                           + ")(); return gap !== null && Math.abs(gap) <= most; }", arg=most_px, timeout=timeout_ms)
+
+
+def frame_titles(page) -> list[dict]:
+    """The open frames' labels, edges and title positions in layout units, with the view's left edge."""
+    return page.evaluate(FRAME_TITLES_JS) or []
 
 
 def nodes(page) -> list[dict]:

@@ -138,4 +138,5 @@ def test_a_selected_op_leaves_the_other_labels_readable(default_url, default_loa
                            " return s.selected.indices.length > 0; }", timeout=15_000)
     settle_view(page)
     after = canvas_words(page, Path(artifacts_dir) / "selected-after.png")
-    assert {"k_proj", "v_proj"} <= after, sorted(after)  # faded (no neighbour of the op), still read
+    # faded (no neighbour of the op), still read; OCR's case is not legibility ("V_proj": v and V differ by size only)
+    assert {"k_proj", "v_proj"} <= {w.lower() for w in after}, sorted(after)

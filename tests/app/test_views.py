@@ -67,6 +67,22 @@ def test_the_banner_shrinks_to_one_line_once_read_and_opens_again_on_news():
     assert 'data-compact="0"' in banner._pane.object and 'data-state="REFUTED"' in banner._pane.object
 
 
+def test_the_graph_leaves_the_claim_to_the_banner_and_the_exports_caption_it(default_loaded):
+    """Issue 36 item 4: the claim is said once on screen (the banner), not again as a caption under the graph;
+    the graph offers no toolbar save (a saved canvas would lose the claim): the Export tab's figures caption it."""
+    from bokeh.models import SaveTool
+
+    from app.ladder import caption
+    from app.views.export import ExportPanel
+
+    s = ExplorerState(default_loaded)
+    graph = GraphView(state=s)
+    texts = [getattr(a, "text", "") for a in graph.figure.below]
+    assert caption(s.trace) not in texts and not any(isinstance(t, SaveTool) for t in graph.figure.toolbar.tools)
+    assert caption(s.trace) in ClaimBanner(state=s)._pane.object
+    assert caption(s.trace) in ExportPanel(state=s).caption.object
+
+
 def test_the_inspector_lists_what_a_reader_looks_for_first(default_loaded):
     from app.views.inspector import op_rows
 
