@@ -79,6 +79,8 @@
 
   // state
   let cur = -1, sel = null, T = {k: 1, x: 0, y: 0}, nodeOfOp = new Map(), nodeEls = new Map(), nodeVal = new Map();
+  const HDR_CHAR_W = 7;  // a generous width of one bold header character in layout units
+  let heads = [];  // the open frames' header texts, kept at the window's left edge while their frame reaches past it
   const svg = $("canvas");
   const defs = sv("defs");
   D.edge_colors.forEach((c, i) => {
@@ -138,7 +140,7 @@
   function setView(vi) {
     if (vi === cur) return;
     cur = vi; const view = D.views[vi];
-    vp.replaceChildren(); nodeEls.clear(); nodeOfOp = new Map();
+    vp.replaceChildren(); nodeEls.clear(); nodeOfOp = new Map(); heads = [];
     for (const f of view.frames) {
       const [addr, label, depth, x0, y0, x1, y1] = f;
       const g = sv("g", {class: "frame"});
@@ -146,7 +148,7 @@
       const t = sv("text", {x: x0 + 6, y: y0 + 13, class: "hdr"}); t.textContent = "▾ " + label; t.style.pointerEvents = "auto";
       t.addEventListener("click", (e) => { e.stopPropagation(); collapse(addr); });
       const tip = sv("title"); tip.textContent = "collapse " + (addr || "(model)"); t.append(tip);
-      g.append(t); vp.append(g);
+      g.append(t); vp.append(g); heads.push({t, home: x0 + 6, room: x1 - 6 - HDR_CHAR_W * (label.length + 2)});
     }
     for (const e of view.edges) {
       const p = e[2]; let x = p[0], y = p[1]; const pts = [x + "," + y];  // then y, x, y, ... in turn
@@ -214,7 +216,11 @@
   let pending = null, auto = null;
   const sized = () => { const r = svg.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
   new ResizeObserver(() => { const f = pending || auto; if (f && sized()) { pending = null; f(); } }).observe(svg);
-  function apply() { vp.setAttribute("transform", `translate(${T.x},${T.y}) scale(${T.k})`); svg.classList.toggle("small", T.k * 11 < 4.5); status(); }
+  function apply() { vp.setAttribute("transform", `translate(${T.x},${T.y}) scale(${T.k})`); svg.classList.toggle("small", T.k * 11 < 4.5); slideHeads(); status(); }
+  function slideHeads() {  // a frame reaching past the window's left edge keeps its header in view (never past its own room)
+    const left = -T.x / T.k + 6;
+    for (const h of heads) { const x = Math.max(h.home, Math.min(left, h.room)); if (h.x !== x) { h.x = x; h.t.setAttribute("x", x); } }
+  }
   function fit() { auto = fit; if (!sized()) { pending = fit; return; } const v = D.views[cur], r = svg.getBoundingClientRect(); T.k = Math.min(r.width / v.w, r.height / v.h, 1.5); T.x = (r.width - v.w * T.k) / 2; T.y = Math.max(0, (r.height - v.h * T.k) / 2); apply(); }
   function start() {  // fit when labels stay legible, else the top of the graph at a readable zoom
     if (!sized()) { pending = start; return; }

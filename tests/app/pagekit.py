@@ -121,6 +121,26 @@ def wait_graph(page, timeout_ms: int = 30_000) -> None:
     page.wait_for_selector("canvas", timeout=timeout_ms)
 
 
+TOOLTIP_JS = """() => { let shown = false; const walk = (root) => { for (const e of root.querySelectorAll('.bk-Tooltip, *')) {
+    if (e.classList && e.classList.contains('bk-Tooltip')) { const r = e.getBoundingClientRect();
+      if (r.width > 0 && r.height > 0 && getComputedStyle(e).display !== 'none') shown = true; }
+    if (e.shadowRoot) walk(e.shadowRoot); } }; walk(document); return shown; }"""
+
+
+def tooltip_shown(page) -> bool:
+    """Whether Bokeh's hover tooltip is drawn on the page."""
+    return page.evaluate(TOOLTIP_JS)
+
+
+def hover_node(page, node_id: str) -> None:
+    """Rest the pointer on the graph's box `node_id` until its hover tooltip shows."""
+    node = next(n for n in nodes(page) if n["id"] == node_id)
+    x, y = to_page(page, node["x"], node["y"])
+    page.mouse.move(x - 1, y)
+    page.mouse.move(x, y)
+    page.wait_for_function(TOOLTIP_JS, timeout=10_000)
+
+
 def click_node(page, node_id: str) -> None:
     """Click the graph's box `node_id` on the canvas, where a person would click."""
     node = next(n for n in nodes(page) if n["id"] == node_id)

@@ -39,8 +39,10 @@ def test_default_page_shows_hypothesis_and_the_32_decoder_layers(default_url, de
 
 def test_clicking_a_layer_on_the_canvas_expands_it_and_clicking_its_frame_collapses(default_url, page, artifacts_dir):
     open_page(page, default_url)
+    pagekit.hover_node(page, "mod:model.layers.3")  # its tooltip shows ...
     pagekit.click_node(page, "mod:model.layers.3")
     pagekit.wait_node(page, "mod:model.layers.3", present=False)
+    assert not pagekit.tooltip_shown(page)  # ... and a click puts it away (it stayed over the redrawn labels)
     inside = [n for n in pagekit.nodes(page) if n["module"].startswith("model.layers.3")]
     assert any(n["kind"] == "op" for n in inside) and any(n["id"] == "mod:model.layers.3.self_attn" for n in inside)
     expect(page.locator(".tlx-view-summary")).to_contain_text("31 \u00d7 LlamaDecoderLayer")

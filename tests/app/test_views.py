@@ -120,6 +120,20 @@ def test_a_click_on_a_box_expands_it_and_on_its_frame_collapses_it(tiny_loaded):
     assert graph.click(op.x, op.y) == f"selected {op.id}" and s.selected == op.id
 
 
+def test_the_status_line_says_what_a_click_did_never_where(tiny_loaded):
+    """Issue 36 item 7: the status line printed layout coordinates ("click at (235, 377)"), which mean nothing
+    to a reader; it says what the click did."""
+    import re
+
+    s = ExplorerState(tiny_loaded)
+    graph = GraphView(state=s)
+    box = s.layout.node("mod:model.layers.1")
+    graph._clicked(box.x, box.y)
+    graph._write_status()
+    assert "expanded model.layers.1" in s.message and "expanded model.layers.1" in graph.summary.object
+    assert not re.search(r"\(\s*-?\d+(\.\d+)?\s*,\s*-?\d+", s.message + graph.summary.object), s.message
+
+
 def test_module_tree_folds_repeated_blocks(default_loaded):
     from app.views.tree import module_table
 

@@ -208,5 +208,14 @@ def test_inspector_follows_an_expand_reads_attributes_and_frame_headers_stay_in_
     attrs = page.locator("#right tr", has_text="attributes").inner_text()
     assert "{" not in attrs and '"' not in attrs and "args:" in attrs, attrs
     assert "transformer.h.0.attn.c_attn.bias (param)" in attrs, attrs
+    # centred on the op, frames around it reach past the canvas's left edge: their headers stay inside it
+    page.mouse.move(canvas["x"] + canvas["width"] / 2, canvas["y"] + canvas["height"] / 2)
+    page.mouse.wheel(0, -900)  # closer on the op: the frames around it reach past the edge
+    page.wait_for_timeout(100)
+    cut = page.evaluate("""(left) => [...document.querySelectorAll('.frame')].map((g) => {
+        const f = g.querySelector('rect').getBoundingClientRect(), t = g.querySelector('.hdr').getBoundingClientRect();
+        return {header: g.querySelector('.hdr').textContent, frame: f.left, right: f.right, text: t.left};
+      }).filter((h) => h.frame < left && h.right > left + 300)""", canvas["x"])
+    assert cut and all(h["text"] >= canvas["x"] for h in cut), cut
     assert not seen["errors"], seen["errors"]
     page.close()
