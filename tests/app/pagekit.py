@@ -127,6 +127,24 @@ TOOLTIP_JS = """() => { let shown = false; const walk = (root) => { for (const e
     if (e.shadowRoot) walk(e.shadowRoot); } }; walk(document); return shown; }"""
 
 
+# The first element matching a selector, through Panel's shadow roots (a JS function body's first statement).
+FIND_JS = """const find = (root, sel) => { const hit = root.querySelector(sel); if (hit) return hit;
+  for (const el of root.querySelectorAll('*')) { if (el.shadowRoot) { const h = find(el.shadowRoot, sel); if (h) return h; } }
+  return null; };"""
+# Where the words `words` of the status line's last action end on screen, and where its clipped line ends.
+WORDS_END_JS = "words => { " + FIND_JS + """ const el = find(document, '.tlx-last-action');
+  if (!el || !el.firstChild) return null; const at = el.firstChild.textContent.indexOf(words); if (at < 0) return null;
+  const range = document.createRange(); range.setStart(el.firstChild, at); range.setEnd(el.firstChild, at + words.length);
+  const line = el.closest('.tlx-summary-text') || el.parentElement;
+  return [range.getBoundingClientRect().right, Math.min(line.getBoundingClientRect().right, innerWidth)]; }"""
+
+
+def status_words_drawn(page, words: str) -> bool:
+    """Whether `words` of the status line's last action are drawn inside its one line (which cuts its end)."""
+    got = page.evaluate(WORDS_END_JS, words)
+    return got is not None and got[0] <= got[1]
+
+
 def tooltip_shown(page) -> bool:
     """Whether Bokeh's hover tooltip is drawn on the page."""
     return page.evaluate(TOOLTIP_JS)

@@ -16,19 +16,9 @@ from tests.app import pagekit
 
 SIZE = (1366, 768)
 
-# The first element matching a selector (through Panel's shadow roots): its box in page pixels.
-# The first element matching a selector, through Panel's shadow roots (a JS function body's first statement).
-FIND_JS = """const find = (root, sel) => { const hit = root.querySelector(sel); if (hit) return hit;
-  for (const el of root.querySelectorAll('*')) { if (el.shadowRoot) { const h = find(el.shadowRoot, sel); if (h) return h; } }
-  return null; };"""
-RECT_JS = "sel => { " + FIND_JS + """ const el = find(document, sel); if (!el) return null;
+# The first element matching a selector, through Panel's shadow roots: its box in page pixels.
+RECT_JS = "sel => { " + pagekit.FIND_JS + """ const el = find(document, sel); if (!el) return null;
   const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"""
-# Where the words `words` of the status line's last action end on screen, and where its clipped line ends.
-WORDS_END_JS = "words => { " + FIND_JS + """ const el = find(document, '.tlx-last-action');
-  if (!el || !el.firstChild) return null; const at = el.firstChild.textContent.indexOf(words); if (at < 0) return null;
-  const range = document.createRange(); range.setStart(el.firstChild, at); range.setEnd(el.firstChild, at + words.length);
-  const line = el.closest('.tlx-summary-text') || el.parentElement;
-  return [range.getBoundingClientRect().right, Math.min(line.getBoundingClientRect().right, innerWidth)]; }"""
 
 
 def in_window(page, selector: str) -> bool:
@@ -125,8 +115,7 @@ def test_each_side_actions_result_lands_in_the_window(default_url, default_loade
     if "Not drawn" in said.inner_text():
         expect(said).to_contain_text("the view stays as it was")
         # why and what to do are drawn inside the one-line status (it cuts its end at this width)
-        words_end, line_end = page.evaluate(WORDS_END_JS, "Open fewer modules")
-        assert words_end <= line_end, (words_end, line_end, said.inner_text())
+        assert pagekit.status_words_drawn(page, "Open fewer modules"), said.inner_text()
     start = page.evaluate(RECT_JS, ".tlx-last-action")  # where it starts: in view (the status line may cut its end)
     assert start is not None and 0 <= start[0] < SIZE[0] and 0 <= start[1] < SIZE[1], start
     pagekit.shot(page, artifacts_dir, "side-expand-all-1366x768", docs=False)
