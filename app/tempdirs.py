@@ -9,11 +9,16 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 _lock = threading.Lock()
 _live: set[Path] = set()
 _closed = False  # set at exit: a thread still running then (a daemon) makes no folder that would outlive it
+_writers = 0  # threads inside `writing()`: the exit waits for them (at most WRITERS_WAIT_S) before removing
+_writers_done = threading.Condition(_lock)
+WRITERS_WAIT_S = 10.0
 
 
 def make(prefix: str) -> Path:
@@ -44,16 +49,36 @@ def remove(folder: Path) -> None:
         time.sleep(0.05)
 
 
-def check_open(folder: Path) -> None:
-    """Refuse (`shutting_down`) once the exit's clean-up has begun, removing `folder` again first: a writer that
-    recreated it (atomic writes make their parent folder) leaves nothing behind."""
+@contextmanager
+def writing(folder: Path) -> Iterator[Path]:
+    """Write into `folder` on a thread the exit may overtake: refused (`shutting_down`) once the exit's clean-up
+    has begun, and that clean-up waits for the block to end (at most `WRITERS_WAIT_S`) before it removes the
+    folders. A daemon thread stopped mid-write by the interpreter's end would otherwise leave the folder that
+    its atomic writes made again (they make their parent folder)."""
+    global _writers
     with _lock:
-        closed = _closed
+        if _closed:
+            closed = True
+        else:
+            closed, _writers = False, _writers + 1
     if closed:
-        shutil.rmtree(folder, ignore_errors=True)
-        from .errors import ShuttingDownError
+        _refuse_closed(folder)
+    try:
+        yield folder
+    finally:
+        with _lock:
+            _writers -= 1
+            closed = _closed
+            _writers_done.notify_all()
+    if closed:  # the exit began while the files were written: none is left behind
+        _refuse_closed(folder)
 
-        raise ShuttingDownError(f"{Path(folder).name} was removed: the process is exiting", site="tempdirs.check_open")
+
+def _refuse_closed(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    from .errors import ShuttingDownError
+
+    raise ShuttingDownError(f"{Path(folder).name} was removed: the process is exiting", site="tempdirs.writing")
 
 
 def inside(folder: Path, name: str) -> Path:
@@ -79,5 +104,6 @@ def remove_all() -> None:
     global _closed
     with _lock:
         _closed = True
+        _writers_done.wait_for(lambda: _writers == 0, timeout=WRITERS_WAIT_S)
     for folder in live():
         remove(folder)

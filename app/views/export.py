@@ -121,8 +121,8 @@ def shared_model_explorer(state: ExplorerState) -> Future:
 
         try:
             folder = tempdirs.make("tlx-model-explorer-")
-            graph, node_data = model_explorer_files(state, tempdirs.inside(folder, f"{file_stem(trace.model_class)}.model-explorer.json"))
-            tempdirs.check_open(folder)  # the exit began while the files were written: none is left behind
+            with tempdirs.writing(folder):  # an exit meanwhile waits for the files, then removes them
+                graph, node_data = model_explorer_files(state, tempdirs.inside(folder, f"{file_stem(trace.model_class)}.model-explorer.json"))
             future.set_result(serve(graph, node_data=node_data))  # every overlay, as the Python API passes them
         except BaseException as exc:  # shown by the panel that waits on it, as a refusal
             future.set_exception(exc)

@@ -105,6 +105,38 @@ def test_session_and_extraction_folders_are_gone_when_the_process_exits(tmp_path
     assert folder.name.startswith("tlx-export-") and not folder.exists()
 
 
+def test_the_exit_waits_for_a_writer_then_removes_its_folder_and_tells_it(tmp_path):
+    """A thread writing into an app folder when the process exits (the Export tab's Model Explorer files when
+    the server gets SIGTERM): the exit's clean-up waits for it to finish, then removes the folder (and the writer
+    is refused `shutting_down` as it leaves). Before, the clean-up removed the folder at once, the writer's atomic writes made it
+    again, and the interpreter's end stopped the daemon thread: the folder outlived the server (a fresh clone's
+    test_session_folders_are_removed_when_the_server_is_stopped). The order is set by events, not by time."""
+    script = ("import atexit, threading, time\n"
+              "from app import tempdirs\n"
+              "from app.errors import ShuttingDownError\n"
+              "d = tempdirs.make('tlx-model-explorer-')\n"
+              "inside, exiting = threading.Event(), threading.Event()\n"
+              "atexit.register(exiting.set)  # registered after tempdirs: runs before its clean-up\n"
+              "def writer():\n"
+              "    try:\n"
+              "        with tempdirs.writing(d):\n"
+              "            inside.set(); exiting.wait()\n"
+              "            time.sleep(0.3)  # still writing when the exit began\n"
+              "            (d / 'graph.json').write_text('{}')\n"
+              "            print('writer wrote', flush=True)\n"
+              "    except ShuttingDownError as exc:  # told on leaving (the exit may end the process first)\n"
+              "        print('writer refused', exc.code, flush=True)\n"
+              "threading.Thread(target=writer, daemon=True).start()\n"
+              "inside.wait()\n"
+              "print(d, flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stdout.split("\n")
+    folder = Path(lines[0])
+    assert folder.name.startswith("tlx-model-explorer-") and not folder.exists(), done.stdout + done.stderr
+    assert "writer wrote" in done.stdout, done.stdout + done.stderr  # the exit waited for it
+
+
 def _zip(path: Path, members: dict[str, bytes]) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in members.items():
