@@ -12,7 +12,7 @@ from tracer.ir import Trace
 
 from .layout import Layout, LayoutNode, group_tree
 from .layout.groups import GroupTree
-from .layout.style import EDGE, FONT_FAMILY, FONT_SIZE, edge_colors, fill_color, ladder_caption, op_family, shape_text
+from .layout.style import EDGE, FONT_FAMILY, FONT_SIZE, HEADER_CHAR_W, edge_colors, fill_color, ladder_caption, op_family, shape_text
 
 NODE_COLUMNS = ("id", "kind", "label", "module", "shape", "dtype", "params", "n_params", "op_kind", "repeat", "fill")
 HOVER_FIELDS = (("label", "@label"), ("module", "@module"), ("shape", "@shape"), ("dtype", "@dtype"),
@@ -175,7 +175,7 @@ def view_source(fig: Any) -> Any:
 
 
 CHEVRON = "\u25b4"  # drawn at the right end of an open frame's header: a click on the header closes it
-CHAR_W = 7.0  # a generous width of one header character in layout units (no chevron where the label may reach)
+CHAR_W = HEADER_CHAR_W  # no chevron where the label may reach
 
 
 def polylines(edges: list) -> tuple[list[list[float]], list[list[float]]]:

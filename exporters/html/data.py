@@ -16,7 +16,7 @@ from tracer.module_tree import module_param_counts
 from .. import overlays
 from ..layout import Layout, LayoutEngine
 from ..layout.groups import CANVAS
-from ..layout.style import edge_colors, fill_color, ladder_caption, op_family, shape_text
+from ..layout.style import HEADER_CHAR_W, edge_colors, fill_color, ladder_caption, op_family, shape_text
 from ..layout.style import EDGE, BACK_EDGE, BROADCAST_EDGE
 from .. import search_terms
 
@@ -43,6 +43,7 @@ def page_data(trace: Trace, *, overlay: Mapping[str, float] | None = None, title
         "where": _where(drawn, len(index)),
         "overlays": _overlays(trace, overlay),
         "edge_colors": EDGE_COLORS,
+        "header_char_w": HEADER_CHAR_W,  # a frame header's room for its title (page.js slides headers within it)
         "search_aliases": search_terms.page_table(),  # the page's search ranks with the app's alias table
     }
 

@@ -79,7 +79,6 @@
 
   // state
   let cur = -1, sel = null, T = {k: 1, x: 0, y: 0}, nodeOfOp = new Map(), nodeEls = new Map(), nodeVal = new Map();
-  const HDR_CHAR_W = 7;  // a generous width of one bold header character in layout units
   let heads = [];  // the open frames' header texts, kept at the window's left edge while their frame reaches past it
   const svg = $("canvas");
   const defs = sv("defs");
@@ -148,7 +147,7 @@
       const t = sv("text", {x: x0 + 6, y: y0 + 13, class: "hdr"}); t.textContent = "▾ " + label; t.style.pointerEvents = "auto";
       t.addEventListener("click", (e) => { e.stopPropagation(); collapse(addr); });
       const tip = sv("title"); tip.textContent = "collapse " + (addr || "(model)"); t.append(tip);
-      g.append(t); vp.append(g); heads.push({t, home: x0 + 6, room: x1 - 6 - HDR_CHAR_W * (label.length + 2)});
+      g.append(t); vp.append(g); heads.push({t, home: x0 + 6, room: x1 - 6 - D.header_char_w * (label.length + 2)});
     }
     for (const e of view.edges) {
       const p = e[2]; let x = p[0], y = p[1]; const pts = [x + "," + y];  // then y, x, y, ... in turn

@@ -14,6 +14,7 @@ MODULE_H = 30.0
 FOLDED_H = 38.0
 FRAME_PAD = 12.0
 FRAME_HEADER = 18.0
+HEADER_CHAR_W = 7.0  # a generous width of one bold frame-header character (a header's room for its title)
 
 KIND_COLORS = {
     "io": "#f2f2f2",

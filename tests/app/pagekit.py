@@ -98,8 +98,8 @@ def frame_gap(page) -> float | None:
 
 def wait_frame_fills(page, most_px: float = 12, timeout_ms: int = 10_000) -> None:
     """Wait until the graph's plot area ends at its element's bottom (within `most_px` either way)."""
-    page.wait_for_function(FRAME_GAP_JS.replace("() => {", "(most) => { const gap = (() => {", 1)
-                           + ")(); return gap !== null && Math.abs(gap) <= most; }", arg=most_px, timeout=timeout_ms)
+    page.wait_for_function("(most) => { const gap = (" + FRAME_GAP_JS + ")(); return gap !== null && Math.abs(gap) <= most; }",
+                           arg=most_px, timeout=timeout_ms)
 
 
 def frame_titles(page) -> list[dict]:

@@ -93,14 +93,20 @@ def test_temp_folders_remove_only_their_own(tmp_path):
         tempdirs.inside(tmp_path, "../escape.svg")
 
 
+def _python(script: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`script` run by a fresh interpreter of this checkout (its output captured)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def test_session_and_extraction_folders_are_gone_when_the_process_exits(tmp_path):
     """A process that made an export folder and opened a .trace.zip leaves no tlx-* folder behind."""
     script = ("import tempfile, pathlib, sys\n"
               "from app import tempdirs\n"
               "d = tempdirs.make('tlx-export-'); (d / 'x.svg').write_text('x')\n"
               "print(d)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = _python(script)
     folder = Path(done.stdout.strip())
     assert folder.name.startswith("tlx-export-") and not folder.exists()
 
@@ -129,8 +135,7 @@ def test_the_exit_waits_for_a_writer_then_removes_its_folder_and_tells_it(tmp_pa
               "threading.Thread(target=writer, daemon=True).start()\n"
               "inside.wait()\n"
               "print(d, flush=True)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = _python(script)
     lines = done.stdout.split("\n")
     folder = Path(lines[0])
     assert folder.name.startswith("tlx-model-explorer-") and not folder.exists(), done.stdout + done.stderr
@@ -200,8 +205,7 @@ def test_value_statistics_of_a_large_value_never_copy_it_whole():
               "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               "tensor_stats(v)\n"
               "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = _python(script, timeout=300)
     grew = int(done.stdout.strip().splitlines()[-1])
     assert grew < 256 * 2**20, f"peak memory grew by {grew / 2**20:.0f} MiB"
 
