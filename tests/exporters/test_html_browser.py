@@ -10,11 +10,11 @@ import tracer
 from exporters import overlays
 from exporters.html import write_html
 from exporters.layout import LayoutEngine
+from tests.app import pagekit
 from tests.exporters.test_html import MARKUP, ROOT_CLASS, markup_model
 from tests.models import tiny_gpt2
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 
 def open_offline(browser, path: Path, width: int, height: int):
@@ -87,7 +87,7 @@ def _dedup(points: list) -> list:
 
 
 @pytest.mark.parametrize("size", [(1366, 768), (1600, 1000)])
-def test_expand_search_inspect_and_overlay_offline(browser, gpt2_html, size):
+def test_expand_search_inspect_and_overlay_offline(browser, gpt2_html, size, artifacts_dir):
     page, seen = open_offline(browser, gpt2_html, *size)
     assert "mod:transformer.h.0" in boxes(page)
     assert page.evaluate("document.documentElement.scrollHeight <= innerHeight && "
@@ -110,8 +110,7 @@ def test_expand_search_inspect_and_overlay_offline(browser, gpt2_html, size):
     page.select_option("#scale", "log")
     assert "log scale" in page.locator("#legend").inner_text()
     page.locator("#hits .hit.op").first.click()  # selected again, for the screenshot with the inspector
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / f"html_gpt2_{size[0]}x{size[1]}.png"))
+    pagekit.shot(page, artifacts_dir, f"html_gpt2_{size[0]}x{size[1]}")  # docs/images only when asked
     page.keyboard.press("Escape")
     assert page.locator("g.node.sel").count() == 0
     assert not seen["errors"] and not seen["dialogs"] and not seen["blocked"]
