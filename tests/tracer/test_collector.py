@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 import torch
@@ -157,6 +158,16 @@ def test_assembling_pauses_and_restores_outside_a_capture() -> None:
         gc.enable()
 
 
+def _made_by_a_capture(obj) -> bool:
+    """Whether a cyclic garbage object is the capture's: of a tracer or torch type, or a tracer function or frame.
+    The collector sees the whole process, and a thread an earlier test left running (an app server's) may drop
+    its own cycles (seen: app.offloop.OffLoop with its Condition) while this test has collection paused."""
+    if (getattr(type(obj), "__module__", "") or "").partition(".")[0] in ("tracer", "torch"):
+        return True
+    code = getattr(obj, "f_code", None) or getattr(obj, "__code__", None)
+    return code is not None and f"{os.sep}tracer{os.sep}" in code.co_filename
+
+
 @pytest.mark.parametrize("save", ["all", "none"])
 def test_a_dropped_trace_frees_what_its_capture_made_without_a_collection(save: str) -> None:
     """Nothing a capture made waits for the cyclic GC: the session is no cycle (it was its own mode's
@@ -179,7 +190,9 @@ def test_a_dropped_trace_frees_what_its_capture_made_without_a_collection(save: 
         assert all(w() is None for w in watched)
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            assert gc.collect() == 0, [type(o).__name__ for o in gc.garbage][:20]
+            gc.collect()
+            left = [o for o in gc.garbage if _made_by_a_capture(o)]
+            assert left == [], [type(o).__name__ for o in left][:20]
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
