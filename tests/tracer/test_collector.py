@@ -158,6 +158,9 @@ def test_assembling_pauses_and_restores_outside_a_capture() -> None:
         gc.enable()
 
 
+TRACER_DIR = os.path.dirname(tracer.__file__) + os.sep
+
+
 def _made_by_a_capture(obj) -> bool:
     """Whether a cyclic garbage object is the capture's: of a tracer or torch type, or a tracer function or frame.
     The collector sees the whole process, and a thread an earlier test left running (an app server's) may drop
@@ -165,7 +168,7 @@ def _made_by_a_capture(obj) -> bool:
     if (getattr(type(obj), "__module__", "") or "").partition(".")[0] in ("tracer", "torch"):
         return True
     code = getattr(obj, "f_code", None) or getattr(obj, "__code__", None)
-    return code is not None and f"{os.sep}tracer{os.sep}" in code.co_filename
+    return code is not None and code.co_filename.startswith(TRACER_DIR)
 
 
 @pytest.mark.parametrize("save", ["all", "none"])
