@@ -311,3 +311,55 @@ def test_a_cancelled_job_stops_at_its_next_step_and_its_result_is_dropped():
     again = job.start(lambda report: "next", results.append, results.append)
     again.join(10)
     assert results == ["next"]
+
+
+@pytest.mark.parametrize("delay_ms", [0, 5])
+def test_work_on_a_thread_reaches_a_served_document_through_its_loop_thread_only(delay_ms):
+    """A Bokeh document is not thread-safe: a result from a thread is handed to the serving loop, and only the
+    loop's thread puts the callback on the document (from the worker thread, a callback added while the loop
+    released a hold of the document was lost under load, and the doctor's rows never showed)."""
+    import threading
+
+    from tornado.ioloop import IOLoop
+
+    from app.views.docsync import call_on_document
+    from tests.app.conftest import served_document
+
+    started, box = threading.Event(), []
+
+    def serve_loop() -> None:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        box.append(IOLoop.current())
+        started.set()
+        box[0].start()
+
+    loop_thread = threading.Thread(target=serve_loop, daemon=True)
+    loop_thread.start()
+    assert started.wait(10)
+    loop = box[0]
+    doc = served_document()
+    doc._tlx_test_context.server_context = type("Server", (), {"application_context": type("App", (), {"io_loop": loop})})
+    touched, ran = [], threading.Event()
+
+    def add(callback, *delay):
+        touched.append((threading.current_thread(), delay))
+        callback()
+
+    doc.add_next_tick_callback = add
+    doc.add_timeout_callback = add
+    try:
+        worker = threading.Thread(target=lambda: call_on_document(doc, ran.set, delay_ms=delay_ms))
+        worker.start()
+        worker.join(10)
+        assert ran.wait(10)
+        assert touched == [(loop_thread, (delay_ms,) if delay_ms else ())]
+        doc._tlx_test_context.destroyed = True  # a page closed meanwhile: its document is left alone
+        worker = threading.Thread(target=lambda: call_on_document(doc, ran.clear))
+        worker.start()
+        worker.join(10)
+        done = threading.Event()
+        loop.add_callback(done.set)  # after the hop above, if there was one
+        assert done.wait(10) and ran.is_set() and len(touched) == 1
+    finally:
+        loop.add_callback(loop.stop)
+        loop_thread.join(10)
