@@ -4,8 +4,14 @@ from __future__ import annotations
 import contextlib
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
+
+# A two-layer GPT-2 (32 wide, 100 tokens) for the tests of what a discharge does to the page and to the
+# session: its twin builds in milliseconds, where GPT-2 small's random weights take seconds.
+# GPT-2 small itself is discharged by tests/app/test_twin.py.
+TINY_GPT2_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gpt2-tiny.json"
 
 
 @contextlib.contextmanager
@@ -98,6 +104,13 @@ def gpt2_loaded():
     return open_config("gpt2")
 
 
+@pytest.fixture(scope="session")
+def tiny_gpt2_loaded():
+    from app.sources import open_config
+
+    return open_config(TINY_GPT2_CONFIG)
+
+
 @pytest.fixture
 def tiny_loaded():
     from app.factory import open_factory
@@ -120,4 +133,10 @@ def default_url(default_loaded):
 @pytest.fixture(scope="module")
 def gpt2_url(gpt2_loaded):
     with served(gpt2_loaded) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_url(tiny_gpt2_loaded):
+    with served(tiny_gpt2_loaded) as url:
         yield url

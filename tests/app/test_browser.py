@@ -133,8 +133,8 @@ def test_an_8b_float32_twin_is_declined_politely(default_url, default_loaded, pa
 
 
 @pytest.mark.slow
-def test_discharging_gpt2_turns_the_banner_corroborated(gpt2_url, page, artifacts_dir):
-    open_page(page, gpt2_url)
+def test_discharging_gpt2_turns_the_banner_corroborated(tiny_gpt2_url, page, artifacts_dir):
+    open_page(page, tiny_gpt2_url)
     assert pagekit.banner_state(page) == "HYPOTHESIS"
     page.locator(".tlx-discharge button").click()
     expect(page.locator(".tlx-banner[data-state='CORROBORATED']")).to_be_visible(timeout=120_000)
@@ -144,8 +144,8 @@ def test_discharging_gpt2_turns_the_banner_corroborated(gpt2_url, page, artifact
 
 
 @pytest.mark.slow
-def test_a_mismatched_twin_turns_the_banner_refuted(gpt2_url, page, artifacts_dir):
-    open_page(page, gpt2_url)
+def test_a_mismatched_twin_turns_the_banner_refuted(tiny_gpt2_url, page, artifacts_dir):
+    open_page(page, tiny_gpt2_url)
     page.locator(".tlx-twin-dtype select").select_option("bfloat16")
     page.locator(".tlx-discharge button").click()
     expect(page.locator(".tlx-banner[data-state='REFUTED']")).to_be_visible(timeout=120_000)

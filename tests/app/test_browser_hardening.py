@@ -151,11 +151,11 @@ def test_the_page_works_under_its_content_security_policy_and_the_policy_is_in_f
 
 
 @pytest.mark.slow
-def test_two_sessions_discharging_at_once_each_end_in_their_own_state(gpt2_url, page, artifacts_dir):
+def test_two_sessions_discharging_at_once_each_end_in_their_own_state(tiny_gpt2_url, page, artifacts_dir):
     second = page.context.new_page()
     fired = watch_dialogs(page) + watch_dialogs(second)
     for p in (page, second):
-        p.goto(gpt2_url)
+        p.goto(tiny_gpt2_url)
         expect(p.locator(".tlx-banner")).to_be_visible(timeout=30_000)
         pagekit.wait_graph(p)
     second.locator(".tlx-twin-dtype select").select_option("bfloat16")
@@ -165,7 +165,7 @@ def test_two_sessions_discharging_at_once_each_end_in_their_own_state(gpt2_url, 
     expect(second.locator(".tlx-banner[data-state='REFUTED']")).to_be_visible(timeout=240_000)
     assert pagekit.banner_state(page) == "CORROBORATED" and pagekit.banner_state(second) == "REFUTED"
     third = page.context.new_page()
-    third.goto(gpt2_url)
+    third.goto(tiny_gpt2_url)
     expect(third.locator(".tlx-banner")).to_be_visible(timeout=30_000)
     assert pagekit.banner_state(third) == "HYPOTHESIS"  # a new session starts from the shared trace untouched
     assert fired == []

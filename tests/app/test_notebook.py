@@ -5,6 +5,7 @@ from disk in Chromium with the network blocked, and the inline explorer in it ex
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -18,6 +19,8 @@ from tracer.errors import ViewerUnavailableError
 from tracer.frontends import view
 
 ROOT = Path(__file__).resolve().parents[2]
+# Fresh loads of the saved notebook: three in the suite; the issue's ten with TLX_NOTEBOOK_LOADS=10
+LOADS = int(os.environ.get("TLX_NOTEBOOK_LOADS", "3"))
 
 CELLS = [
     "import torch, tracer\nfrom tests.models import tiny_gpt2\n"
@@ -103,8 +106,8 @@ def test_the_saved_notebook_html_opens_offline_and_expands_a_block(executed, bro
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_the_saved_notebook_paints_a_fitted_graph_on_each_of_ten_loads(executed, browser, tmp_path):
-    """[issue 36 item 7] Ten fresh loads of the nbconvert HTML at 1366x768: each cell's explorer shows
+def test_the_saved_notebook_paints_a_fitted_graph_on_each_of_several_loads(executed, browser, tmp_path):
+    """[issue 36 item 7] `LOADS` fresh loads of the nbconvert HTML at 1366x768: each cell's explorer shows
     boxes inside its canvas at a zoom above 0 (it once fitted to a frame that had no size yet: blank, 'zoom 0%')."""
     from nbconvert import HTMLExporter
 
@@ -112,7 +115,7 @@ def test_the_saved_notebook_paints_a_fitted_graph_on_each_of_ten_loads(executed,
     saved = tmp_path / "notebook.html"
     saved.write_text(body, encoding="utf-8")
     shown = []
-    for _ in range(10):
+    for _ in range(LOADS):
         page = browser.new_page(viewport={"width": 1366, "height": 768})
         page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file://", "about:", "data:"))
                    else r.abort())
@@ -129,5 +132,5 @@ def test_the_saved_notebook_paints_a_fitted_graph_on_each_of_ten_loads(executed,
               return {zoom: document.getElementById('status').textContent.match(/zoom (\\d+)%/)[1] | 0, inside}; }""")
             shown.append(state)
         page.close()
-    assert len(shown) == 20, shown  # two explorer cells (tracer.explore and the trace's rich display) per load
+    assert len(shown) == 2 * LOADS, shown  # two explorer cells (tracer.explore and the trace's rich display) per load
     assert all(s["zoom"] > 0 and s["inside"] >= 3 for s in shown), shown
