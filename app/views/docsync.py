@@ -30,7 +30,7 @@ def call_on_document(doc: Any, fn: Callable[[], Any], delay_ms: int = 0) -> None
     it on the document. A Bokeh document is not thread-safe: `add_next_tick_callback` from another thread
     while the loop holds the document ("combine", as Panel does around its changes) can add the callback's
     event to the held list just as the loop releases it, and the session never learns of the callback (a
-    result that never reached the page, seen under load; about 1 in 3,000 with a 1 us switch interval)."""
+    result that never reached the page, seen under load; 1 in 1,000-3,000 with a 1 us switch interval)."""
     if not is_served(doc):
         fn()
         return

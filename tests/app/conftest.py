@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-# A two-layer GPT-2 (32 wide, 100 tokens) for the tests of what a discharge does to the page and to the
-# session: its twin builds in milliseconds, where GPT-2 small's random weights take seconds.
-# GPT-2 small itself is discharged by tests/app/test_twin.py.
+# A two-layer GPT-2 (32 wide, 100 tokens) for the browser tests of what a discharge does to the page: its twin
+# builds in milliseconds, where GPT-2 small's random weights take seconds. GPT-2 small itself is discharged
+# by tests/app/test_twin.py.
 TINY_GPT2_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gpt2-tiny.json"
 
 

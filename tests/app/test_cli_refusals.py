@@ -1,7 +1,7 @@
 """Every bad invocation of `torchlens-explore` is a readable typed refusal: exit 2, no traceback.
 
-The rows that run a model factory or bind a port run the installed console script as a subprocess in a
-scratch folder holding the bad configs and factory modules, with this checkout first on PYTHONPATH; the
+The rows that run a model factory, bind a port or log through transformers run the installed console
+script as a subprocess in a scratch folder holding the bad configs and factory modules, with this checkout first on PYTHONPATH; the
 rows that only read a config or a shape (`IN_PROCESS`: no user code runs, nothing is served) call the
 same entry point, `app.cli.main`, in this process from that folder, the declared limits restored after.
 """
@@ -98,6 +98,8 @@ CASES = [
 IN_PROCESS = {"negative_width", "zero_layers", "heads_do_not_divide", "unknown_type", "list_type", "rope_string",
               "string_layers", "huge_layers", "huge_width", "non_utf8", "config_too_big",
               "shape_too_large", "shape_wrong_rank", "shape_negative", "system_text_file", "unknown_limit"}
+IN_PROCESS_CASES = [c for c in CASES if c[0] in IN_PROCESS]
+CHILD_CASES = [c for c in CASES if c[0] not in IN_PROCESS]
 
 
 @pytest.fixture(scope="module")
@@ -129,15 +131,13 @@ def assert_refused(name: str, status: int, stdout: str, stderr: str, expected: s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,argv,expected", [c for c in CASES if c[0] not in IN_PROCESS],
-                         ids=[c[0] for c in CASES if c[0] not in IN_PROCESS])
+@pytest.mark.parametrize("name,argv,expected", CHILD_CASES, ids=[c[0] for c in CHILD_CASES])
 def test_bad_invocation_is_a_typed_refusal(scratch, name, argv, expected):
     done = run_cli(scratch, argv)
     assert_refused(name, done.returncode, done.stdout, done.stderr, expected)
 
 
-@pytest.mark.parametrize("name,argv,expected", [c for c in CASES if c[0] in IN_PROCESS],
-                         ids=[c[0] for c in CASES if c[0] in IN_PROCESS])
+@pytest.mark.parametrize("name,argv,expected", IN_PROCESS_CASES, ids=[c[0] for c in IN_PROCESS_CASES])
 def test_a_bad_config_or_shape_is_a_typed_refusal_of_the_entry_point(scratch, name, argv, expected, capsys,
                                                                       monkeypatch):
     from app import limits
