@@ -22,6 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # Fresh loads of the saved notebook: three in the suite; the issue's ten with TLX_NOTEBOOK_LOADS=10
 LOADS = int(os.environ.get("TLX_NOTEBOOK_LOADS", "3"))
 
+# The first fitted view's zoom and how many boxes lie inside the canvas, once it is painted and fitted (else null)
+PAINTED_JS = """() => {
+  const status = document.getElementById('status'), zoom = status && /zoom (\\d+)%/.exec(status.textContent);
+  const c = document.getElementById('canvas').getBoundingClientRect();
+  const inside = [...document.querySelectorAll('g.node rect')].filter((r) => {
+    const b = r.getBoundingClientRect();
+    return b.width > 4 && b.right > c.left && b.left < c.right && b.bottom > c.top && b.top < c.bottom; }).length;
+  return zoom && +zoom[1] > 0 && inside >= 3 ? {zoom: +zoom[1], inside} : null; }"""
+
 CELLS = [
     "import torch, tracer\nfrom tests.models import tiny_gpt2\n"
     "t = tracer.trace(tiny_gpt2(), (torch.randint(0, 100, (1, 8)),))",
@@ -121,15 +130,11 @@ def test_the_saved_notebook_paints_a_fitted_graph_on_each_of_several_loads(execu
                    else r.abort())
         page.goto(saved.as_uri())
         for i in range(page.locator("iframe.tlx-explorer").count()):
-            frame = page.frame_locator("iframe.tlx-explorer").nth(i)
+            frame = page.locator("iframe.tlx-explorer").nth(i).element_handle().content_frame()
             frame.locator("body[data-ready='1']").wait_for(timeout=30_000)
-            page.wait_for_timeout(300)
-            state = frame.locator("body").evaluate("""() => {
-              const c = document.getElementById('canvas').getBoundingClientRect();
-              const inside = [...document.querySelectorAll('g.node rect')].filter((r) => {
-                const b = r.getBoundingClientRect();
-                return b.width > 4 && b.right > c.left && b.left < c.right && b.bottom > c.top && b.top < c.bottom; }).length;
-              return {zoom: document.getElementById('status').textContent.match(/zoom (\\d+)%/)[1] | 0, inside}; }""")
+            # the fit waits for the frame to have a size (a ResizeObserver); wait for that state, no fixed time:
+            # a frame fitted while it had no size stays at zoom 0 with nothing in view, and this wait fails
+            state = frame.wait_for_function(PAINTED_JS, timeout=30_000).json_value()
             shown.append(state)
         page.close()
     assert len(shown) == 2 * LOADS, shown  # two explorer cells (tracer.explore and the trace's rich display) per load
