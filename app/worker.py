@@ -1,7 +1,8 @@
 """Heavy work in a child process, so the server's interpreter (its GIL and event loop) stays free.
 
-`run_task(name, request, progress)` takes a spare child (`python -m app.worker`, started ahead
-at a lower CPU priority with its imports done; `warm()`), sends the task's name, the request and
+`run_task(name, request, progress)` takes a child forked for the job from a process that did the imports once
+(`app.worker_zygote`, started ahead at a lower CPU priority; `warm()`), or where that process is not there a
+fresh `python -m app.worker`; it sends the task's name, the request and
 the limits in force as JSON on stdin, relays the child's progress lines,
 and returns its JSON result. A refusal in the child comes back as the same typed error; a child
 that dies is `worker_failed`; Cancel (the progress callback's `is_cancelled`) kills the child and
@@ -27,15 +28,16 @@ from tracer.errors import TracerError
 from . import tempdirs
 from .errors import WorkerFailedError
 from .limits import Limits, current, set_limits
+from .worker_zygote import ForkedChild, Zygote, ZygoteUnavailable
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 NICE = 19  # the lowest priority: the child yields the CPU to the server process (2 cores serve every session)
 STDERR_TAIL = 4096  # bytes of the child's stderr kept for the message of a crash
 
 Progress = Callable[[float, str], None]
-_LIVE: set[subprocess.Popen] = set()  # children still running, killed if the server exits first
-_SPARE: subprocess.Popen | None = None  # a child with its imports done, waiting for a request
-_SPARE_LOCK = threading.Lock()
+_LIVE: set[subprocess.Popen | ForkedChild] = set()  # children still running, killed if the server exits first
+_ZYGOTE: Zygote | None = None  # the process the children are forked from, its imports done
+_ZYGOTE_LOCK = threading.Lock()
 PRELOAD = ("torch", "tracer", "tracer.bridges.transformers", "tracer.backward.memory", "exporters.figures",
            "exporters.model_explorer", "app.twin")
 
@@ -80,37 +82,52 @@ def run_task(task: str, request: dict[str, Any], progress: Progress, *, site: st
         _LIVE.discard(proc)
         for stream in (proc.stdout, proc.stderr):
             stream.close()
-        warm()  # the next job finds a child with its imports done
 
 
 def warm() -> None:
-    """Have one spare child ready: started now, it imports torch, transformers and the exporters and
-    then waits for a request, so a job does not wait for those imports."""
-    global _SPARE
-    with _SPARE_LOCK:
-        if _SPARE is None or _SPARE.poll() is not None:
-            _SPARE = _spawn()
+    """Have the zygote ready: started now, it imports torch, transformers and the exporters once and then
+    forks a child per job, so no job waits for those imports or pays for them again."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is None or not _ZYGOTE.alive():
+            try:
+                _ZYGOTE = Zygote(_child_env(), str(PROJECT_ROOT))
+            except OSError:  # no fork server here: each job starts its own interpreter
+                _ZYGOTE = None
 
 
-def _take() -> subprocess.Popen:
-    global _SPARE
-    with _SPARE_LOCK:
-        proc, _SPARE = _SPARE, None
-    return proc if proc is not None and proc.poll() is None else _spawn()
+def _take() -> subprocess.Popen | ForkedChild:
+    warm()
+    zygote = _ZYGOTE
+    if zygote is not None:
+        try:
+            proc = zygote.fork()
+        except ZygoteUnavailable:
+            pass
+        else:
+            _LIVE.add(proc)
+            return proc
+    return _spawn()
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
 
 def _spawn() -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     proc = subprocess.Popen([sys.executable, "-m", "app.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=str(PROJECT_ROOT), start_new_session=True)
+                            stderr=subprocess.PIPE, env=_child_env(), cwd=str(PROJECT_ROOT), start_new_session=True)
     _LIVE.add(proc)
     return proc
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen | ForkedChild) -> None:
     """Kill a child still running, with its process group."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # ended meanwhile; its status is on its way
+            pass
         proc.wait(timeout=30)
 
 
@@ -118,6 +135,8 @@ def _kill(proc: subprocess.Popen) -> None:
 def _kill_all() -> None:
     for proc in list(_LIVE):
         _kill(proc)
+    if _ZYGOTE is not None:
+        _ZYGOTE.stop()
 
 
 def _handle(message: dict[str, Any], progress: Progress, outcome: dict[str, Any]) -> None:
@@ -166,12 +185,9 @@ def _emit(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def main() -> int:
-    """Child side: import the heavy modules, read the request, run its task, write progress, then
-    its result or refusal."""
+def prepare() -> None:
+    """A child's start: the lowest CPU priority, then the heavy imports (done once, in the zygote)."""
     import importlib
-
-    from .worker_tasks import TASKS
 
     try:
         os.nice(NICE)
@@ -182,6 +198,12 @@ def main() -> int:
             importlib.import_module(name)
         except ImportError:  # an optional part (transformers) that is not installed
             pass
+
+
+def serve_request() -> int:
+    """Read the request on stdin, run its task, write progress, then its result or refusal; the exit status."""
+    from .worker_tasks import TASKS
+
     request = json.loads(sys.stdin.read())
     set_limits(Limits(**request.pop("limits")))
     try:
@@ -191,6 +213,12 @@ def main() -> int:
         return 2
     _emit({"result": result})
     return 0
+
+
+def main() -> int:
+    """A child started on its own (no zygote): prepare, then serve one request."""
+    prepare()
+    return serve_request()
 
 
 if __name__ == "__main__":

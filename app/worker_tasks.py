@@ -121,7 +121,7 @@ def probe_task(request: dict[str, Any], report: Report) -> dict[str, Any]:
     if request.get("crash"):
         sys.stderr.write("probe crashed on purpose\n")
         os._exit(3)
-    return {"pid": os.getpid(), "nice": os.nice(0), "echo": request.get("echo")}
+    return {"pid": os.getpid(), "ppid": os.getppid(), "nice": os.nice(0), "echo": request.get("echo")}
 
 
 TASKS: dict[str, Callable[[dict[str, Any], Report], Any]] = {

@@ -13,6 +13,7 @@ from app import twin
 from app.errors import WorkerFailedError
 from app.views.docsync import Cancelled
 from app.worker import run_task, saved_copy
+from app.worker_zygote import ZygoteUnavailable
 from tracer.errors import InvalidInputError
 
 
@@ -109,12 +110,36 @@ def test_a_child_still_running_is_killed_when_the_server_exits():
     assert not _alive(child)
 
 
-def test_a_spare_child_is_ready_before_the_next_job():
+def test_each_job_is_a_child_forked_from_the_zygote_that_did_the_imports_once():
     import app.worker as worker
 
     worker.warm()
-    spare = worker._SPARE
-    assert spare is not None and spare.poll() is None
-    result = run_task("probe", {}, _quiet, site="test")
-    assert result["pid"] == spare.pid  # the job ran in the spare
-    assert worker._SPARE is not None and worker._SPARE.pid != spare.pid  # and another is being made ready
+    zygote = worker._ZYGOTE
+    assert zygote is not None and zygote.alive() and zygote.pid != os.getpid()
+    first, second = (run_task("probe", {}, _quiet, site="test") for _ in range(2))
+    assert first["pid"] != second["pid"]  # one child per job ...
+    assert first["ppid"] == second["ppid"] == zygote.pid  # ... each forked from the same zygote
+    assert worker._ZYGOTE is zygote and zygote.alive() and not _alive(first["pid"])
+
+
+def test_a_dead_zygote_is_replaced_and_without_one_a_job_starts_its_own_interpreter(monkeypatch):
+    import signal
+
+    import app.worker as worker
+
+    worker.warm()
+    dead = worker._ZYGOTE
+    os.killpg(dead.pid, signal.SIGKILL)
+    dead._proc.wait(timeout=30)  # gone (a job that asks a zygote dying meanwhile gets its own interpreter)
+    with pytest.raises(ZygoteUnavailable):
+        dead.fork()
+    again = run_task("probe", {}, _quiet, site="test")
+    assert worker._ZYGOTE is not dead and again["ppid"] == worker._ZYGOTE.pid  # a new zygote served it
+
+    def no_fork_server(*_a, **_k):
+        raise OSError("no fork server")
+
+    monkeypatch.setattr(worker, "_ZYGOTE", None)
+    monkeypatch.setattr(worker, "Zygote", no_fork_server)
+    alone = run_task("probe", {"echo": "x"}, _quiet, site="test")
+    assert alone["ppid"] == os.getpid() and alone["echo"] == "x"  # python -m app.worker, started for the job
