@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import tracer
+from tracer.capture import kernel
 from tracer.capture.collector import YOUNG_THRESHOLD
 
 
@@ -158,47 +163,60 @@ def test_assembling_pauses_and_restores_outside_a_capture() -> None:
         gc.enable()
 
 
+ROOT = Path(__file__).resolve().parents[2]
 TRACER_DIR = os.path.dirname(tracer.__file__) + os.sep
 
 
 def _made_by_a_capture(obj) -> bool:
-    """Whether a cyclic garbage object is the capture's: of a tracer or torch type, or a tracer function or frame.
-    The collector sees the whole process, and a thread an earlier test left running (an app server's) may drop
-    its own cycles (seen: app.offloop.OffLoop with its Condition) while this test has collection paused."""
+    """Whether a cyclic garbage object is the capture's: of a tracer or torch type, or a tracer function or frame."""
     if (getattr(type(obj), "__module__", "") or "").partition(".")[0] in ("tracer", "torch"):
         return True
     code = getattr(obj, "f_code", None) or getattr(obj, "__code__", None)
     return code is not None and code.co_filename.startswith(TRACER_DIR)
 
 
-@pytest.mark.parametrize("save", ["all", "none"])
-def test_a_dropped_trace_frees_what_its_capture_made_without_a_collection(save: str) -> None:
-    """Nothing a capture made waits for the cyclic GC: the session is no cycle (it was its own mode's
-    recorder), so dropping the trace frees its records and saved values at once. What the capture made
-    goes to the oldest generation, whose passes are rare: a cycle there held every value of every
-    dropped capture until one ran."""
+def _dropped_trace(save: str) -> dict:
+    """Capture, drop the trace with collection paused, then say what a collection would still find of the
+    capture's. Run in an interpreter of its own (below): the collector sees the whole process, and in the
+    suite's workers threads of earlier tests (app servers) drop cycles of their own meanwhile (seen: an
+    `app.offloop.OffLoop`, and a loaded trace of a stopped server's session) that no filter can tell apart."""
     import weakref
 
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     x = torch.ones(3, 4)
     tracer.trace(model, (x,), capture=tracer.CaptureOptions(save=save))  # first-call caches filled
     gc.collect()
-    enabled = gc.isenabled()
     gc.disable()
-    try:
-        t = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save=save))
-        watched = [weakref.ref(v) for v in t.values.values()]
-        assert bool(watched) == (save == "all")
-        del t
-        assert all(w() is None for w in watched)
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            gc.collect()
-            left = [o for o in gc.garbage if _made_by_a_capture(o)]
-            assert left == [], [type(o).__name__ for o in left][:20]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-    finally:
-        if enabled:
-            gc.enable()
+    t = tracer.trace(model, (x,), capture=tracer.CaptureOptions(save=save))
+    watched = [weakref.ref(v) for v in t.values.values()]
+    del t
+    still = sum(w() is not None for w in watched)
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    left = [type(o).__name__ for o in gc.garbage if _made_by_a_capture(o)]
+    return {"saved": len(watched), "alive_after_del": still, "left": left[:20], "kernel": kernel.current()}
+
+
+@pytest.fixture(scope="module")
+def dropped_traces() -> dict:
+    """`_dropped_trace` for both save modes, in a fresh interpreter running this process's kernel."""
+    script = ("import json; from tests.tracer.test_collector import _dropped_trace; "
+              "print(json.dumps({s: _dropped_trace(s) for s in ('all', 'none')}))")
+    env = {**os.environ, "TORCHLENS_EXPLORE_KERNEL": kernel.current()}
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("save", ["all", "none"])
+def test_a_dropped_trace_frees_what_its_capture_made_without_a_collection(save: str, dropped_traces) -> None:
+    """Nothing a capture made waits for the cyclic GC: the session is no cycle (it was its own mode's
+    recorder), so dropping the trace frees its records and saved values at once. What the capture made
+    goes to the oldest generation, whose passes are rare: a cycle there held every value of every
+    dropped capture until one ran."""
+    result = dropped_traces[save]
+    assert result["kernel"] == kernel.current()
+    assert bool(result["saved"]) == (save == "all")
+    assert result["alive_after_del"] == 0  # every saved value freed by the `del` alone
+    assert result["left"] == [], result["left"]  # and no cycle of the capture's left for a collection
