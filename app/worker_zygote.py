@@ -100,21 +100,20 @@ class Zygote:
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
+            failure = "exited"
             try:
                 socket.send_fds(self._sock, [b"fork\n"], [in_r, out_w, err_w])
                 reply = self._replies.get(timeout=timeout)
             except (OSError, queue.Empty) as exc:
-                for fd in (in_w, out_r, err_r):
-                    os.close(fd)
+                reply, failure = None, f"did not answer: {exc!r}"
                 self.stop()  # silent or broken: never trusted again
-                raise ZygoteUnavailable(f"the worker zygote did not answer: {exc!r}") from exc
             finally:
-                for fd in (in_r, out_w, err_w):
+                for fd in (in_r, out_w, err_w):  # the child's ends: the zygote has its own copies now
                     os.close(fd)
             if reply is None:
                 for fd in (in_w, out_r, err_r):
                     os.close(fd)
-                raise ZygoteUnavailable("the worker zygote exited")
+                raise ZygoteUnavailable(f"the worker zygote {failure}")
             pid, exited = reply
             return ForkedChild(pid, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), exited)
 
@@ -157,12 +156,11 @@ def serve(sock: socket.socket) -> int | None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a child's exit wakes the select through wake_r
-    children: set[int] = set()
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in ready:
             os.read(wake_r, 4096)
-        _reap(sock, children)
+        _reap(sock)
         if sock not in ready:
             continue
         message, fds, _, _ = socket.recv_fds(sock, 64, 3)
@@ -180,20 +178,18 @@ def serve(sock: socket.socket) -> int | None:
             return _child(fds)
         for fd in fds:
             os.close(fd)
-        children.add(pid)
         sock.sendall(f"pid {pid}\n".encode())
 
 
-def _reap(sock: socket.socket, children: set[int]) -> None:
-    while children:
+def _reap(sock: socket.socket) -> None:
+    """Report every child that has ended."""
+    while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            children.clear()
+        except ChildProcessError:  # no child left
             return
         if pid == 0:
             return
-        children.discard(pid)
         with contextlib.suppress(OSError):
             sock.sendall(f"exit {pid} {os.waitstatus_to_exitcode(status)}\n".encode())
 

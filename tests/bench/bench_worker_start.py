@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -66,12 +65,12 @@ def main() -> int:
             out = subprocess.run([sys.executable, __file__, "--mode", mode, "--jobs", str(args.jobs)], cwd=ROOT,
                                  capture_output=True, text=True, check=True)
             results[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    from tests.bench._timing import spread
+
     for mode, runs in results.items():
         walls = [w for r in runs for w in r["walls"]]
-        cpus = [r["cpu_per_job"] for r in runs]
-        print(f"{mode:12s} job wall median {statistics.median(walls):.3f} s ({min(walls):.3f}-{max(walls):.3f}), "
-              f"CPU per job median {statistics.median(cpus):.2f} s ({min(cpus):.2f}-{max(cpus):.2f}); "
-              f"{args.repeats} runs x {args.jobs} jobs")
+        print(f"{mode:12s} job wall {spread(walls, '.3f', ' s')}, CPU per job {spread([r['cpu_per_job'] for r in runs], unit=' s')}; "
+              f"{args.repeats} runs x {args.jobs} jobs (median (min-max))")
     return 0
 
 
